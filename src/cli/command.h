@@ -1,0 +1,16 @@
+#pragma once
+// One file per subcommand: `setup_<name>(CLI::App&)` declares the flags and a callback that
+// calls the library. The callback stores the process exit code in `exit_code()`.
+#include <CLI/CLI.hpp>
+
+namespace tdiff::cli {
+
+int& exit_code();
+
+void setup_synth(CLI::App& app);
+void setup_case(CLI::App& app);
+void setup_info(CLI::App& app);
+void setup_golden(CLI::App& app);
+void setup_compare(CLI::App& app);
+
+}  // namespace tdiff::cli

@@ -1,0 +1,48 @@
+// tdiff: differential testing of a GPU port of DeepSeek-V4-Flash against a float64 reference.
+#include <cstdio>
+#include <exception>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/version.h"
+
+namespace tdiff::cli {
+int& exit_code() {
+  static int code = 0;
+  return code;
+}
+}  // namespace tdiff::cli
+
+int main(int argc, char** argv) {
+  using namespace tdiff;
+  CLI::App app{"tdiff: does the GPU port still compute the same model, and if not, which operator broke it?"};
+  app.set_version_flag("--version", std::string("tdiff ") + TDIFF_VERSION + " (" + TDIFF_GIT_COMMIT + ")");
+  app.require_subcommand(1);
+  app.fallthrough();
+  cli::setup_synth(app);
+  cli::setup_case(app);
+  cli::setup_info(app);
+  cli::setup_golden(app);
+  cli::setup_compare(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  } catch (const InputError& e) {
+    fmt::print(stderr, "tdiff: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tdiff: internal error: {}\n", e.what());
+    return 3;
+  }
+  return cli::exit_code();
+}

@@ -1,0 +1,50 @@
+#pragma once
+// A backend implements operator kinds; the executor hands it one stage at a time.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/stage_graph.h"
+#include "core/tensor.h"
+#include "core/weights.h"
+
+namespace tdiff {
+
+// How exact ties in a top-k are broken (shared spec 5.11).
+enum class TieRule {
+  lowest_index,  // the reference's own rule
+  torch_cpu,     // torch.topk on the CPU: nth_element over (value, index), then the first k
+};
+
+// The batch: token ids and the explicit token-level mask, with the derived real-token span of
+// every row (real tokens are contiguous; padding is on the left or on the right).
+struct Batch {
+  Tensor ids;   // [B,S] i64
+  Tensor mask;  // [B,S] u8, 1 = real token
+  Tensor pos;   // [B,S] i64, position counted from the row's first real token
+  std::vector<std::int64_t> start, length;  // per row
+  std::int64_t rows() const { return ids.dim(0); }
+  std::int64_t seq() const { return ids.dim(1); }
+  // Validates ids against the vocabulary and the mask's shape and contiguity; derives pos,
+  // start and length. `source` names the file in errors.
+  static Batch make(Tensor ids, Tensor mask, std::int64_t vocab_size, const std::string& source);
+};
+
+struct RunContext {
+  const ModelConfig& config;
+  WeightStore& weights;
+  const Batch& batch;
+  TieRule tie_rule = TieRule::lowest_index;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Computes the stage's outputs (in the order of stage.outputs) from its inputs (in the
+  // order of stage.inputs). Float outputs are returned as f64 host tensors.
+  virtual std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) = 0;
+};
+
+}  // namespace tdiff

@@ -1,0 +1,78 @@
+#include "core/executor.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace tdiff {
+
+Batch Batch::make(Tensor ids, Tensor mask, std::int64_t vocab_size, const std::string& source) {
+  if (ids.rank() != 2) input_error("{}: token ids must be [B,S], got {}", source, shape_str(ids.shape()));
+  if (mask.shape() != ids.shape())
+    input_error("{}: attention mask shape {} differs from token ids shape {}", source, shape_str(mask.shape()),
+                shape_str(ids.shape()));
+  Batch b;
+  b.ids = ids.dtype() == DType::i64 ? ids : ids.to(DType::i64);
+  b.mask = mask.dtype() == DType::u8 ? mask : mask.to(DType::u8);
+  const auto B = b.ids.dim(0), S = b.ids.dim(1);
+  if (B == 0 || S == 0) input_error("{}: empty batch {}", source, shape_str(ids.shape()));
+  const auto* id = b.ids.data<std::int64_t>();
+  const auto* m = b.mask.data<std::uint8_t>();
+  b.pos = Tensor(DType::i64, {B, S});
+  auto* pos = b.pos.data<std::int64_t>();
+  for (std::int64_t r = 0; r < B; ++r) {
+    std::int64_t first = -1, count = 0;
+    for (std::int64_t i = 0; i < S; ++i) {
+      const auto v = m[r * S + i];
+      if (v > 1) input_error("{}: attention mask row {} holds {} (only 0 and 1 allowed)", source, r, int(v));
+      if (v) {
+        if (first < 0) first = i;
+        else if (!m[r * S + i - 1]) input_error("{}: attention mask row {} is not contiguous (padding only on the left or right)", source, r);
+        ++count;
+      }
+      if (id[r * S + i] < 0 || id[r * S + i] >= vocab_size)
+        input_error("{}: token id {} at [{},{}] is outside the vocabulary 0..{}", source, id[r * S + i], r, i, vocab_size - 1);
+    }
+    if (count == 0) input_error("{}: row {} has no real token (all padding)", source, r);
+    b.start.push_back(first);
+    b.length.push_back(count);
+    for (std::int64_t i = 0; i < S; ++i) pos[r * S + i] = i - first;
+  }
+  return b;
+}
+
+void put_inputs(const Batch& batch, TensorMap& env) {
+  env["inputs/ids"] = batch.ids;
+  env["inputs/mask"] = batch.mask;
+  env["inputs/pos"] = batch.pos;
+}
+
+void execute(const std::vector<Stage>& stages, const std::function<Backend&(const Stage&)>& backend_for,
+             RunContext& ctx, TensorMap& env, const ExecutorHooks& hooks, bool keep_all) {
+  // Last reader of every key, so intermediate tensors can be released early.
+  std::unordered_map<std::string, std::size_t> last_use;
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    for (const auto& in : stages[i].inputs) last_use[in.key()] = i;
+
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const Stage& s = stages[i];
+    std::vector<const Tensor*> inputs;
+    for (const auto& in : s.inputs) {
+      auto it = env.find(in.key());
+      if (it == env.end()) throw std::logic_error(fmt::format("stage {}: input {} was not computed", s.name, in.key()));
+      inputs.push_back(&it->second);
+    }
+    std::vector<Tensor> out = backend_for(s).run(s, inputs, ctx);
+    if (out.size() != s.outputs.size())
+      throw std::logic_error(fmt::format("stage {}: backend returned {} outputs, expected {}", s.name, out.size(), s.outputs.size()));
+    if (hooks.on_stage) hooks.on_stage(s, i, out);
+    for (std::size_t k = 0; k < out.size(); ++k) env[s.name + "/" + s.outputs[k]] = std::move(out[k]);
+    if (!keep_all)
+      for (const auto& in : s.inputs) {
+        auto key = in.key();
+        if (in.stage != "inputs" && last_use[key] == i) env.erase(key);
+      }
+  }
+}
+
+}  // namespace tdiff

@@ -1,0 +1,29 @@
+#pragma once
+// Runs the stage list in order, one backend per stage, and hands every output to the taps.
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace tdiff {
+
+// Tensors by key "<stage>/<tensor>" ("inputs/ids", "L03.attn.core/o", ...).
+using TensorMap = std::unordered_map<std::string, Tensor>;
+
+struct ExecutorHooks {
+  // Called after each stage with its outputs (keys "<stage>/<tensor>").
+  std::function<void(const Stage&, std::size_t index, const std::vector<Tensor>&)> on_stage;
+};
+
+// Runs stages [0, stages.size()); `backend_for` picks the backend per stage. `env` holds the
+// inputs ("inputs/*") and receives every output. Tensors no later stage reads are dropped
+// from env unless `keep_all` is set.
+void execute(const std::vector<Stage>& stages, const std::function<Backend&(const Stage&)>& backend_for,
+             RunContext& ctx, TensorMap& env, const ExecutorHooks& hooks = {}, bool keep_all = false);
+
+// Puts the batch inputs into env under "inputs/ids", "inputs/mask", "inputs/pos".
+void put_inputs(const Batch& batch, TensorMap& env);
+
+}  // namespace tdiff

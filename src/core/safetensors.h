@@ -1,0 +1,70 @@
+#pragma once
+// safetensors: reader (memory-mapped, lazy, header validated) and atomic writer.
+// Format: 8-byte little-endian header length N, N bytes of JSON
+// {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}},
+// then the data block; offsets are relative to the data block.
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tdiff {
+
+struct TensorInfo {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::size_t begin = 0, end = 0;  // byte range inside the data block
+};
+
+class SafetensorsFile {
+ public:
+  // Maps the file and validates the header: JSON well formed, every dtype known, every
+  // shape's byte size equal to its range, ranges in bounds and not overlapping.
+  // Throws InputError naming the file and the tensor.
+  explicit SafetensorsFile(const std::string& path);
+  const std::string& path() const { return path_; }
+  std::vector<std::string> names() const;  // sorted
+  bool has(const std::string& name) const { return infos_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
+  // A view into the mapping (no copy); the mapping stays alive while the view does.
+  Tensor tensor(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::string path_;
+  std::shared_ptr<void> mapping_;  // unmaps on release
+  const std::byte* data_ = nullptr;
+  std::map<std::string, TensorInfo> infos_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// A model folder in the HF layout: model.safetensors, or shards listed by
+// model.safetensors.index.json ({"weight_map": {name: file}}).
+class ModelWeights {
+ public:
+  explicit ModelWeights(const std::string& dir);
+  const std::string& dir() const { return dir_; }
+  bool has(const std::string& name) const { return where_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
+  Tensor tensor(const std::string& name) const;
+  std::vector<std::string> names() const;
+  std::vector<std::string> files() const;  // file paths of the shards, sorted
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::size_t> where_;  // tensor name -> index into files_
+};
+
+// Writes a safetensors file atomically (temporary file in the same folder, then rename).
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// SHA-256 of a file, lowercase hex (for the case file's weight checksums).
+std::string file_sha256(const std::string& path);
+
+}  // namespace tdiff

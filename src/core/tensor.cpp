@@ -1,0 +1,105 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace tdiff {
+
+std::int64_t shape_numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  if (rank() > kMaxRank) throw std::invalid_argument("tensor rank above 5: " + shape_str(shape_));
+  for (auto d : shape_)
+    if (d < 0) throw std::invalid_argument("negative dimension in " + shape_str(shape_));
+  const std::size_t n = std::max<std::size_t>(nbytes(), 1);
+  std::shared_ptr<std::byte[]> buf(new std::byte[n]());
+  data_ = buf.get();
+  keepalive_ = std::move(buf);
+}
+
+Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> keepalive) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  if (t.rank() > kMaxRank) throw std::invalid_argument("tensor rank above 5: " + shape_str(t.shape_));
+  t.data_ = static_cast<std::byte*>(data);
+  t.keepalive_ = std::move(keepalive);
+  return t;
+}
+
+void Tensor::check_type(std::size_t size, bool match) const {
+  if (!match || size != dtype_size(dtype_))
+    throw std::logic_error(fmt::format("tensor of dtype {} read with a {}-byte element type",
+                                       dtype_name(dtype_), size));
+}
+
+double Tensor::value(std::int64_t i) const {
+  const std::byte* p = data_ + static_cast<std::size_t>(i) * dtype_size(dtype_);
+  switch (dtype_) {
+    case DType::f64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::f16: { std::uint16_t v; std::memcpy(&v, p, 2); return f16_value(v); }
+    case DType::bf16: { std::uint16_t v; std::memcpy(&v, p, 2); return bf16_value(v); }
+    case DType::f8_e4m3: return f8e4m3_value(static_cast<std::uint8_t>(*p));
+    case DType::i64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::i32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::u8: case DType::boolean: return static_cast<double>(static_cast<std::uint8_t>(*p));
+  }
+  return 0;
+}
+
+namespace {
+void store(std::byte* p, DType t, double v) {
+  switch (t) {
+    case DType::f64: std::memcpy(p, &v, 8); break;
+    case DType::f32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
+    case DType::f16: { auto b = f16_bits(v); std::memcpy(p, &b, 2); break; }
+    case DType::bf16: { auto b = bf16_bits(v); std::memcpy(p, &b, 2); break; }
+    case DType::f8_e4m3: *p = static_cast<std::byte>(f8e4m3_bits(v)); break;
+    case DType::i64: { auto i = static_cast<std::int64_t>(v); std::memcpy(p, &i, 8); break; }
+    case DType::i32: { auto i = static_cast<std::int32_t>(v); std::memcpy(p, &i, 4); break; }
+    case DType::u8: *p = static_cast<std::byte>(static_cast<std::uint8_t>(v)); break;
+    case DType::boolean: *p = static_cast<std::byte>(v != 0.0 ? 1 : 0); break;
+  }
+}
+}  // namespace
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return clone();
+  Tensor out(dtype, shape_);
+  const std::int64_t n = numel();
+  const bool to_int = !is_float(dtype);
+  const std::size_t es = dtype_size(dtype);
+  for (std::int64_t i = 0; i < n; ++i) {
+    double v = value(i);
+    if (to_int && !std::isfinite(v))
+      throw InputError(fmt::format("cannot convert non-finite value to {}", dtype_name(dtype)));
+    store(out.data_ + static_cast<std::size_t>(i) * es, dtype, v);
+  }
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out(dtype_, shape_);
+  if (nbytes()) std::memcpy(out.data_, data_, nbytes());
+  return out;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  if (shape_numel(shape) != numel())
+    throw std::invalid_argument(fmt::format("reshape {} -> {}", shape_str(shape_), shape_str(shape)));
+  return view(dtype_, std::move(shape), data_, keepalive_);
+}
+
+}  // namespace tdiff
