@@ -7,10 +7,6 @@ namespace tdiff::cli {
 
 int& exit_code();
 
-void setup_synth(CLI::App& app);
-void setup_case(CLI::App& app);
-void setup_info(CLI::App& app);
-void setup_golden(CLI::App& app);
-void setup_compare(CLI::App& app);
+// One declaration per subcommand (defined in cmd_<name>.cpp).
 
 }  // namespace tdiff::cli

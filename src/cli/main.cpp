@@ -21,11 +21,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("tdiff ") + TDIFF_VERSION + " (" + TDIFF_GIT_COMMIT + ")");
   app.require_subcommand(1);
   app.fallthrough();
-  cli::setup_synth(app);
-  cli::setup_case(app);
-  cli::setup_info(app);
-  cli::setup_golden(app);
-  cli::setup_compare(app);
+  // One line per subcommand, in the order `tdiff --help` lists them.
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,44 @@
+#pragma once
+// Generic HDF5 access for tensors: any dump whose datasets are tensors (case files,
+// transformers capture dumps) can be listed, read and written with these.
+// Errors name the file and the dataset and throw InputError.
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tdiff {
+
+// Full dataset paths under `group` (recursively), sorted, e.g. "/reference/L00.attn.core/o".
+std::vector<std::string> h5_list_datasets(const std::string& file, const std::string& group = "/");
+bool h5_exists(const std::string& file, const std::string& path);
+// Reads a dataset; HDF5 float64/32/16, int64/32, uint8 and bool (enum or uint8) map to DType.
+// bf16 is stored as uint16 with the attribute dtype="bf16" (HDF5 has no bf16 type).
+Tensor h5_read(const std::string& file, const std::string& path);
+std::map<std::string, std::string> h5_read_attrs(const std::string& file, const std::string& path);
+
+// An HDF5 file open for writing. Writes go to a temporary file beside `path`; commit()
+// renames it over `path` (atomic); destruction without commit() removes the temporary, so an
+// interrupted write never leaves a damaged or half-written file.
+class H5Writer {
+ public:
+  // `copy_from` non-empty: start from a copy of that file (to update a case file in place).
+  explicit H5Writer(const std::string& path, const std::string& copy_from = "");
+  ~H5Writer();
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+  // Creates intermediate groups; replaces an existing dataset of the same path.
+  // Large tensors are chunked and compressed (gzip level 1, shuffle).
+  void write(const std::string& path, const Tensor& t);
+  void set_attr(const std::string& path, const std::string& name, const std::string& value);
+  void remove(const std::string& path);  // a dataset or group, if present
+  void commit();
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace tdiff
