@@ -1,0 +1,18 @@
+#pragma once
+// Attention of the reference (shared spec 3.6, 4.1 step 4, 4.5), float64.
+//   window mask: M[i, j] = (i − W < j ≤ i) ∧ mask[j]          (token indices)
+//   core, per head h, for one batch row:
+//     ℓ[i,k] = (q_h[i] · K[k]) · d^(−1/2) for visible keys k of [kv ; C]
+//     o_h[i] = Σ_k exp(ℓ[i,k] − μ_i) / Z_i · K[k],   Z_i = Σ_k exp(ℓ[i,k] − μ_i) + exp(s_h − μ_i)
+//   with μ_i the maximum over the visible logits and the sink s_h. No visible key: o = 0.
+#include <cstdint>
+
+namespace tdiff::refcpu {
+
+// One batch row. q [S, H, d], kv [S, d], win [S, S] (u8), C [n, d] and cmask [S, n] (u8,
+// may be null when n = 0), sinks [H] -> o [S, H, d].
+void attention_row(const double* q, const double* kv, const std::uint8_t* win, const double* C,
+                   const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t H, std::int64_t d,
+                   const double* sinks, double* o);
+
+}  // namespace tdiff::refcpu

@@ -1,0 +1,66 @@
+#include "refcpu/indexer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+namespace tdiff::refcpu {
+
+void indexer_scores(const double* QI, const double* KI, const double* weights, const std::int64_t* pos,
+                    std::int64_t S, std::int64_t n, std::int64_t n_row, std::int64_t heads, std::int64_t dim,
+                    std::int64_t rate, double* score) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < S; ++i) {
+    const std::int64_t causal = pos[i] + 1 >= 0 ? (pos[i] + 1) / rate : 0;
+    for (std::int64_t w = 0; w < n; ++w) {
+      if (w >= causal || w >= n_row) {
+        score[i * n + w] = -INFINITY;
+        continue;
+      }
+      double acc = 0;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const double* q = QI + (i * heads + h) * dim;
+        const double* k = KI + w * dim;
+        double dot = 0;
+        for (std::int64_t c = 0; c < dim; ++c) dot += q[c] * k[c];
+        acc += (std::max(dot, 0.0) * scale) * weights[i * heads + h];
+      }
+      score[i * n + w] = acc;
+    }
+  }
+}
+
+void topk_indices(const double* values, std::int64_t n, std::int64_t k, TieRule rule, std::int64_t* out) {
+  std::vector<std::pair<double, std::int64_t>> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = {values[i], i};
+  auto by_value_then_index = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  if (rule == TieRule::torch_cpu) {
+    // torch.topk on the CPU: nth_element with "value greater" at k−1 picks the set; which of
+    // several equal values land inside depends on libstdc++'s introselect (spec 5.11).
+    auto greater = [](const auto& a, const auto& b) {
+      return (std::isnan(a.first) && !std::isnan(b.first)) || a.first > b.first;
+    };
+    if (k < n) std::nth_element(v.begin(), v.begin() + (k - 1), v.end(), greater);
+    std::sort(v.begin(), v.begin() + k, by_value_then_index);
+  } else {
+    std::partial_sort(v.begin(), v.begin() + k, v.end(), by_value_then_index);
+  }
+  for (std::int64_t i = 0; i < k; ++i) out[i] = v[static_cast<std::size_t>(i)].second;
+}
+
+void topk_select(const double* score, std::int64_t n, std::int64_t k, std::int64_t causal_count, TieRule rule,
+                 std::int64_t* out) {
+  std::vector<std::int64_t> pick(static_cast<std::size_t>(k));
+  topk_indices(score, n, k, rule, pick.data());
+  std::sort(pick.begin(), pick.end());
+  std::int64_t m = 0;
+  for (auto w : pick)
+    if (w < causal_count) out[m++] = w;
+  while (m < k) out[m++] = -1;
+}
+
+}  // namespace tdiff::refcpu

@@ -1,0 +1,70 @@
+#include "refcpu/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "refcpu/linear.h"
+
+namespace tdiff::refcpu {
+
+void router_scores(const double* logit, std::int64_t count, double* score) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < count; ++i) {
+    const double x = logit[i];
+    score[i] = std::sqrt(x > 20.0 ? x : std::log1p(std::exp(x)));
+  }
+}
+
+void routing_weights(const double* score, const std::int64_t* idx, std::int64_t tokens, std::int64_t E,
+                     std::int64_t K, double rho, double* wt) {
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    double sum = 0;
+    for (std::int64_t k = 0; k < K; ++k) sum += score[t * E + idx[t * K + k]];
+    for (std::int64_t k = 0; k < K; ++k) wt[t * K + k] = (score[t * E + idx[t * K + k]] / (sum + 1e-20)) * rho;
+  }
+}
+
+void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu,
+                const double* Wd, std::int64_t I, double limit, double* y) {
+  std::vector<double> g(static_cast<std::size_t>(N * I)), u(static_cast<std::size_t>(N * I));
+  linear(x, N, D, Wg, I, g.data());
+  linear(x, N, D, Wu, I, u.data());
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < N * I; ++i) {
+    const double gi = std::min(g[static_cast<std::size_t>(i)], limit);
+    const double ui = std::clamp(u[static_cast<std::size_t>(i)], -limit, limit);
+    g[static_cast<std::size_t>(i)] = gi / (1.0 + std::exp(-gi)) * ui;
+  }
+  linear(g.data(), N, I, Wd, D, y);
+}
+
+void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::int64_t* idx, const double* wt,
+                    std::int64_t K, const double* gate_up, const double* down, std::int64_t E, std::int64_t I,
+                    double limit, double* routed) {
+  // Every (token, slot) result, then the weighted sum in slot order.
+  std::vector<double> slot_out(static_cast<std::size_t>(N * K * D));
+  for (std::int64_t e = 0; e < E; ++e) {
+    std::vector<std::int64_t> rows;  // flat (t·K + k) of the slots routed to e
+    for (std::int64_t r = 0; r < N * K; ++r)
+      if (idx[r] == e) rows.push_back(r);
+    if (rows.empty()) continue;
+    const auto n = static_cast<std::int64_t>(rows.size());
+    std::vector<double> xg(static_cast<std::size_t>(n * D)), yg(static_cast<std::size_t>(n * D));
+    for (std::int64_t i = 0; i < n; ++i)
+      std::copy_n(z + (rows[static_cast<std::size_t>(i)] / K) * D, D, xg.data() + i * D);
+    const double* Wg = gate_up + e * 2 * I * D;
+    swiglu_ffn(xg.data(), n, D, Wg, Wg + I * D, down + e * D * I, I, limit, yg.data());
+    for (std::int64_t i = 0; i < n; ++i)
+      std::copy_n(yg.data() + i * D, D, slot_out.data() + rows[static_cast<std::size_t>(i)] * D);
+  }
+#pragma omp parallel for schedule(static)
+  for (std::int64_t t = 0; t < N; ++t)
+    for (std::int64_t c = 0; c < D; ++c) {
+      double acc = 0;
+      for (std::int64_t k = 0; k < K; ++k) acc += wt[t * K + k] * slot_out[static_cast<std::size_t>((t * K + k) * D + c)];
+      routed[t * D + c] = acc;
+    }
+}
+
+}  // namespace tdiff::refcpu

@@ -1,0 +1,22 @@
+#pragma once
+// Mixture of experts of the reference (shared spec 3.8, 4.6 steps 40-45), float64.
+//   router:  logit = z · Wgᵀ;  score = sqrt(softplus(logit))  (softplus(x) = x above 20)
+//   weights: wt[t,k] = score[t, idx[t,k]] / (Σ_k' score[t, idx[t,k']] + 1e−20) · ρ
+//   FFN:     g = min(x·Wgᵀ, Λ), u = clamp(x·Wuᵀ, −Λ, Λ), y = (silu(g) ⊙ u) · Wdᵀ
+//   routed:  Σ_k wt[t,k] · FFN_{idx[t,k]}(z[t]), summed in slot order k = 0..K−1
+#include <cstdint>
+
+namespace tdiff::refcpu {
+
+void router_scores(const double* logit, std::int64_t count, double* score);
+void routing_weights(const double* score, const std::int64_t* idx, std::int64_t tokens, std::int64_t E,
+                     std::int64_t K, double rho, double* wt);
+// x [N, D]; Wg, Wu [I, D]; Wd [D, I] -> y [N, D].
+void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu,
+                const double* Wd, std::int64_t I, double limit, double* y);
+// z [N, D], idx/wt [N, K], gate_up [E, 2I, D], down [E, D, I] -> routed [N, D].
+void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::int64_t* idx, const double* wt,
+                    std::int64_t K, const double* gate_up, const double* down, std::int64_t E, std::int64_t I,
+                    double limit, double* routed);
+
+}  // namespace tdiff::refcpu

@@ -1,0 +1,29 @@
+#include "refcpu/norm.h"
+
+#include <cmath>
+
+namespace tdiff::refcpu {
+
+double inv_rms(const double* x, std::int64_t n, double eps) {
+  double ss = 0;
+  for (std::int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  return 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+}
+
+void rms_norm(const double* x, std::int64_t rows, std::int64_t n, const double* g, double eps, double* y) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double f = inv_rms(x + r * n, n, eps);
+    for (std::int64_t i = 0; i < n; ++i) y[r * n + i] = g[i] * (x[r * n + i] * f);
+  }
+}
+
+void rms_unweighted(const double* x, std::int64_t rows, std::int64_t n, double eps, double* y) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double f = inv_rms(x + r * n, n, eps);
+    for (std::int64_t i = 0; i < n; ++i) y[r * n + i] = x[r * n + i] * f;
+  }
+}
+
+}  // namespace tdiff::refcpu

@@ -1,0 +1,14 @@
+#pragma once
+// The float64 reference backend: every operator kind of the stage graph, exact to the
+// published architecture, bit-identical for any thread count.
+#include "core/backend.h"
+
+namespace tdiff::refcpu {
+
+class RefCpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "refcpu"; }
+  std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
+};
+
+}  // namespace tdiff::refcpu

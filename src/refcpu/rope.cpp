@@ -1,0 +1,62 @@
+#include "refcpu/rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace tdiff::refcpu {
+
+std::vector<double> rope_frequencies(const RopeTable& t, std::int64_t r) {
+  const std::int64_t half = r / 2;
+  std::vector<double> w(static_cast<std::size_t>(half));
+  for (std::int64_t f = 0; f < half; ++f)
+    w[static_cast<std::size_t>(f)] = 1.0 / std::pow(t.theta, static_cast<double>(2 * f) / static_cast<double>(r));
+  if (!t.yarn) return w;
+  // YaRN (NTK-by-parts): blend interpolated (ω/s) and extrapolated (ω) frequencies by a
+  // linear ramp between the dimensions whose wavelength fits beta_fast / beta_slow turns.
+  const double rd = static_cast<double>(r), L0 = t.original_max_position_embeddings;
+  auto corr = [&](double nu) { return rd * std::log(L0 / (2 * std::numbers::pi * nu)) / (2 * std::log(t.theta)); };
+  double lo = std::max(std::floor(corr(t.beta_fast)), 0.0);
+  double hi = std::min(std::ceil(corr(t.beta_slow)), rd - 1);
+  if (lo == hi) hi += 0.001;
+  for (std::int64_t f = 0; f < half; ++f) {
+    const double gamma = std::clamp((static_cast<double>(f) - lo) / (hi - lo), 0.0, 1.0);
+    double& om = w[static_cast<std::size_t>(f)];
+    om = (1 - gamma) * om + gamma * om / t.factor;
+  }
+  return w;
+}
+
+void rope_tables(const std::vector<double>& freq, const std::int64_t* positions, std::int64_t n, double* cos_out,
+                 double* sin_out) {
+  const auto half = static_cast<std::int64_t>(freq.size());
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t f = 0; f < half; ++f) {
+      const double phi = static_cast<double>(positions[i]) * freq[static_cast<std::size_t>(f)];
+      cos_out[i * half + f] = std::cos(phi);
+      sin_out[i * half + f] = std::sin(phi);
+    }
+}
+
+void rope_rotate(const double* x, std::int64_t rows, std::int64_t width, std::int64_t r, const double* cos_t,
+                 const double* sin_t, const std::int64_t* table_row, bool inverse, double* y) {
+  const std::int64_t half = r / 2, dn = width - r;
+  const double sign = inverse ? -1.0 : 1.0;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const double* xi = x + i * width;
+    double* yi = y + i * width;
+    for (std::int64_t c = 0; c < dn; ++c) yi[c] = xi[c];
+    const double* cs = cos_t + table_row[i] * half;
+    const double* sn = sin_t + table_row[i] * half;
+    for (std::int64_t f = 0; f < half; ++f) {
+      const double a = xi[dn + 2 * f], b = xi[dn + 2 * f + 1];
+      const double c = cs[f], s = sign * sn[f];
+      yi[dn + 2 * f] = a * c - b * s;
+      yi[dn + 2 * f + 1] = a * s + b * c;
+    }
+  }
+}
+
+}  // namespace tdiff::refcpu
