@@ -1,0 +1,330 @@
+#include "core/policy.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/pattern.h"
+
+namespace tdiff {
+
+namespace {
+
+using K = OpKind;
+const std::vector<OpKind> kGemmKinds = {K::linear, K::grouped_linear, K::cmp_proj, K::idx_weights,
+                                        K::router, K::moe_experts, K::moe_shared, K::lm_head};
+
+std::vector<OpKind> all_compute_kinds() {
+  std::vector<OpKind> v;
+  for (int k = 0; k <= static_cast<int>(K::lm_head); ++k)
+    if (k != static_cast<int>(K::window_mask) && k != static_cast<int>(K::cmp_mask) &&
+        k != static_cast<int>(K::moe_select) && k != static_cast<int>(K::idx_topk))
+      v.push_back(static_cast<OpKind>(k));
+  return v;
+}
+
+DType parse_float_type(const std::string& knob, const std::string& v, std::initializer_list<DType> allowed) {
+  std::optional<DType> t;
+  if (v == "fp32" || v == "f32") t = DType::f32;
+  else if (v == "bf16") t = DType::bf16;
+  else if (v == "fp16" || v == "f16") t = DType::f16;
+  else if (v == "fp8" || v == "f8_e4m3") t = DType::f8_e4m3;
+  if (!t || std::find(allowed.begin(), allowed.end(), *t) == allowed.end())
+    input_error("policy: knob '{}' does not take the value '{}' (allowed: {})", knob, v,
+                fmt::join(knob_info(knob).values, ", "));
+  return *t;
+}
+
+std::string type_name(DType t) {
+  switch (t) {
+    case DType::f32: return "fp32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "fp16";
+    case DType::f8_e4m3: return "fp8";
+    default: return std::string(dtype_name(t));
+  }
+}
+
+bool parse_switch(const std::string& knob, const std::string& v) {
+  if (v == "on" || v == "true") return true;
+  if (v == "off" || v == "false") return false;
+  input_error("policy: knob '{}' does not take the value '{}' (allowed: on, off)", knob, v);
+}
+
+}  // namespace
+
+const std::vector<KnobInfo>& knob_catalog() {
+  static const std::vector<KnobInfo> catalog = {
+      {"storage", {"fp32", "bf16", "fp16"}, all_compute_kinds(), "fp16", "bf16", true,
+       "activations rounded to 16 bits between kernels; fp16 overflows to inf above 65504 (outlier channels)"},
+      {"matmul_input", {"fp32", "bf16", "fp16", "fp8"}, kGemmKinds, "fp16", "bf16", true,
+       "GEMM operands rounded (fp8: e4m3 with power-of-two block scales as the release checkpoint)"},
+      {"matmul_accum", {"fp32", "bf16", "fp16"}, kGemmKinds, "fp16", "fp32", true,
+       "dot products accumulated in fp16: error grows with the reduction length (4096 terms)"},
+      {"qk_accum", {"fp32", "fp16"}, {K::attention}, "fp16", "fp32", true,
+       "attention logits q·k accumulated in fp16 (paper: ~10x error)"},
+      {"pv_accum", {"fp32", "fp16"}, {K::attention}, "fp16", "fp32", true,
+       "attention output P·V accumulated in fp16 (paper: ~8x error)"},
+      {"softmax_stats", {"fp32", "fp16"}, {K::attention}, "fp16", "fp32", true,
+       "online-softmax running max and sum kept in fp16 (paper: ~5x error)"},
+      {"mask_style", {"neg_inf", "additive"}, {K::attention}, "additive", "neg_inf", true,
+       "masked keys get finfo(storage).min added instead of −∞: in fp16 a large logit plus the bias rounds, and fully masked rows leak"},
+      {"rescale_order", {"deferred", "per_block"}, {K::attention}, "per_block", "deferred", true,
+       "online softmax renormalises the stored output after every KV block (FA1 style), rounding it to the storage type each time"},
+      {"topk_compare", {"fp32", "bf16", "fp16"}, {K::moe_select, K::idx_topk}, "bf16", "fp32", true,
+       "router/indexer scores compared after rounding: near-ties become exact ties and flip expert choices"},
+      {"topk_ties", {"index", "unstable"}, {K::moe_select, K::idx_topk}, "unstable", "index", true,
+       "exact ties broken in a run-dependent order (memory order of a parallel sort): routing changes between identical runs"},
+      {"reduction", {"fixed", "atomic"}, {K::linear, K::grouped_linear, K::lm_head, K::moe_experts}, "atomic", "fixed", true,
+       "split-K partials and expert contributions added in a run-dependent order (atomics): results differ between runs"},
+      {"logits", {"fp32", "bf16", "fp16"}, {K::lm_head}, "fp16", "bf16", true,
+       "lm_head accumulated and stored in fp16 (fix: fp32 accumulation, bf16 output; paper: ~3x)"},
+      {"norm_stats", {"fp32", "bf16", "fp16"}, {K::rms_norm, K::head_rms_norm, K::hc_mix, K::hc_head}, "fp16", "fp32", true,
+       "RMSNorm sum of squares in fp16: overflows on outlier channels (factor 0) or loses precision"},
+      {"rope_angle", {"fp32", "bf16", "fp16", "fast"}, {K::rope_table, K::entry_rope}, "fp16", "fp32", true,
+       "RoPE angle p·ω rounded to 16 bits (or fast-math sin/cos): the phase is lost as positions grow"},
+      {"sinkhorn", {"fp32", "bf16", "fp16"}, {K::hc_sinkhorn, K::hc_head}, "fp16", "fp32", false,
+       "hyper-connection maps and 20 Sinkhorn rounds in fp16: rounding feeds every stream of every later layer"},
+      {"hc_eps", {"on", "off"}, {K::hc_sinkhorn, K::hc_head}, "off", "on", false,
+       "ε_hc flushed to zero: pre weights and Sinkhorn denominators lose their floor"},
+      {"pool_softmax", {"fp32", "bf16", "fp16"}, {K::pool}, "fp16", "fp32", false,
+       "compressor/indexer gate softmax over the window in 16 bits"},
+      {"index_score", {"fp32", "bf16", "fp16"}, {K::idx_score}, "bf16", "fp32", false,
+       "indexer q·k dot products and head sum in bf16: near-ties flip which compressed entries a query sees"},
+      {"routing_bias", {"select_only", "in_weights"}, {K::moe_weights}, "in_weights", "select_only", false,
+       "the routing bias (e_score_correction_bias) added to the weights, not only to the choice"},
+      {"routing_norm_eps", {"on", "off"}, {K::moe_weights}, "off", "on", false,
+       "routing weights normalised without the +1e−20 floor"},
+      {"shared_clip", {"on", "off"}, {K::moe_shared}, "off", "on", false,
+       "the shared expert's SwiGLU without clipping at ±swiglu_limit"},
+  };
+  return catalog;
+}
+
+const KnobInfo& knob_info(const std::string& name) {
+  for (const auto& k : knob_catalog())
+    if (k.name == name) return k;
+  std::vector<std::string> names;
+  for (const auto& k : knob_catalog()) names.push_back(k.name);
+  input_error("policy: unknown knob '{}' (known: {})", name, fmt::join(names, ", "));
+}
+
+void set_knob(Numerics& n, const std::string& knob, const std::string& v) {
+  const KnobInfo& info = knob_info(knob);
+  if (std::find(info.values.begin(), info.values.end(), v) == info.values.end() &&
+      !(v == "f32" || v == "f16" || v == "f8_e4m3" || v == "true" || v == "false"))
+    input_error("policy: knob '{}' does not take the value '{}' (allowed: {})", knob, v, fmt::join(info.values, ", "));
+  const auto F32 = DType::f32, BF = DType::bf16, F16 = DType::f16, F8 = DType::f8_e4m3;
+  if (knob == "storage") n.storage = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "matmul_input") n.matmul_input = parse_float_type(knob, v, {F32, BF, F16, F8});
+  else if (knob == "matmul_accum") n.matmul_accum = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "qk_accum") n.qk_accum = parse_float_type(knob, v, {F32, F16});
+  else if (knob == "pv_accum") n.pv_accum = parse_float_type(knob, v, {F32, F16});
+  else if (knob == "softmax_stats") n.softmax_stats = parse_float_type(knob, v, {F32, F16});
+  else if (knob == "mask_style") n.mask_style = v == "additive" ? MaskStyle::additive : MaskStyle::neg_inf;
+  else if (knob == "rescale_order") n.rescale_order = v == "per_block" ? RescaleOrder::per_block : RescaleOrder::deferred;
+  else if (knob == "topk_compare") n.topk_compare = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "topk_ties") n.topk_ties = v == "unstable" ? TieBreak::unstable : TieBreak::index;
+  else if (knob == "reduction") n.reduction = v == "atomic" ? Reduction::atomic : Reduction::fixed;
+  else if (knob == "logits") n.logits = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "norm_stats") n.norm_stats = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "rope_angle")
+    n.rope_angle = v == "fast" ? RopeAngle::fast : v == "bf16" ? RopeAngle::bf16 : (v == "fp16" || v == "f16") ? RopeAngle::f16 : RopeAngle::f32;
+  else if (knob == "sinkhorn") n.sinkhorn = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "hc_eps") n.hc_eps = parse_switch(knob, v);
+  else if (knob == "pool_softmax") n.pool_softmax = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "index_score") n.index_score = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "routing_bias") n.routing_bias_in_weights = v == "in_weights";
+  else if (knob == "routing_norm_eps") n.routing_norm_eps = parse_switch(knob, v);
+  else if (knob == "shared_clip") n.shared_clip = parse_switch(knob, v);
+}
+
+std::string get_knob(const Numerics& n, const std::string& knob) {
+  knob_info(knob);
+  if (knob == "storage") return type_name(n.storage);
+  if (knob == "matmul_input") return type_name(n.matmul_input);
+  if (knob == "matmul_accum") return type_name(n.matmul_accum);
+  if (knob == "qk_accum") return type_name(n.qk_accum);
+  if (knob == "pv_accum") return type_name(n.pv_accum);
+  if (knob == "softmax_stats") return type_name(n.softmax_stats);
+  if (knob == "mask_style") return n.mask_style == MaskStyle::additive ? "additive" : "neg_inf";
+  if (knob == "rescale_order") return n.rescale_order == RescaleOrder::per_block ? "per_block" : "deferred";
+  if (knob == "topk_compare") return type_name(n.topk_compare);
+  if (knob == "topk_ties") return n.topk_ties == TieBreak::unstable ? "unstable" : "index";
+  if (knob == "reduction") return n.reduction == Reduction::atomic ? "atomic" : "fixed";
+  if (knob == "logits") return type_name(n.logits);
+  if (knob == "norm_stats") return type_name(n.norm_stats);
+  if (knob == "rope_angle") {
+    switch (n.rope_angle) {
+      case RopeAngle::f32: return "fp32";
+      case RopeAngle::bf16: return "bf16";
+      case RopeAngle::f16: return "fp16";
+      case RopeAngle::fast: return "fast";
+    }
+  }
+  if (knob == "sinkhorn") return type_name(n.sinkhorn);
+  if (knob == "hc_eps") return n.hc_eps ? "on" : "off";
+  if (knob == "pool_softmax") return type_name(n.pool_softmax);
+  if (knob == "index_score") return type_name(n.index_score);
+  if (knob == "routing_bias") return n.routing_bias_in_weights ? "in_weights" : "select_only";
+  if (knob == "routing_norm_eps") return n.routing_norm_eps ? "on" : "off";
+  if (knob == "shared_clip") return n.shared_clip ? "on" : "off";
+  return "?";
+}
+
+Numerics preset_numerics(const std::string& preset) {
+  Numerics n;  // the defaults are the fixed preset
+  if (preset == "fixed") return n;
+  if (preset == "fp32") {
+    for (const auto& k : knob_catalog())
+      if (std::find(k.values.begin(), k.values.end(), "fp32") != k.values.end()) set_knob(n, k.name, "fp32");
+    return n;
+  }
+  if (preset == "naive") {
+    for (const auto& k : knob_catalog())
+      if (k.in_naive) set_knob(n, k.name, k.bad);
+    return n;
+  }
+  input_error("policy: unknown preset '{}' (naive, fixed, fp32, or a .toml/.json file)", preset);
+}
+
+Policy Policy::preset(const std::string& name) {
+  Policy p;
+  p.name_ = name;
+  p.base_ = preset_numerics(name);
+  return p;
+}
+
+namespace {
+std::string toml_value_text(const toml::node& node, const std::string& file, const std::string& key) {
+  if (auto s = node.value<std::string>()) return *s;
+  if (auto b = node.value<bool>()) return *b ? "on" : "off";
+  input_error("{}: knob '{}' must be a string or a boolean", file, key);
+}
+}  // namespace
+
+Policy Policy::load(const std::string& what) {
+  const bool is_file = what.ends_with(".toml") || what.ends_with(".json");
+  if (!is_file) return preset(what);
+  std::string preset_name = "fixed";
+  std::vector<std::pair<std::string, std::string>> global;
+  std::vector<PolicyOverride> overrides;
+  if (what.ends_with(".toml")) {
+    toml::table tbl;
+    try {
+      tbl = toml::parse_file(what);
+    } catch (const toml::parse_error& e) {
+      input_error("{}: {} (line {})", what, std::string(e.description()), e.source().begin.line);
+    }
+    for (auto&& [k, node] : tbl) {
+      const std::string key(k.str());
+      if (key == "preset") {
+        auto s = node.value<std::string>();
+        if (!s) input_error("{}: preset must be a string", what);
+        preset_name = *s;
+      } else if (key == "global" && node.is_table()) {
+        for (auto&& [gk, gv] : *node.as_table()) global.emplace_back(std::string(gk.str()), toml_value_text(gv, what, std::string(gk.str())));
+      } else if (key == "override" && node.is_array_of_tables()) {
+        for (auto& el : *node.as_array()) {
+          PolicyOverride o;
+          for (auto&& [ok, ov] : *el.as_table()) {
+            const std::string okey(ok.str());
+            if (okey == "stages") {
+              auto s = ov.value<std::string>();
+              if (!s) input_error("{}: override 'stages' must be a string pattern", what);
+              o.stages = *s;
+            } else {
+              o.knobs.emplace_back(okey, toml_value_text(ov, what, okey));
+            }
+          }
+          if (o.stages.empty()) input_error("{}: an [[override]] lacks 'stages'", what);
+          overrides.push_back(std::move(o));
+        }
+      } else {
+        global.emplace_back(key, toml_value_text(node, what, key));  // top-level knobs apply to every stage
+      }
+    }
+  } else {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_text_file(what));
+    } catch (const nlohmann::json::exception& e) {
+      input_error("{}: not valid JSON ({})", what, e.what());
+    }
+    auto text = [&](const nlohmann::json& v, const std::string& key) -> std::string {
+      if (v.is_string()) return v.get<std::string>();
+      if (v.is_boolean()) return v.get<bool>() ? "on" : "off";
+      input_error("{}: knob '{}' must be a string or a boolean", what, key);
+    };
+    for (auto& [k, v] : j.items()) {
+      if (k == "preset") preset_name = text(v, k);
+      else if (k == "override") {
+        for (auto& el : v) {
+          PolicyOverride o;
+          for (auto& [ok, ov] : el.items()) {
+            if (ok == "stages") o.stages = text(ov, ok);
+            else o.knobs.emplace_back(ok, text(ov, ok));
+          }
+          if (o.stages.empty()) input_error("{}: an override lacks 'stages'", what);
+          overrides.push_back(std::move(o));
+        }
+      } else if (k == "global") {
+        for (auto& [gk, gv] : v.items()) global.emplace_back(gk, text(gv, gk));
+      } else {
+        global.emplace_back(k, text(v, k));
+      }
+    }
+  }
+  Policy p = preset(preset_name);
+  p.name_ = what;
+  for (auto& [k, v] : global) set_knob(p.base_, k, v);
+  for (auto& o : overrides) p.add_override(std::move(o));
+  return p;
+}
+
+void Policy::add_set(const std::string& spec) {
+  const auto eq = spec.find('=');
+  if (eq == std::string::npos) input_error("--set '{}': expected [PATTERN:]knob=value", spec);
+  const auto colon = spec.rfind(':', eq);
+  PolicyOverride o;
+  o.stages = colon == std::string::npos ? "*" : spec.substr(0, colon);
+  const std::string knob = spec.substr(colon == std::string::npos ? 0 : colon + 1, eq - (colon == std::string::npos ? 0 : colon + 1));
+  o.knobs.emplace_back(knob, spec.substr(eq + 1));
+  add_override(std::move(o));
+}
+
+void Policy::add_override(PolicyOverride o) {
+  Numerics probe = base_;
+  for (auto& [k, v] : o.knobs) set_knob(probe, k, v);  // validates names and values now
+  overrides_.push_back(std::move(o));
+}
+
+void Policy::validate(const std::vector<Stage>& stages) const {
+  for (const auto& o : overrides_) {
+    bool any = false;
+    for (const auto& s : stages) any = any || pattern_matches(o.stages, s.name);
+    if (!any) input_error("policy: stage pattern '{}' matches no stage of this model", o.stages);
+  }
+}
+
+Numerics Policy::resolve(const std::string& stage) const {
+  Numerics n = base_;
+  for (const auto& o : overrides_)
+    if (pattern_matches(o.stages, stage))
+      for (auto& [k, v] : o.knobs) set_knob(n, k, v);
+  return n;
+}
+
+std::string Policy::describe() const {
+  std::string s = name_;
+  for (const auto& o : overrides_)
+    for (auto& [k, v] : o.knobs) s += fmt::format(" + {}:{}={}", o.stages, k, v);
+  return s;
+}
+
+}  // namespace tdiff

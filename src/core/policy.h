@@ -1,0 +1,93 @@
+#pragma once
+// The candidate's numerics policy (DESIGN.md section 4): per stage, what the kernels store,
+// accumulate and compare in. A policy is a preset plus ordered overrides for stage patterns;
+// the same knobs mean the same thing in the emu backend and in the HIP kernels.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/stage_graph.h"
+
+namespace tdiff {
+
+enum class MaskStyle : std::uint8_t { neg_inf, additive };     // −∞ vs finfo(storage).min added
+enum class RescaleOrder : std::uint8_t { deferred, per_block };  // FA2: divide once; FA1: renormalise every block
+enum class TieBreak : std::uint8_t { index, unstable };          // lowest index vs run-dependent order
+enum class Reduction : std::uint8_t { fixed, atomic };           // fixed-order vs run-dependent order
+enum class RopeAngle : std::uint8_t { f32, bf16, f16, fast };     // angle p·ω and sin/cos precision
+
+// Every knob resolved for one stage.
+struct Numerics {
+  DType storage = DType::bf16;       // activations between stages (kernel outputs)
+  DType matmul_input = DType::bf16;  // GEMM operands; f8_e4m3 = 128x128 block-scaled weights, 1x128 activations
+  DType matmul_accum = DType::f32;   // GEMM accumulator (fp16 = the grouped-GEMM bug class)
+  DType qk_accum = DType::f32;       // attention QKᵀ dot products
+  DType pv_accum = DType::f32;       // attention P·V accumulation
+  DType softmax_stats = DType::f32;  // online-softmax running max and sum
+  MaskStyle mask_style = MaskStyle::neg_inf;
+  RescaleOrder rescale_order = RescaleOrder::deferred;
+  DType topk_compare = DType::f32;   // router / indexer top-k comparison type
+  TieBreak topk_ties = TieBreak::index;
+  Reduction reduction = Reduction::fixed;
+  DType logits = DType::bf16;        // lm_head output
+  DType norm_stats = DType::f32;     // RMSNorm sum of squares and factor
+  RopeAngle rope_angle = RopeAngle::f32;
+  DType sinkhorn = DType::f32;       // hyper-connection maps and Sinkhorn iterations
+  bool hc_eps = true;                // false: ε_hc flushed to zero
+  DType pool_softmax = DType::f32;   // compressor / indexer gate softmax
+  DType index_score = DType::f32;    // indexer dot products and head sum
+  bool routing_bias_in_weights = false;  // the routing bias leaks into the weights
+  bool routing_norm_eps = true;      // false: weight normalisation without +1e−20
+  bool shared_clip = true;           // false: shared expert without SwiGLU clipping
+
+  bool operator==(const Numerics&) const = default;
+};
+
+// One knob: its name, the values it takes, the operator kinds it changes, and its known-bad
+// ("naive") and known-good ("fixed") settings — the fault catalog is this table.
+struct KnobInfo {
+  std::string name;
+  std::vector<std::string> values;
+  std::vector<OpKind> kinds;
+  std::string bad, good;
+  bool in_naive;       // the naive preset takes the bad setting (a straight port's habit)
+  std::string effect;  // what the bad setting does numerically
+};
+const std::vector<KnobInfo>& knob_catalog();
+const KnobInfo& knob_info(const std::string& name);  // InputError for an unknown knob
+// Sets a knob from its text value ("fp16", "bf16", "additive", ...); InputError on a bad value.
+void set_knob(Numerics& n, const std::string& knob, const std::string& value);
+std::string get_knob(const Numerics& n, const std::string& knob);
+
+Numerics preset_numerics(const std::string& preset);  // naive | fixed | fp32
+
+struct PolicyOverride {
+  std::string stages;  // pattern (core/pattern.h)
+  std::vector<std::pair<std::string, std::string>> knobs;
+};
+
+class Policy {
+ public:
+  static Policy preset(const std::string& name);
+  // A preset name, or a .toml / .json policy file: preset = "...", [global] knobs,
+  // [[override]] tables with `stages` and knobs.
+  static Policy load(const std::string& name_or_file);
+  // "PATTERN:knob=value" or "knob=value" (every stage).
+  void add_set(const std::string& spec);
+  void add_override(PolicyOverride o);
+  // InputError when an override pattern matches no stage of the model.
+  void validate(const std::vector<Stage>& stages) const;
+  Numerics resolve(const std::string& stage) const;
+  const std::string& name() const { return name_; }
+  // A one-line description: "fixed + L02.attn.core:softmax_stats=fp16".
+  std::string describe() const;
+
+ private:
+  std::string name_ = "fixed";
+  Numerics base_;
+  std::vector<PolicyOverride> overrides_;
+};
+
+}  // namespace tdiff
