@@ -1,0 +1,15 @@
+#pragma once
+// The emu model of the compressors' gated pooling (shared spec 3.5): logits Z + pb and the
+// softmax over the window slots in the pool_softmax format, the weights rounded to the
+// storage format (as HF casts them back to the value dtype), the weighted sum in float32,
+// the entry stored in the storage format.
+#include <cstdint>
+
+#include "core/policy.h"
+
+namespace tdiff::emu {
+
+void gated_pool(const float* P, const float* Z, std::int64_t len, const double* pb, std::int64_t rate,
+                std::int64_t width, bool overlap, const Numerics& num, float* out);
+
+}  // namespace tdiff::emu

@@ -1,0 +1,104 @@
+#include "emu/gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace tdiff::emu {
+
+std::uint64_t stage_hash(const std::string& name, std::uint64_t run_seed) {
+  std::uint64_t h = arith::mix64(run_seed);
+  for (unsigned char c : name) h = arith::mix64(h ^ c);
+  return h;
+}
+
+namespace {
+// Power-of-two scale that maps amax to at most 448 (e4m3's largest value).
+float pow2_scale(float amax) {
+  if (!(amax > 0)) return 1.0f;
+  return std::exp2(std::ceil(std::log2(amax / 448.0f)));
+}
+}  // namespace
+
+std::vector<float> quantize_weight(const double* w, std::int64_t rows, std::int64_t cols, Fmt in) {
+  std::vector<float> q(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t i = 0; i < rows * cols; ++i) q[static_cast<std::size_t>(i)] = static_cast<float>(w[i]);
+  if (in != Fmt::f8) {
+    for (auto& v : q) v = arith::round_fmt(v, in);
+    return q;
+  }
+  for (std::int64_t r0 = 0; r0 < rows; r0 += 128)
+    for (std::int64_t c0 = 0; c0 < cols; c0 += 128) {
+      const std::int64_t r1 = std::min(rows, r0 + 128), c1 = std::min(cols, c0 + 128);
+      float amax = 0;
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(q[static_cast<std::size_t>(r * cols + c)]));
+      const float s = pow2_scale(amax);
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t c = c0; c < c1; ++c) {
+          float& v = q[static_cast<std::size_t>(r * cols + c)];
+          v = arith::round_f8(v / s) * s;
+        }
+    }
+  return q;
+}
+
+void quantize_activations(std::vector<float>& x, std::int64_t rows, std::int64_t cols, Fmt in) {
+  if (in != Fmt::f8) {
+    for (auto& v : x) v = arith::round_fmt(v, in);
+    return;
+  }
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c0 = 0; c0 < cols; c0 += 128) {
+      const std::int64_t c1 = std::min(cols, c0 + 128);
+      float amax = 0;
+      for (std::int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(r * cols + c)]));
+      const float s = amax > 0 ? amax / 448.0f : 1.0f;  // dynamic float scale per 1x128 group
+      for (std::int64_t c = c0; c < c1; ++c) {
+        float& v = x[static_cast<std::size_t>(r * cols + c)];
+        v = arith::round_f8(v / s) * s;
+      }
+    }
+}
+
+void gemm(const float* x, std::int64_t N, std::int64_t K, const float* w, std::int64_t O, const GemmSpec& spec,
+          float* y) {
+  const std::int64_t blocks = (K + kKBlock - 1) / kKBlock;
+  const std::int64_t per_split = (blocks + kSplits - 1) / kSplits;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t n = 0; n < N; ++n) {
+    const float* xn = x + n * K;
+    for (std::int64_t o = 0; o < O; ++o) {
+      const float* wo = w + o * K;
+      float split_sum[kSplits] = {0, 0, 0, 0};
+      float total = 0;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::int64_t k0 = b * kKBlock, k1 = std::min(K, k0 + kKBlock);
+        float part = 0;
+        if (spec.acc == Fmt::f32)
+          for (std::int64_t k = k0; k < k1; ++k) part += xn[k] * wo[k];
+        else
+          for (std::int64_t k = k0; k < k1; ++k) part = arith::fma_fmt(xn[k], wo[k], part, spec.acc);
+        if (spec.atomic) {
+          float& s = split_sum[b / per_split];
+          s = arith::add_fmt(s, part, spec.acc);
+        } else {
+          total = arith::add_fmt(total, part, spec.acc);
+        }
+      }
+      if (spec.atomic) {
+        // The order in which the split-K partials arrive: a permutation picked per element.
+        std::int64_t order[kSplits] = {0, 1, 2, 3};
+        std::uint64_t h = arith::mix64(spec.seed ^ static_cast<std::uint64_t>(n * O + o));
+        for (std::int64_t i = kSplits - 1; i > 0; --i) {
+          std::swap(order[i], order[static_cast<std::int64_t>(h % static_cast<std::uint64_t>(i + 1))]);
+          h = arith::mix64(h);
+        }
+        for (auto i : order) total = arith::add_fmt(total, split_sum[i], Fmt::f32);  // atomicAdd on an fp32 output
+      }
+      y[n * O + o] = arith::round_fmt(total, spec.out);
+    }
+  }
+}
+
+}  // namespace tdiff::emu

@@ -1,0 +1,35 @@
+#pragma once
+// The emu model of the candidate's GEMM kernels:
+//   y[n, o] = Σ_k x[n,k] · w[o,k]
+// Operands are rounded to the input format (fp8: power-of-two 128x128 block scales for the
+// weights, per-row 1x128 group scales for the activations, as DeepSeek's FP8 GEMMs), the sum
+// runs over K in blocks of kKBlock (one MFMA/tile step) in the accumulator format; with
+// atomic reduction the K range is split into kSplits partial sums that are added in an order
+// that depends on the run seed (split-K with atomicAdd), else in index order.
+#include <cstdint>
+#include <vector>
+
+#include "emu/numerics.h"
+
+namespace tdiff::emu {
+
+inline constexpr std::int64_t kKBlock = 32;
+inline constexpr std::int64_t kSplits = 4;
+
+struct GemmSpec {
+  Fmt in = Fmt::bf16;
+  Fmt acc = Fmt::f32;
+  Fmt out = Fmt::bf16;
+  bool atomic = false;
+  std::uint64_t seed = 0;  // run and stage identity for atomic orders
+};
+
+// Rounds a weight matrix [rows, cols] to the input format (block-scaled for fp8).
+std::vector<float> quantize_weight(const double* w, std::int64_t rows, std::int64_t cols, Fmt in);
+// Rounds activations [rows, cols] in place to the input format (1x128 groups for fp8).
+void quantize_activations(std::vector<float>& x, std::int64_t rows, std::int64_t cols, Fmt in);
+// x [N, K] and w [O, K] already quantized; y [N, O] rounded to spec.out.
+void gemm(const float* x, std::int64_t N, std::int64_t K, const float* w, std::int64_t O, const GemmSpec& spec,
+          float* y);
+
+}  // namespace tdiff::emu

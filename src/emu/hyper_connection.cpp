@@ -1,0 +1,112 @@
+#include "emu/hyper_connection.h"
+
+#include <cmath>
+#include <vector>
+
+#include "emu/norm.h"
+
+namespace tdiff::emu {
+
+namespace {
+float sigmoid_fmt(float x, Fmt f) { return arith::round_fmt(1.0f / (1.0f + std::exp(-x)), f); }
+}  // namespace
+
+void hc_mix(const float* X, std::int64_t tokens, std::int64_t flat, const double* fn, std::int64_t M, float eps,
+            const Numerics& num, float* mix) {
+  const Fmt sk = fmt_of(num.sinkhorn), stats = fmt_of(num.norm_stats);
+  std::vector<float> w(static_cast<std::size_t>(M * flat));
+  for (std::int64_t i = 0; i < M * flat; ++i) w[static_cast<std::size_t>(i)] = arith::round_fmt(static_cast<float>(fn[i]), sk);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const float* x = X + t * flat;
+    const float f = rms_factor(x, flat, eps, stats);
+    for (std::int64_t q = 0; q < M; ++q) {
+      float acc = 0;
+      for (std::int64_t c = 0; c < flat; ++c) acc += arith::round_fmt(x[c] * f, sk) * w[static_cast<std::size_t>(q * flat + c)];
+      mix[t * M + q] = arith::round_fmt(acc, sk);
+    }
+  }
+}
+
+void hc_sinkhorn(const float* mix, std::int64_t tokens, std::int64_t n, const double* base, const double* scale,
+                 float hc_eps, std::int64_t iters, const Numerics& num, float* pre, float* post, float* comb) {
+  const Fmt f = fmt_of(num.sinkhorn);
+  const float eps = num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f;
+  const std::int64_t M = (2 + n) * n;
+  auto sc = [&](int i) { return arith::round_fmt(static_cast<float>(scale[i]), f); };
+  auto bs = [&](std::int64_t i) { return arith::round_fmt(static_cast<float>(base[i]), f); };
+#pragma omp parallel for schedule(static)
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const float* m = mix + t * M;
+    for (std::int64_t s = 0; s < n; ++s) {
+      pre[t * n + s] = arith::add_fmt(sigmoid_fmt(arith::add_fmt(arith::mul_fmt(m[s], sc(0), f), bs(s), f), f), eps, f);
+      post[t * n + s] = arith::mul_fmt(2.0f, sigmoid_fmt(arith::add_fmt(arith::mul_fmt(m[n + s], sc(1), f), bs(n + s), f), f), f);
+    }
+    float* P = comb + t * n * n;
+    for (std::int64_t a = 0; a < n; ++a) {
+      float* row = P + a * n;
+      float mx = -INFINITY;
+      for (std::int64_t k = 0; k < n; ++k) {
+        row[k] = arith::add_fmt(arith::mul_fmt(m[2 * n + a * n + k], sc(2), f), bs(2 * n + a * n + k), f);
+        mx = std::max(mx, row[k]);
+      }
+      float z = 0;
+      for (std::int64_t k = 0; k < n; ++k) z = arith::add_fmt(z, row[k] = arith::round_fmt(std::exp(row[k] - mx), f), f);
+      for (std::int64_t k = 0; k < n; ++k) row[k] = arith::add_fmt(arith::round_fmt(row[k] / z, f), eps, f);
+    }
+    auto normalise = [&](bool columns) {
+      for (std::int64_t u = 0; u < n; ++u) {
+        float s = 0;
+        for (std::int64_t v = 0; v < n; ++v) s = arith::add_fmt(s, columns ? P[v * n + u] : P[u * n + v], f);
+        const float den = arith::add_fmt(s, eps, f);
+        for (std::int64_t v = 0; v < n; ++v) {
+          float& e = columns ? P[v * n + u] : P[u * n + v];
+          e = arith::round_fmt(e / den, f);
+        }
+      }
+    };
+    normalise(true);
+    for (std::int64_t it = 1; it < iters; ++it) {
+      normalise(false);
+      normalise(true);
+    }
+  }
+}
+
+void hc_collapse(const float* X, const float* w, std::int64_t tokens, std::int64_t n, std::int64_t D, Fmt out, float* x) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (std::int64_t c = 0; c < D; ++c) {
+      float acc = 0;
+      for (std::int64_t s = 0; s < n; ++s) acc += w[t * n + s] * X[(t * n + s) * D + c];
+      x[t * D + c] = arith::round_fmt(acc, out);
+    }
+}
+
+void hc_post(const float* X, const float* y, const float* post, const float* comb, std::int64_t tokens, std::int64_t n,
+             std::int64_t D, Fmt out, float* Xout) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (std::int64_t k = 0; k < n; ++k)
+      for (std::int64_t c = 0; c < D; ++c) {
+        float acc = 0;
+        for (std::int64_t a = 0; a < n; ++a) acc += comb[(t * n + a) * n + k] * X[(t * n + a) * D + c];
+        Xout[(t * n + k) * D + c] = arith::round_fmt(post[t * n + k] * y[t * D + c] + acc, out);
+      }
+}
+
+void hc_head_weights(const float* X, std::int64_t tokens, std::int64_t n, std::int64_t D, const double* fn,
+                     const double* base, const double* scale, float eps, float hc_eps, const Numerics& num, float* preh) {
+  const Fmt f = fmt_of(num.sinkhorn);
+  const float e = num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f;
+  std::vector<float> mix(static_cast<std::size_t>(tokens * n));
+  hc_mix(X, tokens, n * D, fn, n, eps, num, mix.data());
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (std::int64_t s = 0; s < n; ++s) {
+      const float z = arith::add_fmt(arith::mul_fmt(mix[static_cast<std::size_t>(t * n + s)], static_cast<float>(scale[0]), f),
+                                     static_cast<float>(base[s]), f);
+      preh[t * n + s] = arith::add_fmt(sigmoid_fmt(z, f), e, f);
+    }
+}
+
+}  // namespace tdiff::emu

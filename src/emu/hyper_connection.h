@@ -1,0 +1,24 @@
+#pragma once
+// The emu model of the hyper-connection kernels: the mixing GEMV (streams normalised with
+// the norm-statistics format, product in the Sinkhorn format with float32 accumulation), the
+// sigmoid maps and Sinkhorn iterations with every operation rounded to the Sinkhorn format,
+// ε_hc present or flushed, and the collapse/expand sums in float32 stored in the storage
+// format.
+#include <cstdint>
+
+#include "core/policy.h"
+#include "emu/numerics.h"
+
+namespace tdiff::emu {
+
+void hc_mix(const float* X, std::int64_t tokens, std::int64_t flat, const double* fn, std::int64_t M, float eps,
+            const Numerics& num, float* mix);
+void hc_sinkhorn(const float* mix, std::int64_t tokens, std::int64_t n, const double* base, const double* scale,
+                 float hc_eps, std::int64_t iters, const Numerics& num, float* pre, float* post, float* comb);
+void hc_collapse(const float* X, const float* w, std::int64_t tokens, std::int64_t n, std::int64_t D, Fmt out, float* x);
+void hc_post(const float* X, const float* y, const float* post, const float* comb, std::int64_t tokens, std::int64_t n,
+             std::int64_t D, Fmt out, float* Xout);
+void hc_head_weights(const float* X, std::int64_t tokens, std::int64_t n, std::int64_t D, const double* fn,
+                     const double* base, const double* scale, float eps, float hc_eps, const Numerics& num, float* preh);
+
+}  // namespace tdiff::emu
