@@ -1,0 +1,31 @@
+#pragma once
+// A case opened for computing: its inputs, its model's weights and the stage graph. Every
+// command that runs the model (golden, run, bisect, ...) starts here.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/case_file.h"
+#include "core/stage_graph.h"
+#include "core/weights.h"
+
+namespace tdiff {
+
+struct CaseSession {
+  std::string path;
+  CaseInfo info;
+  std::unique_ptr<WeightStore> weights;
+  std::vector<Stage> stages;
+
+  RunContext context(TieRule rule = TieRule::lowest_index) { return RunContext{info.config, *weights, info.batch, rule}; }
+};
+
+// Opens the case and its model folder (`model_dir` overrides the path the case records). The
+// model's config.json must describe the same model as the case (InputError otherwise).
+CaseSession open_session(const std::string& case_path, const std::string& model_dir = "");
+
+TieRule parse_tie_rule(const std::string& text);  // "lowest-index" | "torch-cpu"
+const char* tie_rule_name(TieRule r);
+
+}  // namespace tdiff
