@@ -8,5 +8,6 @@ namespace tdiff::cli {
 int& exit_code();
 
 // One declaration per subcommand (defined in cmd_<name>.cpp).
+void setup_synth(CLI::App& app);
 
 }  // namespace tdiff::cli

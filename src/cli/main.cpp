@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   // One line per subcommand, in the order `tdiff --help` lists them.
+  cli::setup_synth(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,380 @@
+#include "core/synth.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <random>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tdiff {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::vector<std::string>& synth_preset_names() {
+  static const std::vector<std::string> names{"tiny", "small", "v4-flash-dims"};
+  return names;
+}
+
+ModelConfig synth_preset(const std::string& name) {
+  ModelConfig c;  // the defaults are V4-Flash's dimensions
+  using L = LayerType;
+  using M = MlpType;
+  if (name == "tiny") {  // spec section 9, exactly
+    c.vocab_size = 256, c.hidden_size = 64, c.num_hidden_layers = 4, c.num_attention_heads = 4;
+    c.head_dim = 32, c.rope_dim = 8, c.q_lora_rank = 32, c.o_groups = 2, c.o_lora_rank = 16;
+    c.n_routed_experts = 8, c.num_experts_per_tok = 2, c.moe_intermediate_size = 32;
+    c.index_n_heads = 4, c.index_head_dim = 16, c.index_topk = 4, c.sliding_window = 8;
+    c.csa_rate = 4, c.hca_rate = 8, c.hc_mult = 4, c.hc_sinkhorn_iters = 20;
+    c.layer_types = {L::sliding, L::csa, L::hca, L::csa};
+    c.mlp_types = {M::hash_moe, M::moe, M::moe, M::moe};
+  } else if (name == "small") {  // every layer kind twice, more heads, and YaRN on the compress table
+    c.vocab_size = 1024, c.hidden_size = 256, c.num_hidden_layers = 6, c.num_attention_heads = 8;
+    c.head_dim = 64, c.rope_dim = 16, c.q_lora_rank = 128, c.o_groups = 4, c.o_lora_rank = 64;
+    c.n_routed_experts = 16, c.num_experts_per_tok = 4, c.moe_intermediate_size = 128;
+    c.index_n_heads = 8, c.index_head_dim = 32, c.index_topk = 8, c.sliding_window = 32;
+    c.csa_rate = 4, c.hca_rate = 16, c.hc_mult = 4, c.hc_sinkhorn_iters = 20;
+    c.layer_types = {L::sliding, L::sliding, L::csa, L::hca, L::csa, L::hca};
+    c.mlp_types = {M::hash_moe, M::hash_moe, M::hash_moe, M::moe, M::moe, M::moe};
+    // With r = 16 and L0 = 256 the YaRN ramp runs over frequencies 0..3 (lo = 0, hi = 3), so
+    // short test prompts already see blended frequencies.
+    c.rope_compress = RopeTable{160000.0, true, 16.0, 256.0, 32.0, 1.0};
+  } else if (name == "v4-flash-dims") {  // spec section 1: 2 sliding, then CSA (even) / HCA (odd)
+    c.layer_types.clear();
+    c.mlp_types.clear();
+    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      c.layer_types.push_back(i < 2 ? L::sliding : i % 2 == 0 ? L::csa : L::hca);
+      c.mlp_types.push_back(i < 3 ? M::hash_moe : M::moe);
+    }
+    c.rope_compress = RopeTable{160000.0, true, 16.0, 65536.0, 32.0, 1.0};
+  } else {
+    input_error("unknown preset '{}' (known: {})", name, fmt::join(synth_preset_names(), ", "));
+  }
+  c.validate("preset " + name);
+  return c;
+}
+
+namespace {
+
+// ---- Portable random numbers ---------------------------------------------------------------
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t fnv1a64(const std::string& s) {
+  std::uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001B3ull;
+  return h;
+}
+
+// One stream per tensor, seeded from the model seed and the tensor name, so a tensor's values
+// do not depend on which other tensors the config has (truncating layers keeps the rest).
+class Rng {
+ public:
+  Rng(std::uint64_t seed, const std::string& name) : gen_(splitmix64(splitmix64(seed) ^ fnv1a64(name))) {}
+
+  // Standard normal approximated by the Irwin-Hall sum of 12 uniforms (mean 0, variance 1,
+  // tails cut at +-6). Integer arithmetic only: std::normal_distribution and libm's log/cos
+  // differ between platforms; this does not.
+  double normal() {
+    std::uint64_t s = 0;
+    for (int i = 0; i < 6; ++i) {
+      const std::uint64_t x = gen_();
+      s += (x >> 32) + (x & 0xFFFFFFFFull);
+    }
+    const auto centred = static_cast<std::int64_t>(s) - 6 * static_cast<std::int64_t>(0xFFFFFFFFull);
+    return std::ldexp(static_cast<double>(centred), -32);  // exact: |centred| < 2^35
+  }
+
+  // Uniform integer in [0, n), unbiased (rejection).
+  std::uint64_t below(std::uint64_t n) {
+    const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % n;
+    for (;;) {
+      const std::uint64_t x = gen_();
+      if (x < limit) return x % n;
+    }
+  }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// A standard deviation rounded to 16 significant bits, so that std * z (z has at most 35
+// significant bits) is exact in double: the result is then the same with or without FMA
+// contraction of mean + std * z.
+double portable_std(double s) {
+  int e;
+  const double m = std::frexp(s, &e);
+  return std::ldexp(std::nearbyint(std::ldexp(m, 16)), e - 16);
+}
+
+// ---- What each parameter is drawn from ----------------------------------------------------
+//
+// Default: N(0, initializer_range) as HF initialises linears. That is kept where a norm
+// follows the product, so the scale cancels (q_a, q_b, kv, compressor and indexer kv, and the
+// hc fn whose input is RMS-normalised): there the attention logits already have O(1) spread,
+// because q (per-head RMSNorm) and kv (kv_norm) both have unit RMS per channel, making
+// q.k/sqrt(d) ~ N(0, 1) whatever the projections' scale. No q/kv factor is needed.
+// Elsewhere a fresh HF model would be degenerate (near-uniform pooling and routing, logits
+// ~0.1, zero sinks and biases, unit norms), so:
+//   - embeddings N(0, 1), and every product read without a norm after it scaled by fan-in,
+//     N(0, g / sqrt(in)): activations stay O(1) and each sub-layer adds O(1) to the streams;
+//   - compressor/indexer gate_proj, router gate, indexer q_b and weights_proj: g = 1, so gate
+//     logits, router logits (std ~1, sqrt-softplus scores spread ~0.3) and indexer scores are
+//     O(1): pooling and routing are far from uniform, and all experts get used;
+//   - o_a, o_b, expert and shared gate/up/down: g = 1 (SwiGLU pre-activations ~N(0, 1));
+//   - lm_head: g = 2, logits std ~2, so the next-token distribution is peaked enough for
+//     top-1 and KL checks to mean something;
+//   - parameters HF starts at 1 (RMSNorm weights, hc scale): 1 + N(0, 0.1), at least 0.5;
+//   - parameters HF starts at 0: hc base N(0, 0.1), compressor/indexer position_bias
+//     N(0, 0.1), attention sinks N(0, 0.5), e_score_correction_bias N(0, 0.05) (small next to
+//     the score spread, yet it flips some selections, so a bias bug shows);
+//   - tid2eid: K distinct experts per token, uniformly at random.
+struct Init {
+  enum Kind { normal, tid2eid } kind = normal;
+  double mean = 0.0;
+  double std = 0.0;
+  double floor = -INFINITY;  // values below are raised to it (keeps norm weights positive)
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+Init init_for(const ModelConfig& c, const std::string& name, const WeightSpec& spec) {
+  const double ir = c.initializer_range;
+  const double fan_in = spec.shape.empty() ? 1.0 : static_cast<double>(spec.shape.back());
+  auto fan = [&](double gain) { return Init{Init::normal, 0.0, gain / std::sqrt(fan_in)}; };
+  const Init around_one{Init::normal, 1.0, 0.1, 0.5};
+  if (spec.integer) return Init{Init::tid2eid};
+  if (name == "model.embed_tokens.weight") return Init{Init::normal, 0.0, 1.0};
+  if (name == "lm_head.weight") return fan(2.0);
+  if (ends_with(name, "norm.weight")) return around_one;  // every RMSNorm weight
+  if (ends_with(name, "hc_scale") || ends_with(name, "_hc.scale")) return around_one;
+  if (ends_with(name, "hc_base") || ends_with(name, "_hc.base")) return Init{Init::normal, 0.0, 0.1};
+  if (ends_with(name, "hc_fn") || ends_with(name, "_hc.fn")) return Init{Init::normal, 0.0, ir};
+  if (ends_with(name, "self_attn.sinks")) return Init{Init::normal, 0.0, 0.5};
+  if (ends_with(name, "position_bias")) return Init{Init::normal, 0.0, 0.1};
+  if (ends_with(name, "gate.e_score_correction_bias")) return Init{Init::normal, 0.0, 0.05};
+  if (ends_with(name, "mlp.gate.weight")) return fan(1.0);
+  if (contains(name, "compressor.") && ends_with(name, "gate_proj.weight")) return fan(1.0);
+  if (ends_with(name, "indexer.q_b_proj.weight") || ends_with(name, "weights_proj.weight")) return fan(1.0);
+  if (ends_with(name, "o_a_proj.weight") || ends_with(name, "o_b_proj.weight")) return fan(1.0);
+  if (contains(name, "mlp.experts.") || contains(name, "mlp.shared_experts.")) return fan(1.0);
+  if (ends_with(name, "q_a_proj.weight") || ends_with(name, "q_b_proj.weight") || ends_with(name, "kv_proj.weight"))
+    return Init{Init::normal, 0.0, ir};
+  throw std::logic_error("synth: no initialisation rule for weight " + name);
+}
+
+// Produces a tensor's values in order, in chunks of any size (the same values whatever the
+// chunking, so streaming to disk and synth_weight agree).
+class WeightGen {
+ public:
+  WeightGen(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed)
+      : init_(init_for(c, name, spec)), rng_(seed, name), experts_(c.n_routed_experts),
+        row_(spec.shape.empty() ? 1 : spec.shape.back()), std_(portable_std(init_.std)) {
+    if (init_.kind == Init::tid2eid && row_ > experts_)
+      throw std::logic_error("synth: tid2eid row wider than the expert count");
+  }
+  DType dtype() const { return init_.kind == Init::tid2eid ? DType::i64 : DType::f32; }
+  // Elements per indivisible group (a tid2eid row).
+  std::int64_t group() const { return init_.kind == Init::tid2eid ? row_ : 1; }
+
+  void fill(std::byte* out, std::int64_t n) {
+    if (init_.kind == Init::tid2eid) {
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+      std::vector<std::int64_t> perm(static_cast<std::size_t>(experts_));
+      for (std::int64_t r = 0; r < n / row_; ++r) {
+        // Partial Fisher-Yates: the first K of a random permutation are K distinct experts.
+        for (std::int64_t e = 0; e < experts_; ++e) perm[static_cast<std::size_t>(e)] = e;
+        for (std::int64_t k = 0; k < row_; ++k) {
+          const auto j = k + static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(experts_ - k)));
+          std::swap(perm[static_cast<std::size_t>(k)], perm[static_cast<std::size_t>(j)]);
+          ids[static_cast<std::size_t>(r * row_ + k)] = perm[static_cast<std::size_t>(k)];
+        }
+      }
+      std::memcpy(out, ids.data(), static_cast<std::size_t>(n) * 8);
+      return;
+    }
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = static_cast<float>(std::max(init_.floor, init_.mean + std_ * rng_.normal()));
+    std::memcpy(out, v.data(), static_cast<std::size_t>(n) * 4);
+  }
+
+ private:
+  Init init_;
+  Rng rng_;
+  std::int64_t experts_;
+  std::int64_t row_;
+  double std_;
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+void write_all(int fd, const void* p, std::size_t n, const std::string& path) {
+  const auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, c, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      input_error("{}: write failed ({})", path, errno_text());
+    }
+    c += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) input_error("{}: cannot create ({})", p.string(), errno_text());
+  try {
+    write_all(fd, text.data(), text.size(), p.string());
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) input_error("{}: close failed ({})", p.string(), errno_text());
+}
+
+// model.safetensors written tensor by tensor, each generated in chunks: a V4-Flash-sized layer
+// holds tens of GB of float32 experts, more than fits in memory at once. The layout is the
+// one write_safetensors produces (name order, space-padded 8-byte-aligned header).
+void write_model_file(const ModelConfig& c, std::uint64_t seed, const fs::path& path, const SynthProgress& progress) {
+  const auto specs = expected_weights(c);
+  json header = json::object();
+  std::uint64_t offset = 0;
+  for (const auto& [name, spec] : specs) {
+    const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(spec.shape)) * (spec.integer ? 8 : 4);
+    header[name] = {{"dtype", spec.integer ? "I64" : "F32"}, {"shape", spec.shape},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  // transformers refuses safetensors files whose metadata lacks format=pt.
+  header["__metadata__"] = {{"format", "pt"}, {"tdiff_synth_seed", std::to_string(seed)}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+
+  const std::string ps = path.string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) input_error("{}: cannot create ({})", ps, errno_text());
+  try {
+    write_all(fd, len, 8, ps);
+    write_all(fd, text.data(), text.size(), ps);
+    constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements per chunk
+    std::vector<std::byte> buf;
+    std::uint64_t done = 0;
+    for (const auto& [name, spec] : specs) {
+      WeightGen gen(c, name, spec, seed);
+      const std::int64_t total = shape_numel(spec.shape), step = std::max(kChunk / gen.group(), std::int64_t{1}) * gen.group();
+      const std::size_t es = dtype_size(gen.dtype());
+      for (std::int64_t at = 0; at < total; at += step) {
+        const std::int64_t n = std::min(step, total - at);
+        buf.resize(static_cast<std::size_t>(n) * es);
+        gen.fill(buf.data(), n);
+        write_all(fd, buf.data(), buf.size(), ps);
+        done += buf.size();
+        if (progress) progress(done, offset);
+      }
+    }
+    if (::fsync(fd) != 0) input_error("{}: fsync failed ({})", ps, errno_text());
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) input_error("{}: close failed ({})", ps, errno_text());
+}
+
+// Removes a temporary folder unless released.
+struct TempDir {
+  fs::path path;
+  ~TempDir() {
+    if (path.empty()) return;
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+bool is_model_file(const std::string& f) {
+  return f == "config.json" || f == "generation_config.json" || f == "model.safetensors.index.json" ||
+         ends_with(f, ".safetensors");
+}
+
+}  // namespace
+
+Tensor synth_weight(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed) {
+  WeightGen gen(c, name, spec, seed);
+  Tensor t(gen.dtype(), spec.shape);
+  gen.fill(t.raw(), t.numel());
+  return t;
+}
+
+void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir, const SynthProgress& progress) {
+  c.validate("synth config");
+  fs::path target = fs::path(dir).lexically_normal();
+  if (target.empty()) input_error("synth: empty output folder name");
+  if (!target.has_filename()) target = target.parent_path();  // "out/" -> "out"
+  std::error_code ec;
+  const auto st = fs::symlink_status(target, ec);
+  const bool exists = fs::exists(st);
+  if (exists && !fs::is_directory(st)) input_error("{}: exists and is not a folder", dir);
+  if (exists) {
+    // Replacing the folder must not destroy anything but an earlier model.
+    for (const auto& entry : fs::directory_iterator(target, ec)) {
+      const std::string f = entry.path().filename().string();
+      if (!is_model_file(f) || !entry.is_regular_file())
+        input_error("{}: holds '{}', which is not part of a model folder; choose another output folder", dir, f);
+    }
+    if (ec) input_error("{}: cannot list ({})", dir, ec.message());
+  }
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  if (ec) input_error("{}: cannot create the parent folder ({})", dir, ec.message());
+
+  const std::string stem = "." + target.filename().string();
+  std::string tmpl = (parent / (stem + ".tmp-XXXXXX")).string();
+  if (!::mkdtemp(tmpl.data())) input_error("{}: cannot write in {} ({})", dir, parent.string(), errno_text());
+  TempDir tmp{tmpl};
+  ::chmod(tmpl.c_str(), 0755);  // mkdtemp makes it private; a model folder is meant to be shared
+
+  write_text(tmp.path / "config.json", config_to_json(c).dump(2) + "\n");
+  write_model_file(c, seed, tmp.path / "model.safetensors", progress);
+
+  if (exists) {
+    // Swap: move the old folder aside (onto an empty placeholder), move the new one in,
+    // then delete the old one; put it back if the second rename fails.
+    std::string old_tmpl = (parent / (stem + ".old-XXXXXX")).string();
+    if (!::mkdtemp(old_tmpl.data())) input_error("{}: cannot write in {} ({})", dir, parent.string(), errno_text());
+    TempDir old{old_tmpl};
+    if (::rename(target.c_str(), old_tmpl.c_str()) != 0) input_error("{}: cannot replace ({})", dir, errno_text());
+    if (::rename(tmpl.c_str(), target.c_str()) != 0) {
+      const auto err = errno_text();
+      if (::rename(old_tmpl.c_str(), target.c_str()) != 0) old.path.clear();  // never delete the only copy
+      input_error("{}: cannot replace ({})", dir, err);
+    }
+    tmp.path.clear();
+  } else {
+    if (::rename(tmpl.c_str(), target.c_str()) != 0) input_error("{}: cannot create ({})", dir, errno_text());
+    tmp.path.clear();
+  }
+}
+
+}  // namespace tdiff

@@ -1,0 +1,110 @@
+// `tdiff synth` through the built binary: exit codes and one-line errors (DESIGN 6, 10).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/safetensors.h"
+
+namespace tdiff {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+class CliSynthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / fmt::format("tdiff_cli_synth_{}_{}", ::getpid(), info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& f) const { return (dir_ / f).string(); }
+
+  // Runs `tdiff <args>` with stdout and stderr captured in files.
+  Result run(const std::string& args) const {
+    const std::string out = path("stdout.txt"), err = path("stderr.txt");
+    const std::string cmd = fmt::format("'{}' {} >'{}' 2>'{}'", TDIFF_BIN, args, out, err);
+    const int status = std::system(cmd.c_str());
+    auto slurp = [](const std::string& p) {
+      std::ifstream in(p);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      return ss.str();
+    };
+    Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+    fs::remove(out);
+    fs::remove(err);
+    return r;
+  }
+  fs::path dir_;
+};
+
+std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST_F(CliSynthTest, WritesTinyModel) {
+  const Result r = run(fmt::format("synth --preset tiny --seed 4 -o '{}'", path("m")));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(path("m/config.json")));
+  EXPECT_TRUE(fs::exists(path("m/model.safetensors")));
+  EXPECT_EQ(r.err, "");
+  // --layers keeps the first K layers.
+  const Result r2 = run(fmt::format("synth --preset tiny --layers 2 --seed 4 -o '{}'", path("m2")));
+  EXPECT_EQ(r2.code, 0) << r2.err;
+  EXPECT_FALSE(SafetensorsFile(path("m2/model.safetensors")).has("model.layers.2.input_layernorm.weight"));
+  // --config reads a config.json back, and the same seed gives the same bytes.
+  const Result r3 = run(fmt::format("synth --config '{}' --seed 4 -o '{}'", path("m/config.json"), path("m3")));
+  EXPECT_EQ(r3.code, 0) << r3.err;
+  EXPECT_EQ(file_sha256(path("m/model.safetensors")), file_sha256(path("m3/model.safetensors")));
+}
+
+TEST_F(CliSynthTest, UnknownPreset) {
+  const Result r = run(fmt::format("synth --preset huge --seed 1 -o '{}'", path("m")));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("unknown preset 'huge'"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("m")));
+}
+
+TEST_F(CliSynthTest, OutputIsAFile) {
+  std::ofstream(path("taken")) << "x";
+  const Result r = run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("taken")));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("not a folder"), std::string::npos) << r.err;
+}
+
+TEST_F(CliSynthTest, OtherBadInput) {
+  Result r = run(fmt::format("synth --preset tiny --layers 9 --seed 1 -o '{}'", path("m")));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("--layers 9"), std::string::npos) << r.err;
+  r = run(fmt::format("synth --config '{}' --seed 1 -o '{}'", path("missing.json"), path("m")));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("missing.json"), std::string::npos) << r.err;
+  r = run(fmt::format("synth --seed 1 -o '{}'", path("m")));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_FALSE(fs::exists(path("m")));
+}
+
+TEST_F(CliSynthTest, HelpHasAnExample) {
+  const Result r = run("synth --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("tdiff synth --preset tiny --seed 1"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace tdiff
