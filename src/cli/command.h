@@ -9,5 +9,7 @@ int& exit_code();
 
 // One declaration per subcommand (defined in cmd_<name>.cpp).
 void setup_synth(CLI::App& app);
+void setup_case(CLI::App& app);
+void setup_info(CLI::App& app);
 
 }  // namespace tdiff::cli

@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   app.fallthrough();
   // One line per subcommand, in the order `tdiff --help` lists them.
   cli::setup_synth(app);
+  cli::setup_case(app);
+  cli::setup_info(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,138 @@
+#include "core/env_record.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "core/version.h"
+
+namespace tdiff {
+
+namespace {
+
+// Fixed attribute names of the record; everything else read back lands in `extra`.
+constexpr const char* kFields[] = {"tdiff_version", "git_commit", "compiler", "omp_threads", "hostname",
+                                   "cpu_model",     "date_utc",   "command_line", "backend", "policy"};
+
+std::string utc_now(const char* format) {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    auto colon = line.find(':');
+    if (colon == std::string::npos) break;
+    auto v = line.substr(colon + 1);
+    v.erase(0, v.find_first_not_of(" \t"));
+    return v;
+  }
+  return "unknown";
+}
+
+// Quotes an argument so that the printed command line can be pasted into a shell.
+std::string shell_quote(const std::string& a) {
+  if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
+                        std::string::npos)
+    return a;
+  std::string out = "'";
+  for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::map<std::string, std::string> EnvRecord::to_attrs() const {
+  std::map<std::string, std::string> a = extra;
+  a["tdiff_version"] = tdiff_version;
+  a["git_commit"] = git_commit;
+  a["compiler"] = compiler;
+  a["omp_threads"] = std::to_string(omp_threads);
+  a["hostname"] = hostname;
+  a["cpu_model"] = cpu_model;
+  a["date_utc"] = date_utc;
+  a["command_line"] = command_line;
+  a["backend"] = backend;
+  a["policy"] = policy;
+  return a;
+}
+
+EnvRecord EnvRecord::from_attrs(const std::map<std::string, std::string>& attrs) {
+  EnvRecord r;
+  auto get = [&](const char* k) {
+    auto it = attrs.find(k);
+    return it == attrs.end() ? std::string() : it->second;
+  };
+  r.tdiff_version = get("tdiff_version");
+  r.git_commit = get("git_commit");
+  r.compiler = get("compiler");
+  try {
+    r.omp_threads = std::stoi(get("omp_threads"));
+  } catch (const std::exception&) {
+    r.omp_threads = 0;
+  }
+  r.hostname = get("hostname");
+  r.cpu_model = get("cpu_model");
+  r.date_utc = get("date_utc");
+  r.command_line = get("command_line");
+  r.backend = get("backend");
+  r.policy = get("policy");
+  for (const auto& [k, v] : attrs) {
+    bool fixed = false;
+    for (const char* f : kFields) fixed = fixed || k == f;
+    if (!fixed) r.extra[k] = v;
+  }
+  return r;
+}
+
+std::vector<std::string> process_command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  return args;
+}
+
+EnvRecord capture_env(const std::string& backend, const std::string& policy, const std::vector<std::string>& argv) {
+  EnvRecord r;
+  r.tdiff_version = TDIFF_VERSION;
+  r.git_commit = TDIFF_GIT_COMMIT;
+#ifdef __VERSION__
+  r.compiler = __VERSION__;
+#else
+  r.compiler = "unknown";
+#endif
+  r.omp_threads = omp_get_max_threads();
+  char host[256] = {};
+  r.hostname = gethostname(host, sizeof host - 1) == 0 ? host : "unknown";
+  r.cpu_model = cpu_model();
+  r.date_utc = utc_now("%Y-%m-%dT%H:%M:%SZ");
+  for (const auto& a : argv.empty() ? process_command_line() : argv) {
+    if (!r.command_line.empty()) r.command_line += ' ';
+    r.command_line += shell_quote(a);
+  }
+  r.backend = backend;
+  r.policy = policy;
+  return r;
+}
+
+std::string make_run_id(const std::string& prefix) {
+  std::random_device rd;
+  return fmt::format("{}-{}-{:04x}", prefix, utc_now("%Y%m%dT%H%M%SZ"), rd() & 0xffff);
+}
+
+}  // namespace tdiff

@@ -1,0 +1,39 @@
+#pragma once
+// The environment record of a run: enough to tell two runs' machines and builds apart when
+// their results differ. Stored as string attributes of /env/<run-id> in the case file.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tdiff {
+
+struct EnvRecord {
+  std::string tdiff_version;  // TDIFF_VERSION
+  std::string git_commit;     // TDIFF_GIT_COMMIT
+  std::string compiler;       // __VERSION__ of the compiler that built tdiff
+  int omp_threads = 0;        // omp_get_max_threads()
+  std::string hostname;
+  std::string cpu_model;      // "model name" of /proc/cpuinfo
+  std::string date_utc;       // ISO 8601, "2026-11-29T22:12:41Z"
+  std::string command_line;   // shell-quoted argv
+  std::string backend;        // "refcpu", "emu", "hip"
+  std::string policy;         // numerics policy name or file
+  // Backend-specific facts (GPU name and arch, driver, HIP/ROCm or CUDA version, ...).
+  std::map<std::string, std::string> extra;
+
+  // Attribute name -> value; `extra` keys keep their names.
+  std::map<std::string, std::string> to_attrs() const;
+  static EnvRecord from_attrs(const std::map<std::string, std::string>& attrs);
+};
+
+// Captures this process's environment. `argv` empty: read from /proc/self/cmdline.
+EnvRecord capture_env(const std::string& backend, const std::string& policy,
+                      const std::vector<std::string>& argv = {});
+
+// This process's command line, from /proc/self/cmdline (empty where that does not exist).
+std::vector<std::string> process_command_line();
+
+// A run id that sorts by time and does not collide: "<prefix>-20261129T221241Z-3fa2".
+std::string make_run_id(const std::string& prefix);
+
+}  // namespace tdiff
