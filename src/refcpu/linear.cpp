@@ -16,9 +16,21 @@ void chunked_product(const double* x, std::int64_t ldx, std::int64_t rows, std::
 #pragma omp parallel for schedule(static)
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::int64_t r0 = c * kRowChunk, n = std::min(kRowChunk, rows - r0);
-    Eigen::Map<const RowMat, 0, Stride> X(x + r0 * ldx, n, in, Stride(ldx));
-    Eigen::Map<RowMat, 0, Stride> Y(y + r0 * ldy, n, out, Stride(ldy));
-    Y.noalias() = X * W.transpose();
+    if (n == kRowChunk) {
+      Eigen::Map<const RowMat, 0, Stride> X(x + r0 * ldx, n, in, Stride(ldx));
+      Eigen::Map<RowMat, 0, Stride> Y(y + r0 * ldy, n, out, Stride(ldy));
+      Y.noalias() = X * W.transpose();
+      continue;
+    }
+    // A short chunk is padded to a full one: Eigen picks its product kernel and blocking from
+    // the sizes, so every product has the same shape and a row's bits never depend on how many
+    // rows share the call (padding, tokens per expert).
+    RowMat X = RowMat::Zero(kRowChunk, in);
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t k = 0; k < in; ++k) X(r, k) = x[(r0 + r) * ldx + k];
+    RowMat Y = X * W.transpose();
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t o = 0; o < out; ++o) y[(r0 + r) * ldy + o] = Y(r, o);
   }
 }
 }  // namespace

@@ -1,0 +1,149 @@
+// The whole reference on the tiny model: padding never changes a real token's result, and the
+// outputs are bit-identical for any thread count and across runs.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/case_file.h"
+#include "core/executor.h"
+#include "core/synth.h"
+#include "refcpu/refcpu_backend.h"
+
+namespace tdiff {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RefCpuModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / fmt::format("tdiff-refcpu-model-{}", ::getpid()));
+    fs::remove_all(*dir_);
+    config_ = new ModelConfig(synth_preset("tiny"));
+    write_synth_model(*config_, 5, dir_->string());
+    weights_ = new WeightStore(dir_->string(), *config_);
+  }
+  static void TearDownTestSuite() {
+    delete weights_;
+    fs::remove_all(*dir_);
+    delete dir_;
+    delete config_;
+  }
+
+  // Runs the reference on a batch and returns every stage output.
+  static TensorMap run(const Batch& batch) {
+    TensorMap env;
+    put_inputs(batch, env);
+    RunContext ctx{*config_, *weights_, batch, TieRule::lowest_index};
+    refcpu::RefCpuBackend ref;
+    execute(build_stages(*config_), [&](const Stage&) -> Backend& { return ref; }, ctx, env, {}, true);
+    return env;
+  }
+
+  static Batch batch(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t pad_to, bool left) {
+    PromptSet p;
+    p.source = "test";
+    for (auto& ids : prompts) {
+      p.ids.push_back(ids);
+      p.lines.emplace_back();
+      p.line_no.push_back(0);
+    }
+    return pad_prompts(p, pad_to, left, config_->vocab_size);
+  }
+
+  static std::vector<std::int64_t> prompt(std::int64_t len, std::int64_t salt) {
+    std::vector<std::int64_t> ids;
+    for (std::int64_t i = 0; i < len; ++i) ids.push_back((i * 37 + salt * 101 + 11) % config_->vocab_size);
+    return ids;
+  }
+
+  static fs::path* dir_;
+  static ModelConfig* config_;
+  static WeightStore* weights_;
+};
+fs::path* RefCpuModel::dir_ = nullptr;
+ModelConfig* RefCpuModel::config_ = nullptr;
+WeightStore* RefCpuModel::weights_ = nullptr;
+
+// Row `row` of a [B,S,...] or [B*S,...] tensor at token `tok` (or entry `tok` of [B,n,...]).
+std::vector<double> token_values(const Tensor& t, std::int64_t B, std::int64_t S, std::int64_t row, std::int64_t tok) {
+  std::int64_t rows = t.dim(0) == B * S ? B * S : t.dim(0) * t.dim(1);
+  const std::int64_t per_row = t.numel() / rows;
+  const std::int64_t r = t.dim(0) == B * S ? row * S + tok : row * t.dim(1) + tok;
+  std::vector<double> v(static_cast<std::size_t>(per_row));
+  for (std::int64_t c = 0; c < per_row; ++c) v[static_cast<std::size_t>(c)] = t.value(r * per_row + c);
+  return v;
+}
+
+TEST_F(RefCpuModel, PaddedRowsAreBitIdenticalToTheirUnpaddedSequence) {
+  // 29 and 22 tokens: several sliding windows, CSA (rate 4) and HCA (rate 8) entries, the
+  // indexer selecting (positions >= 19), with windows that do not divide the length.
+  const auto a = prompt(29, 1), b = prompt(22, 2);
+  const TensorMap alone_a = run(batch({a}, 0, false)), alone_b = run(batch({b}, 0, false));
+  for (bool left : {false, true}) {
+    const Batch padded = batch({a, b}, 35, left);
+    const TensorMap both = run(padded);
+    std::int64_t checked = 0;
+    for (const Stage& s : build_stages(*config_)) {
+      if (s.kind == OpKind::window_mask || s.kind == OpKind::cmp_mask || s.kind == OpKind::idx_score) continue;  // shapes depend on S
+      for (const auto& out : s.outputs) {
+        const std::string key = s.name + "/" + out;
+        const Tensor& p = both.at(key);
+        for (int r = 0; r < 2; ++r) {
+          const Tensor& single = (r == 0 ? alone_a : alone_b).at(key);
+          const std::int64_t len = r == 0 ? 29 : 22, off = padded.start[static_cast<std::size_t>(r)];
+          const bool entries = p.dim(0) == 2 && p.rank() == 3 && p.dim(1) != 35;  // [B,n,d]
+          const std::int64_t count = entries ? single.dim(1) : len;
+          for (std::int64_t i = 0; i < count; ++i) {
+            const auto x = token_values(p, 2, 35, r, entries ? i : off + i);
+            const auto y = token_values(single, 1, len, 0, i);
+            ASSERT_EQ(x, y) << key << " row " << r << " token " << i << (left ? " (left padding)" : " (right padding)");
+            ++checked;
+          }
+        }
+      }
+    }
+    EXPECT_GT(checked, 5000);
+  }
+}
+
+TEST_F(RefCpuModel, BitIdenticalForAnyThreadCountAndAcrossRuns) {
+  const Batch b = batch({prompt(40, 3), prompt(33, 4)}, 0, false);
+  omp_set_num_threads(1);
+  const TensorMap one = run(b);
+  for (int threads : {2, 4, 4}) {
+    omp_set_num_threads(threads);
+    const TensorMap other = run(b);
+    for (const auto& [key, t] : one) {
+      const Tensor& u = other.at(key);
+      ASSERT_EQ(t.nbytes(), u.nbytes()) << key;
+      ASSERT_EQ(0, std::memcmp(t.raw(), u.raw(), t.nbytes())) << key << " differs with " << threads << " threads";
+    }
+  }
+}
+
+TEST_F(RefCpuModel, OutputsAreFiniteAndNotDegenerate) {
+  const TensorMap out = run(batch({prompt(40, 5)}, 0, false));
+  const Tensor& logits = out.at("lm_head/logits");
+  double mx = 0;
+  for (std::int64_t i = 0; i < logits.numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(logits.value(i)));
+    mx = std::max(mx, std::fabs(logits.value(i)));
+  }
+  EXPECT_GT(mx, 1e-3);
+  // Every expert is used somewhere (the synthetic router is not collapsed).
+  std::set<std::int64_t> used;
+  for (int l = 1; l < 4; ++l) {
+    const Tensor& idx = out.at(fmt::format("L{:02d}.moe.select/idx", l));
+    for (std::int64_t i = 0; i < idx.numel(); ++i) used.insert(static_cast<std::int64_t>(idx.value(i)));
+  }
+  EXPECT_EQ(used.size(), static_cast<std::size_t>(config_->n_routed_experts));
+}
+
+}  // namespace
+}  // namespace tdiff
