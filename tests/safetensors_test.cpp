@@ -144,6 +144,9 @@ TEST_F(SafetensorsTest, SingleFileFolder) {
   EXPECT_EQ(m.files(), std::vector<std::string>{path("model.safetensors")});
   EXPECT_EQ(m.info("w").shape, (Shape{2, 2}));
   EXPECT_THROW(m.tensor("v"), InputError);
+  // As in transformers, model.safetensors wins over an index beside it.
+  std::ofstream(path("model.safetensors.index.json")) << R"({"weight_map": {"w": "gone.safetensors"}})";
+  EXPECT_EQ(ModelWeights(dir_.string()).names(), std::vector<std::string>{"w"});
 }
 
 TEST_F(SafetensorsTest, ShardedFolder) {

@@ -202,7 +202,11 @@ ModelWeights::ModelWeights(const std::string& dir) : dir_(dir) {
   if (!fs::is_directory(dir, ec)) input_error("{}: not a folder", dir);
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   const fs::path single = fs::path(dir) / "model.safetensors";
-  if (fs::exists(index, ec)) {
+  // transformers looks for the single file first, so a folder holding both loads the same here.
+  if (fs::exists(single, ec)) {
+    files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
+    for (const auto& name : files_[0]->names()) where_[name] = 0;
+  } else if (fs::exists(index, ec)) {
     const std::string ipath = index.string();
     json j;
     try {
@@ -233,9 +237,6 @@ ModelWeights::ModelWeights(const std::string& dir) : dir_(dir) {
         input_error("{}: tensor '{}' is listed in model.safetensors.index.json but absent from {}", dir, name, s);
       where_[name] = k;
     }
-  } else if (fs::exists(single, ec)) {
-    files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
-    for (const auto& name : files_[0]->names()) where_[name] = 0;
   } else {
     input_error("{}: no model.safetensors or model.safetensors.index.json", dir);
   }

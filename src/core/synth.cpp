@@ -51,6 +51,7 @@ ModelConfig synth_preset(const std::string& name) {
     // With r = 16 and L0 = 256 the YaRN ramp runs over frequencies 0..3 (lo = 0, hi = 3), so
     // short test prompts already see blended frequencies.
     c.rope_compress = RopeTable{160000.0, true, 16.0, 256.0, 32.0, 1.0};
+    c.max_position_embeddings = 4096;  // = factor * original, as transformers expects (else it warns)
   } else if (name == "v4-flash-dims") {  // spec section 1: 2 sliding, then CSA (even) / HCA (odd)
     c.layer_types.clear();
     c.mlp_types.clear();
@@ -146,6 +147,10 @@ double portable_std(double s) {
 //     N(0, 0.1), attention sinks N(0, 0.5), e_score_correction_bias N(0, 0.05) (small next to
 //     the score spread, yet it flips some selections, so a bias bug shows);
 //   - tid2eid: K distinct experts per token, uniformly at random.
+// Checked with transformers 5.17 (float64) on tiny and small, seed 1, 2 x 64 random tokens:
+// loads with no missing or unexpected keys; logits std ~2, mean top-1 probability 0.12-0.18;
+// attention entropy ~80% of uniform (mean max probability 0.2-0.3); router logits std ~1 and
+// every expert chosen in every layer; stream RMS grows from ~1.4 to ~2.4 over the layers.
 struct Init {
   enum Kind { normal, tid2eid } kind = normal;
   double mean = 0.0;
