@@ -11,5 +11,6 @@ int& exit_code();
 void setup_synth(CLI::App& app);
 void setup_case(CLI::App& app);
 void setup_info(CLI::App& app);
+void setup_compare(CLI::App& app);
 
 }  // namespace tdiff::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   cli::setup_synth(app);
   cli::setup_case(app);
   cli::setup_info(app);
+  cli::setup_compare(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,163 @@
+// tdiff compare: diff any two HDF5 dumps whose dataset names match, with verdicts and reports.
+#include <filesystem>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "core/config.h"
+#include "core/env_record.h"
+#include "core/error.h"
+#include "core/h5io.h"
+#include "core/stage_graph.h"
+#include "diff/compare.h"
+#include "diff/thresholds.h"
+#include "report/report.h"
+
+namespace tdiff::cli {
+
+namespace {
+
+struct CompareCmd {
+  std::string file_a, file_b;
+  std::string group_a, group_b;  // empty: "/reference" when the file has it, else "/"
+  std::string stages;
+  std::string thresholds;
+  std::vector<std::string> overrides;
+  std::string floor_file, floor_group;
+  std::optional<double> floor_k;
+  std::optional<double> rel_floor;
+  std::string out_dir, case_name, run_id;
+  bool all_rows = false, no_reports = false;
+};
+
+std::string default_group(const std::string& file) {
+  return h5_exists(file, "/reference") ? "/reference" : "/";
+}
+
+// Model order from the case file's model config; empty when neither file has one.
+std::vector<std::string> stage_order_of(const std::vector<std::string>& files) {
+  for (const auto& f : files) {
+    try {
+      const auto attrs = h5_read_attrs(f, "/");
+      auto it = attrs.find("model_config");
+      if (it == attrs.end()) continue;
+      std::vector<std::string> names;
+      for (const auto& s : build_stages(parse_config(nlohmann::json::parse(it->second), f + ":/model_config")))
+        names.push_back(s.name);
+      return names;
+    } catch (const std::exception&) {
+      // Not a case file, or an unreadable config: fall back to the order by name.
+    }
+  }
+  return {};
+}
+
+std::string quote(const std::string& a) {
+  if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
+                        std::string::npos)
+    return a;
+  std::string out = "'";
+  for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string absolute(const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); }
+
+// The command that reproduces this comparison, every default spelled out.
+std::string reproduce_command(const CompareCmd& c) {
+  std::string s = fmt::format("tdiff compare {} {} --group-a {} --group-b {}", quote(absolute(c.file_a)),
+                              quote(absolute(c.file_b)), quote(c.group_a), quote(c.group_b));
+  if (!c.stages.empty()) s += " --stages " + quote(c.stages);
+  if (!c.thresholds.empty()) s += " --thresholds " + quote(absolute(c.thresholds));
+  for (const auto& o : c.overrides) s += " --threshold " + quote(o);
+  if (!c.floor_file.empty()) s += fmt::format(" --floor {} --group-floor {}", quote(absolute(c.floor_file)), quote(c.floor_group));
+  if (c.floor_k) s += fmt::format(" --floor-k {}", *c.floor_k);
+  if (c.rel_floor) s += fmt::format(" --rel-floor {}", *c.rel_floor);
+  return s;
+}
+
+void run_compare(CompareCmd c) {
+  for (const auto* f : {&c.file_a, &c.file_b})
+    if (!std::filesystem::is_regular_file(*f)) input_error("file not found: {}", *f);
+  if (c.group_a.empty()) c.group_a = default_group(c.file_a);
+  if (c.group_b.empty()) c.group_b = default_group(c.file_b);
+
+  Policy policy = c.thresholds.empty() ? Policy{} : load_policy(c.thresholds);
+  for (const auto& o : c.overrides) add_policy_override(policy, o);
+  if (c.floor_k) add_policy_override(policy, fmt::format("floor_k={}", *c.floor_k));
+
+  CompareOptions opt;
+  opt.stages = c.stages;
+  opt.stage_order = stage_order_of({c.file_a, c.file_b});
+  if (c.rel_floor) opt.metrics.rel_floor = *c.rel_floor;
+  CompareResult result = compare_files(c.file_a, c.group_a, c.file_b, c.group_b, opt);
+
+  std::vector<std::string> keys;
+  for (const auto& row : result.rows) keys.push_back(row.key());
+  policy.check_patterns(keys);
+
+  std::optional<CompareResult> floor;
+  if (!c.floor_file.empty()) {
+    if (!std::filesystem::is_regular_file(c.floor_file)) input_error("noise-floor file not found: {}", c.floor_file);
+    if (c.floor_group.empty()) c.floor_group = default_group(c.floor_file);
+    floor = compare_files(c.file_a, c.group_a, c.floor_file, c.floor_group, opt);
+  }
+  judge(result, policy, floor ? &*floor : nullptr);
+
+  RunInfo info;
+  info.case_name = c.case_name.empty() ? std::filesystem::path(c.file_a).stem().string() : c.case_name;
+  info.run_id = c.run_id.empty() ? make_run_id("compare") : c.run_id;
+  info.title = fmt::format("tdiff compare {} vs {}", std::filesystem::path(c.file_a).filename().string(),
+                           std::filesystem::path(c.file_b).filename().string());
+  info.command = reproduce_command(c);
+  info.thresholds = policy.defaults;
+  for (const auto& [k, v] : capture_env("compare", c.thresholds.empty() ? "default thresholds" : c.thresholds).to_attrs())
+    info.env.emplace_back(k, v);
+
+  TerminalOptions topt;
+  topt.color = want_color(stdout);
+  topt.all_rows = c.all_rows;
+  print_terminal(stdout, result, info, topt);
+  if (!c.no_reports) {
+    const std::string dir = report_dir(info, c.out_dir);
+    write_reports(dir, result, info);
+    fmt::print("reports     {}/report.html (and report.csv, report.json, junit.xml)\n", dir);
+  }
+  exit_code() = result.verdict == Verdict::fail ? 1 : 0;
+}
+
+}  // namespace
+
+void setup_compare(CLI::App& app) {
+  auto c = std::make_shared<CompareCmd>();
+  auto* sub = app.add_subcommand("compare", "Diff two HDF5 dumps tensor by tensor; verdicts and reports");
+  sub->footer(
+      "Datasets are paired by their path under each group (\"<stage>/<tensor>\"); those on one side only are\n"
+      "listed. Exit code: 0 all pass (warnings allowed), 1 any FAIL, 2 usage or input error.\n\n"
+      "Examples:\n"
+      "  tdiff compare case.h5 dump.h5                       # case /reference vs the dump's root\n"
+      "  tdiff compare a.h5 b.h5 --group-a /reference --group-b /runs/r1 --stages 'L0[2-4].attn.*'\n"
+      "  tdiff compare case.h5 fp16.h5 --floor fp32.h5 --floor-k 3 -o out/\n"
+      "  tdiff compare case.h5 dump.h5 --thresholds th.toml --threshold 'lm_head:max_abs_fail=0.5'");
+  sub->add_option("A", c->file_a, "reference dump (HDF5)")->required();
+  sub->add_option("B", c->file_b, "candidate dump (HDF5)")->required();
+  sub->add_option("--group-a", c->group_a, "group of A to compare (default: /reference if present, else /)");
+  sub->add_option("--group-b", c->group_b, "group of B to compare (default: /reference if present, else /)");
+  sub->add_option("--stages", c->stages, "only stages matching this glob, e.g. 'L0[2-4].attn.*'");
+  sub->add_option("--thresholds", c->thresholds, "thresholds file (TOML: [default] and [[rule]] stages = glob)");
+  sub->add_option("--threshold", c->overrides, "override 'KEY=VALUE' or 'GLOB:KEY=VALUE[,KEY=VALUE]' (repeatable)");
+  sub->add_option("--floor", c->floor_file, "noise-floor dump: FAIL where B's rmse exceeds k x the floor's");
+  sub->add_option("--group-floor", c->floor_group, "group of the noise-floor dump");
+  sub->add_option("--floor-k", c->floor_k, "noise-floor factor k (default 3)");
+  sub->add_option("--rel-floor", c->rel_floor, "denominator floor of max_rel (default 1e-3)");
+  sub->add_option("-o,--out", c->out_dir, "report folder (default reports/<case>/<run-id>)");
+  sub->add_option("--case", c->case_name, "case name for the report folder (default: A's file name)");
+  sub->add_option("--run-id", c->run_id, "run id for the report folder (default: time-based)");
+  sub->add_flag("--all", c->all_rows, "print every tensor, not only WARN/FAIL, for large runs");
+  sub->add_flag("--no-reports", c->no_reports, "print the table only; write no report files");
+  sub->callback([c] { run_compare(*c); });
+}
+
+}  // namespace tdiff::cli

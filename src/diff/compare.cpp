@@ -1,0 +1,212 @@
+#include "diff/compare.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/h5io.h"
+
+namespace tdiff {
+
+namespace {
+
+bool matches_any(const std::vector<std::string>& patterns, const std::string& stage, const std::string& tensor) {
+  for (const auto& p : patterns)
+    if (stage_matches(p, stage, tensor)) return true;
+  return false;
+}
+
+// The indexer's top-k chooses among scores that ReLU makes exactly equal (often zero), so
+// its selections get the tie-aware comparison with the reference's scores.
+std::string tie_scores_key(const std::string& stage) {
+  const std::string suffix = ".attn.idx.topk";
+  if (stage.size() > suffix.size() && stage.ends_with(suffix))
+    return stage.substr(0, stage.size() - suffix.size()) + ".attn.idx.score/score";
+  return "";
+}
+
+// Keeps the keys that pass the --stages filter; InputError when none does.
+std::vector<std::string> filter_keys(const std::vector<std::string>& keys, const std::string& glob) {
+  if (glob.empty()) return keys;
+  std::vector<std::string> out;
+  for (const auto& k : keys) {
+    auto [stage, tensor] = split_key(k);
+    if (stage_matches(glob, stage, tensor)) out.push_back(k);
+  }
+  return out;
+}
+
+// Pairs the keys of both sides; fills only_ref/only_cand; returns the common keys in order.
+std::vector<std::string> pair_keys(std::vector<std::string> ref, std::vector<std::string> cand,
+                                   const CompareOptions& opt, CompareResult& r) {
+  const auto all_ref = ref.size(), all_cand = cand.size();
+  ref = filter_keys(ref, opt.stages);
+  cand = filter_keys(cand, opt.stages);
+  if (!opt.stages.empty() && ref.empty() && cand.empty())
+    input_error("--stages '{}' matches none of the {} + {} tensors of {} and {}", opt.stages, all_ref, all_cand,
+                r.label_ref, r.label_cand);
+  std::set<std::string> in_ref(ref.begin(), ref.end()), in_cand(cand.begin(), cand.end());
+  std::vector<std::string> common;
+  for (const auto& k : ref) (in_cand.count(k) ? common : r.only_ref).push_back(k);
+  for (const auto& k : cand)
+    if (!in_ref.count(k)) r.only_cand.push_back(k);
+  if (common.empty())
+    input_error("no tensor names in common between {} ({} tensors) and {} ({} tensors)", r.label_ref, ref.size(),
+                r.label_cand, cand.size());
+  r.only_ref = order_keys(r.only_ref, opt.stage_order);
+  r.only_cand = order_keys(r.only_cand, opt.stage_order);
+  return order_keys(common, opt.stage_order);
+}
+
+std::string relative_key(const std::string& path, const std::string& group) {
+  std::string g = group;
+  while (g.size() > 1 && g.back() == '/') g.pop_back();
+  std::string k = (g == "/" || g.empty()) ? path : path.substr(g.size());
+  while (!k.empty() && k.front() == '/') k.erase(k.begin());
+  return k;
+}
+
+std::string join_path(const std::string& group, const std::string& key) {
+  std::string g = group;
+  while (!g.empty() && g.back() == '/') g.pop_back();
+  return g + "/" + key;
+}
+
+}  // namespace
+
+const char* tensor_kind_name(TensorKind k) {
+  switch (k) {
+    case TensorKind::values: return "values";
+    case TensorKind::logits: return "logits";
+    case TensorKind::routing: return "routing";
+    case TensorKind::exact: return "exact";
+  }
+  return "?";
+}
+
+std::pair<std::string, std::string> split_key(const std::string& key) {
+  const auto slash = key.rfind('/');
+  if (slash == std::string::npos) return {key, ""};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+int stage_layer(const std::string& stage) {
+  if (stage.size() < 3 || stage[0] != 'L' || !std::isdigit(static_cast<unsigned char>(stage[1]))) return -1;
+  std::size_t i = 1;
+  int layer = 0;
+  while (i < stage.size() && std::isdigit(static_cast<unsigned char>(stage[i])))
+    layer = layer * 10 + (stage[i++] - '0');
+  return i < stage.size() && stage[i] != '.' ? -1 : layer;
+}
+
+std::vector<std::string> order_keys(std::vector<std::string> keys, const std::vector<std::string>& stage_order) {
+  std::unordered_map<std::string, int> rank;
+  for (std::size_t i = 0; i < stage_order.size(); ++i) rank.emplace(stage_order[i], static_cast<int>(i));
+  auto sort_key = [&](const std::string& k) {
+    const auto [stage, tensor] = split_key(k);
+    auto it = rank.find(stage);
+    const int known = it == rank.end() ? 1 : 0;
+    const int pos = it == rank.end() ? 0 : it->second;
+    const int layer = stage_layer(stage);
+    const bool tail = stage.starts_with("final.") || stage.starts_with("lm_head") || stage == "logits";
+    const int part = layer >= 0 ? 1 : tail ? 2 : 0;
+    return std::tuple(known, pos, part, layer, stage, tensor);
+  };
+  std::stable_sort(keys.begin(), keys.end(),
+                   [&](const std::string& a, const std::string& b) { return sort_key(a) < sort_key(b); });
+  return keys;
+}
+
+TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
+                       const Tensor* ref_scores) {
+  if (ref.shape() != cand.shape())
+    input_error("tensor '{}': shape mismatch, reference {} vs candidate {}", key, shape_str(ref.shape()),
+                shape_str(cand.shape()));
+  TensorDiff d;
+  std::tie(d.stage, d.tensor) = split_key(key);
+  d.dtype_ref = ref.dtype();
+  d.dtype_cand = cand.dtype();
+  d.shape = ref.shape();
+  d.metrics = tensor_metrics(ref, cand, opt.metrics);
+  const bool floats = is_float(ref.dtype()) || is_float(cand.dtype());
+  if (!floats && ref.rank() > 0 && matches_any(opt.routing_patterns, d.stage, d.tensor)) {
+    d.kind = TensorKind::routing;
+    d.routing = routing_metrics(ref, cand, ref_scores);
+  } else if (!floats) {
+    d.kind = TensorKind::exact;
+  } else if (ref.rank() > 0 && matches_any(opt.logits_patterns, d.stage, d.tensor)) {
+    d.kind = TensorKind::logits;
+    d.logits = logits_metrics(ref, cand, opt.metrics);
+  }
+  return d;
+}
+
+CompareResult compare_maps(const TensorMap& ref, const TensorMap& cand, const CompareOptions& opt) {
+  CompareResult r;
+  r.label_ref = "reference";
+  r.label_cand = "candidate";
+  std::vector<std::string> kr, kc;
+  for (const auto& [k, t] : ref) kr.push_back(k);
+  for (const auto& [k, t] : cand) kc.push_back(k);
+  for (const auto& key : pair_keys(kr, kc, opt, r)) {
+    const std::string sk = tie_scores_key(split_key(key).first);
+    auto scores = sk.empty() ? ref.end() : ref.find(sk);
+    r.rows.push_back(diff_tensor(key, ref.at(key), cand.at(key), opt, scores == ref.end() ? nullptr : &scores->second));
+  }
+  return r;
+}
+
+CompareResult compare_files(const std::string& file_ref, const std::string& group_ref, const std::string& file_cand,
+                            const std::string& group_cand, const CompareOptions& opt) {
+  CompareResult r;
+  r.label_ref = file_ref + ":" + group_ref;
+  r.label_cand = file_cand + ":" + group_cand;
+  std::vector<std::string> kr, kc;
+  for (const auto& p : h5_list_datasets(file_ref, group_ref)) kr.push_back(relative_key(p, group_ref));
+  for (const auto& p : h5_list_datasets(file_cand, group_cand)) kc.push_back(relative_key(p, group_cand));
+  const std::set<std::string> ref_keys(kr.begin(), kr.end());
+  for (const auto& key : pair_keys(kr, kc, opt, r)) {
+    const Tensor a = h5_read(file_ref, join_path(group_ref, key));
+    const Tensor b = h5_read(file_cand, join_path(group_cand, key));
+    const std::string sk = tie_scores_key(split_key(key).first);
+    Tensor scores;
+    if (!sk.empty() && ref_keys.count(sk)) scores = h5_read(file_ref, join_path(group_ref, sk));
+    try {
+      r.rows.push_back(diff_tensor(key, a, b, opt, scores.defined() ? &scores : nullptr));
+    } catch (const InputError& e) {
+      input_error("{} vs {}: {}", file_ref, file_cand, e.what());
+    }
+  }
+  return r;
+}
+
+void judge(CompareResult& r, const Policy& policy, const CompareResult* floor) {
+  std::unordered_map<std::string, const TensorDiff*> floor_rows;
+  if (floor)
+    for (const auto& row : floor->rows) floor_rows.emplace(row.key(), &row);
+  r.verdict = (r.only_ref.empty() && r.only_cand.empty()) ? Verdict::pass : Verdict::warn;
+  r.first_fail = -1;
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    TensorDiff& row = r.rows[i];
+    JudgeInput in;
+    in.metrics = &row.metrics;
+    in.logits = row.logits ? &*row.logits : nullptr;
+    in.routing = row.routing ? &*row.routing : nullptr;
+    in.exact = row.kind == TensorKind::routing || row.kind == TensorKind::exact;
+    row.floor_rmse.reset();
+    if (auto it = floor_rows.find(row.key()); it != floor_rows.end()) {
+      in.floor = &it->second->metrics;
+      row.floor_rmse = it->second->metrics.rmse;
+    }
+    const Judgement j = judge_tensor(in, policy.for_tensor(row.stage, row.tensor));
+    row.verdict = j.verdict;
+    row.reason = j.reason;
+    r.verdict = worst(r.verdict, j.verdict);
+    if (j.verdict == Verdict::fail && r.first_fail < 0) r.first_fail = static_cast<int>(i);
+  }
+}
+
+}  // namespace tdiff

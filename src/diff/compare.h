@@ -1,0 +1,85 @@
+#pragma once
+// The diff engine: pairs the tensors of two dumps by name ("<stage>/<tensor>"), computes
+// their metrics (metrics.h) and, in a separate step, their verdicts under a policy
+// (thresholds.h). Tensors present on one side only are listed in the result, never dropped.
+//
+//   CompareResult r = compare_files("case.h5", "/reference", "dump.h5", "/", opts);
+//   judge(r, load_policy("thresholds.toml"));
+//   // r.verdict, r.rows[i].verdict, r.first_fail ...
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "diff/metrics.h"
+#include "diff/thresholds.h"
+
+namespace tdiff {
+
+using TensorMap = std::map<std::string, Tensor>;  // "<stage>/<tensor>" -> tensor
+
+enum class TensorKind : std::uint8_t {
+  values,   // floating-point activations
+  logits,   // floating-point logits: also per-token top-1, top-k, KL
+  routing,  // integer selections [..., K]: expert-set agreement
+  exact,    // other integer/boolean tensors (masks): exact comparison
+};
+const char* tensor_kind_name(TensorKind k);
+
+struct TensorDiff {
+  std::string stage, tensor;
+  DType dtype_ref = DType::f64, dtype_cand = DType::f64;
+  Shape shape;
+  TensorKind kind = TensorKind::values;
+  TensorMetrics metrics;
+  std::optional<LogitsMetrics> logits;
+  std::optional<RoutingMetrics> routing;
+  // Set by judge().
+  Verdict verdict = Verdict::pass;
+  std::string reason;
+  std::optional<double> floor_rmse;  // the noise-floor run's rmse, when one was given
+
+  std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }
+};
+
+struct CompareResult {
+  std::string label_ref, label_cand;             // e.g. "case.h5:/reference"
+  std::vector<TensorDiff> rows;                  // model order
+  std::vector<std::string> only_ref, only_cand;  // keys found on one side only
+  // Set by judge(): the run's verdict (a tensor missing on one side makes it at least WARN)
+  // and the first failing row in model order (-1: none).
+  Verdict verdict = Verdict::pass;
+  int first_fail = -1;
+};
+
+struct CompareOptions {
+  std::vector<std::string> stage_order;  // stage names in model order; unknown stages follow
+  std::string stages;                    // glob filter; InputError when it matches nothing
+  // Which keys ("stage/tensor") get the logits and routing metrics (fnmatch globs).
+  std::vector<std::string> logits_patterns = {"lm_head/*", "*/logits", "logits"};
+  std::vector<std::string> routing_patterns = {"*.moe.select/*", "*.attn.idx.topk/*"};
+  MetricOptions metrics;
+};
+
+// "L03.attn.core/o" -> {"L03.attn.core", "o"}; a key without '/' is a stage of its own.
+std::pair<std::string, std::string> split_key(const std::string& key);
+// The layer number of "Lxx.<...>" stages, -1 for the others.
+int stage_layer(const std::string& stage);
+// Keys sorted by model order: `stage_order` first; otherwise prologue, layers by number,
+// then "final.*" and "lm_head"; by name inside each part.
+std::vector<std::string> order_keys(std::vector<std::string> keys, const std::vector<std::string>& stage_order);
+
+// One pair. `ref_scores`: the reference's selection scores for routing tie detection.
+TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
+                       const Tensor* ref_scores = nullptr);
+CompareResult compare_maps(const TensorMap& ref, const TensorMap& cand, const CompareOptions& opt = {});
+// Reads one pair at a time, so memory stays at the size of the largest pair.
+CompareResult compare_files(const std::string& file_ref, const std::string& group_ref, const std::string& file_cand,
+                            const std::string& group_cand, const CompareOptions& opt = {});
+
+// Verdicts for every row and for the run. `floor`: a noise-floor run compared against the
+// same reference; rows it lacks are judged without the floor gate.
+void judge(CompareResult& r, const Policy& policy, const CompareResult* floor = nullptr);
+
+}  // namespace tdiff

@@ -1,0 +1,176 @@
+#include "diff/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <variant>
+
+#include "core/error.h"
+
+namespace tdiff {
+
+namespace {
+
+// Fixed chunking: the partial sums of a chunk never depend on which thread computed it,
+// and chunks are combined in index order, so the result is independent of thread count.
+constexpr std::int64_t kChunk = 1 << 16;
+// Independent accumulators inside a chunk, so the compiler can keep them in vector lanes
+// without reassociating anything (GCC does not vectorise a single float64 sum on its own).
+constexpr int kLanes = 8;
+
+struct Partial {
+  double rr = 0, cc = 0, rc = 0, dd = 0;
+  double max_abs = 0, max_abs_ref = 0, max_rel = 0;
+  std::int64_t compared = 0, n_diff = 0;
+  std::int64_t nan_ref = 0, inf_ref = 0, nan_cand = 0, inf_cand = 0, new_nonfinite = 0;
+};
+
+// Branch-free kernel for chunks without NaN/Inf. Returns false when a non-finite value was
+// seen (its squares then poison rr or cc), and the caller redoes the chunk carefully.
+// Cloned for AVX2 where the CPU has it; no FMA, so both clones round identically.
+template <class TR, class TC>
+__attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, const TC* c, std::int64_t n,
+                                                                  double floor, Partial& p) {
+  double rr[kLanes] = {}, cc[kLanes] = {}, rc[kLanes] = {}, dd[kLanes] = {};
+  double ma[kLanes] = {}, mr[kLanes] = {}, mq[kLanes] = {};
+  std::int64_t nd[kLanes] = {};
+  auto step = [&](int j, double a, double b) {
+    const double d = b - a, ad = std::fabs(d), ar = std::fabs(a);
+    rr[j] += a * a;
+    cc[j] += b * b;
+    rc[j] += a * b;
+    dd[j] += d * d;
+    ma[j] = ad > ma[j] ? ad : ma[j];
+    mr[j] = ar > mr[j] ? ar : mr[j];
+    const double q = ad / (ar > floor ? ar : floor);
+    mq[j] = q > mq[j] ? q : mq[j];
+    nd[j] += d != 0.0;
+  };
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) step(j, static_cast<double>(r[i + j]), static_cast<double>(c[i + j]));
+  for (int j = 0; i < n; ++i, ++j) step(j, static_cast<double>(r[i]), static_cast<double>(c[i]));
+  for (int j = 0; j < kLanes; ++j) {
+    p.rr += rr[j], p.cc += cc[j], p.rc += rc[j], p.dd += dd[j], p.n_diff += nd[j];
+    p.max_abs = std::max(p.max_abs, ma[j]);
+    p.max_abs_ref = std::max(p.max_abs_ref, mr[j]);
+    p.max_rel = std::max(p.max_rel, mq[j]);
+  }
+  p.compared = n;
+  return std::isfinite(p.rr) && std::isfinite(p.cc);
+}
+
+// Element by element, for chunks holding NaN or Inf: those are counted, not summed.
+template <class TR, class TC>
+void careful_chunk(const TR* r, const TC* c, std::int64_t n, double floor, Partial& p) {
+  p = Partial{};
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double a = static_cast<double>(r[i]), b = static_cast<double>(c[i]);
+    const bool fa = std::isfinite(a), fb = std::isfinite(b);
+    p.nan_ref += std::isnan(a), p.inf_ref += std::isinf(a);
+    p.nan_cand += std::isnan(b), p.inf_cand += std::isinf(b);
+    const bool same_nonfinite = (std::isnan(a) && std::isnan(b)) || (!fa && a == b);
+    if (!fb && !same_nonfinite) ++p.new_nonfinite;
+    if (!(fa && fb)) {
+      p.n_diff += !same_nonfinite;
+      continue;
+    }
+    const double d = b - a, ad = std::fabs(d), ar = std::fabs(a);
+    p.rr += a * a, p.cc += b * b, p.rc += a * b, p.dd += d * d;
+    p.max_abs = std::max(p.max_abs, ad);
+    p.max_abs_ref = std::max(p.max_abs_ref, ar);
+    p.max_rel = std::max(p.max_rel, ad / std::max(ar, floor));
+    p.n_diff += d != 0.0;
+    ++p.compared;
+  }
+}
+
+// One side of a chunk as float or double pointers; other dtypes are widened into `buf`.
+using Elems = std::variant<const float*, const double*>;
+Elems chunk_elems(const Tensor& t, std::int64_t begin, std::int64_t n, std::vector<double>& buf) {
+  if (t.dtype() == DType::f32) return t.data<float>() + begin;
+  if (t.dtype() == DType::f64) return t.data<double>() + begin;
+  buf.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) buf[static_cast<std::size_t>(i)] = t.value(begin + i);
+  return static_cast<const double*>(buf.data());
+}
+
+Partial chunk_partial(const Tensor& ref, const Tensor& cand, std::int64_t begin, std::int64_t n, double floor,
+                      std::vector<double>& buf_r, std::vector<double>& buf_c) {
+  Partial p;
+  std::visit(
+      [&](auto r, auto c) {
+        if (!fast_chunk(r, c, n, floor, p)) careful_chunk(r, c, n, floor, p);
+      },
+      chunk_elems(ref, begin, n, buf_r), chunk_elems(cand, begin, n, buf_c));
+  return p;
+}
+
+void check_shapes(const Tensor& ref, const Tensor& cand, const char* what) {
+  if (ref.shape() != cand.shape())
+    input_error("{}: shape mismatch, reference {} vs candidate {}", what, shape_str(ref.shape()),
+                shape_str(cand.shape()));
+}
+
+}  // namespace
+
+TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const MetricOptions& opt) {
+  check_shapes(ref, cand, "tensor metrics");
+  const std::int64_t n = ref.numel();
+  const std::int64_t nchunks = (n + kChunk - 1) / kChunk;
+  std::vector<Partial> parts(static_cast<std::size_t>(nchunks));
+#pragma omp parallel
+  {
+    std::vector<double> buf_r, buf_c;
+#pragma omp for schedule(static)
+    for (std::int64_t k = 0; k < nchunks; ++k) {
+      const std::int64_t begin = k * kChunk;
+      parts[static_cast<std::size_t>(k)] =
+          chunk_partial(ref, cand, begin, std::min(kChunk, n - begin), opt.rel_floor, buf_r, buf_c);
+    }
+  }
+
+  Partial t;
+  std::int64_t worst_chunk = -1;
+  for (std::int64_t k = 0; k < nchunks; ++k) {
+    const Partial& p = parts[static_cast<std::size_t>(k)];
+    t.rr += p.rr, t.cc += p.cc, t.rc += p.rc, t.dd += p.dd;
+    if (p.max_abs > t.max_abs || worst_chunk < 0) t.max_abs = p.max_abs, worst_chunk = k;
+    t.max_abs_ref = std::max(t.max_abs_ref, p.max_abs_ref);
+    t.max_rel = std::max(t.max_rel, p.max_rel);
+    t.compared += p.compared, t.n_diff += p.n_diff;
+    t.nan_ref += p.nan_ref, t.inf_ref += p.inf_ref, t.nan_cand += p.nan_cand, t.inf_cand += p.inf_cand;
+    t.new_nonfinite += p.new_nonfinite;
+  }
+
+  TensorMetrics m;
+  m.count = n;
+  m.compared = t.compared;
+  m.max_abs = t.max_abs;
+  m.max_abs_ref = t.max_abs_ref;
+  m.max_rel = t.max_rel;
+  m.n_diff = t.n_diff;
+  m.nan_ref = t.nan_ref, m.inf_ref = t.inf_ref, m.nan_cand = t.nan_cand, m.inf_cand = t.inf_cand;
+  m.new_nonfinite = t.new_nonfinite;
+  if (t.compared > 0) {
+    m.rmse = std::sqrt(t.dd / static_cast<double>(t.compared));
+    m.ref_rms = std::sqrt(t.rr / static_cast<double>(t.compared));
+  }
+  const double nr = std::sqrt(t.rr), nc = std::sqrt(t.cc), nd = std::sqrt(t.dd);
+  if (nr == 0 && nc == 0) m.cosine = 1.0;
+  else if (nr == 0 || nc == 0) m.cosine = 0.0;
+  else m.cosine = std::clamp(t.rc / (nr * nc), -1.0, 1.0);
+  m.rel_l2 = nr > 0 ? nd / nr : (nd == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+
+  // The first element reaching max_abs, found by rescanning only the chunk that holds it.
+  if (t.max_abs > 0 && worst_chunk >= 0) {
+    const std::int64_t begin = worst_chunk * kChunk, end = std::min(n, begin + kChunk);
+    for (std::int64_t i = begin; i < end && m.argmax_abs < 0; ++i) {
+      const double a = ref.value(i), b = cand.value(i);
+      if (std::isfinite(a) && std::isfinite(b) && std::fabs(b - a) == t.max_abs) m.argmax_abs = i;
+    }
+  }
+  return m;
+}
+
+}  // namespace tdiff

@@ -1,0 +1,86 @@
+#pragma once
+// Statistics of one candidate tensor against its reference. Plain data: no verdicts here
+// (thresholds.h decides PASS/WARN/FAIL from these numbers).
+//
+// Definitions (r = reference, c = candidate, d = c - r, all in float64, over the elements
+// where both sides are finite; the non-finite ones are counted instead):
+//   cosine  = <r,c> / (|r| |c|); both zero vectors -> 1, exactly one zero vector -> 0
+//   max_abs = max |d|,  rmse = sqrt(mean d^2),  rel_l2 = |d| / |r| (|r| = 0: 0 if |d| = 0, else inf)
+//   max_rel = max |d| / max(|r_i|, rel_floor): the floor keeps near-zero reference values
+//             (whose relative error is pure noise) from dominating; default 1e-3, absolute
+//   new_nonfinite = positions where c is NaN/Inf and r is not the same non-finite value:
+//             the candidate produced a NaN/Inf the reference lacks (always FAIL)
+// One pass over both tensors, parallel over fixed chunks whose partial results are combined
+// in chunk order, so the numbers are bit-identical for any OpenMP thread count.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tdiff {
+
+struct MetricOptions {
+  double rel_floor = 1e-3;    // denominator floor of max_rel (absolute)
+  int worst_tokens = 8;       // logits: how many worst tokens (by KL) to keep for reports
+  int top_k = 10;             // logits: k of the top-k overlap
+};
+
+struct TensorMetrics {
+  std::int64_t count = 0;          // elements in the tensor
+  std::int64_t compared = 0;       // elements where both sides are finite
+  double cosine = 1.0;
+  double max_abs = 0.0;
+  std::int64_t argmax_abs = -1;    // flat index of the first element reaching max_abs
+  double rmse = 0.0;
+  double rel_l2 = 0.0;
+  double max_rel = 0.0;
+  double ref_rms = 0.0;            // scale of the reference, to read max_abs against
+  double max_abs_ref = 0.0;
+  std::int64_t n_diff = 0;         // elements that differ at all (0: bit-identical values)
+  std::int64_t nan_ref = 0, inf_ref = 0, nan_cand = 0, inf_cand = 0;
+  std::int64_t new_nonfinite = 0;  // NaN/Inf in the candidate that the reference lacks
+};
+
+// Throws InputError when the shapes differ; any dtypes (converted to float64).
+TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const MetricOptions& opt = {});
+
+// Per token (a row of the last dimension, logits [..., V]): top-1 agreement, top-k overlap
+// and KL(softmax(ref) || softmax(cand)) in float64. Rows with a NaN/Inf on either side are
+// counted in nonfinite_tokens and left out of the statistics.
+struct TopEntry {
+  std::int64_t id = 0;
+  double prob = 0.0;
+};
+struct TokenDetail {
+  std::int64_t token = 0;          // row index (flat over the leading dimensions)
+  double kl = 0.0;
+  std::vector<TopEntry> top_ref, top_cand;  // top-k of each side, most likely first
+};
+struct LogitsMetrics {
+  std::int64_t tokens = 0, vocab = 0, nonfinite_tokens = 0;
+  double top1_agree = 1.0;         // share of tokens whose argmax matches
+  double topk_overlap_mean = 1.0;  // mean |topk(r) & topk(c)| / k
+  double topk_overlap_min = 1.0;
+  double kl_mean = 0.0, kl_p99 = 0.0, kl_max = 0.0;  // p99: nearest rank
+  std::vector<TokenDetail> worst;  // highest KL first
+};
+LogitsMetrics logits_metrics(const Tensor& ref, const Tensor& cand, const MetricOptions& opt = {});
+
+// Expert (or entry) selection tensors [..., K] of integer ids; the order inside a row is
+// irrelevant. A token is "equal" when its id set matches the reference's; flips count the
+// reference ids missing from the candidate row. Tie hook: with the reference's scores
+// [..., E] (ids index the last dimension), a differing token whose swapped-out and
+// swapped-in ids have exactly equal scores is a tie, not a mismatch (both choices are right).
+struct RoutingMetrics {
+  std::int64_t tokens = 0, k = 0;
+  std::int64_t equal_tokens = 0;
+  std::int64_t tie_tokens = 0;     // differing only between exactly tied scores
+  std::int64_t flips = 0;          // flipped choices summed over tokens (ties included)
+  double equal_share = 1.0;        // equal_tokens / tokens
+  double mismatch_share = 0.0;     // (tokens - equal - tie) / tokens: what verdicts read
+};
+RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tensor* ref_scores = nullptr);
+
+}  // namespace tdiff

@@ -1,0 +1,142 @@
+#include "diff/thresholds.h"
+
+#include <fnmatch.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace tdiff {
+
+namespace {
+
+constexpr double kOff = std::numeric_limits<double>::infinity();
+
+struct Field {
+  const char* name;
+  double Thresholds::*member;
+};
+constexpr std::array kFields{
+    Field{"cosine_fail", &Thresholds::cosine_fail},     Field{"cosine_warn", &Thresholds::cosine_warn},
+    Field{"max_abs_fail", &Thresholds::max_abs_fail},   Field{"max_abs_warn", &Thresholds::max_abs_warn},
+    Field{"rel_l2_fail", &Thresholds::rel_l2_fail},     Field{"rel_l2_warn", &Thresholds::rel_l2_warn},
+    Field{"top1_fail", &Thresholds::top1_fail},         Field{"kl_fail", &Thresholds::kl_fail},
+    Field{"kl_warn", &Thresholds::kl_warn},             Field{"mismatch_fail", &Thresholds::mismatch_fail},
+    Field{"mismatch_warn", &Thresholds::mismatch_warn}, Field{"floor_k", &Thresholds::floor_k},
+    Field{"floor_atol", &Thresholds::floor_atol},
+};
+
+// Collects the reasons of the most severe level reached.
+class Verdicts {
+ public:
+  void add(Verdict v, std::string why) {
+    if (v < verdict_) return;
+    if (v > verdict_) reasons_.clear();
+    verdict_ = v;
+    reasons_.push_back(std::move(why));
+  }
+  Judgement result() const { return {verdict_, fmt::format("{}", fmt::join(reasons_, "; "))}; }
+
+ private:
+  Verdict verdict_ = Verdict::pass;
+  std::vector<std::string> reasons_;
+};
+
+}  // namespace
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::pass: return "PASS";
+    case Verdict::warn: return "WARN";
+    case Verdict::fail: return "FAIL";
+  }
+  return "?";
+}
+
+Thresholds::Thresholds() : rel_l2_fail(kOff), rel_l2_warn(kOff), kl_fail(kOff), kl_warn(kOff) {}
+
+void set_threshold(Thresholds& t, std::string_view key, double value) {
+  for (const auto& f : kFields)
+    if (key == f.name) {
+      if (std::isnan(value)) input_error("threshold {} is NaN", key);
+      t.*f.member = value;
+      return;
+    }
+  input_error("unknown threshold '{}' (known: {})", key, fmt::join(threshold_keys(), ", "));
+}
+
+std::vector<std::string> threshold_keys() {
+  std::vector<std::string> keys;
+  for (const auto& f : kFields) keys.emplace_back(f.name);
+  return keys;
+}
+
+bool stage_matches(const std::string& pattern, const std::string& stage, const std::string& tensor) {
+  if (fnmatch(pattern.c_str(), stage.c_str(), 0) == 0) return true;
+  return !tensor.empty() && fnmatch(pattern.c_str(), (stage + "/" + tensor).c_str(), 0) == 0;
+}
+
+Thresholds Policy::for_tensor(const std::string& stage, const std::string& tensor) const {
+  Thresholds t = defaults;
+  for (const auto& rule : rules)
+    for (const auto& pat : rule.patterns)
+      if (stage_matches(pat, stage, tensor)) {
+        for (const auto& [key, value] : rule.values) set_threshold(t, key, value);
+        break;
+      }
+  return t;
+}
+
+void Policy::check_patterns(const std::vector<std::string>& stages) const {
+  for (const auto& rule : rules)
+    for (const auto& pat : rule.patterns) {
+      bool hit = false;
+      for (const auto& s : stages) {
+        // The candidates may be "stage" or "stage/tensor" keys: match either form.
+        const auto slash = s.rfind('/');
+        hit = slash == std::string::npos ? stage_matches(pat, s)
+                                         : stage_matches(pat, s.substr(0, slash), s.substr(slash + 1));
+        if (hit) break;
+      }
+      if (!hit) input_error("{}: stage pattern '{}' matches no stage", rule.origin, pat);
+    }
+}
+
+Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
+  Verdicts v;
+  const TensorMetrics& m = *in.metrics;
+  if (in.exact) {
+    const double share = in.routing ? in.routing->mismatch_share
+                                    : (m.count ? static_cast<double>(m.n_diff) / static_cast<double>(m.count) : 0.0);
+    const char* what = in.routing ? "tokens with other selections" : "elements differ";
+    if (share > t.mismatch_fail) v.add(Verdict::fail, fmt::format("{:.3g}% {}", 100 * share, what));
+    else if (share > t.mismatch_warn) v.add(Verdict::warn, fmt::format("{:.3g}% {}", 100 * share, what));
+    return v.result();
+  }
+  if (m.new_nonfinite > 0) v.add(Verdict::fail, fmt::format("{} NaN/Inf not in the reference", m.new_nonfinite));
+  if (m.cosine < t.cosine_fail) v.add(Verdict::fail, fmt::format("cosine {:.6g} < {:g}", m.cosine, t.cosine_fail));
+  if (m.max_abs >= t.max_abs_fail) v.add(Verdict::fail, fmt::format("max_abs {:.3g} >= {:g}", m.max_abs, t.max_abs_fail));
+  if (m.rel_l2 >= t.rel_l2_fail) v.add(Verdict::fail, fmt::format("rel_l2 {:.3g} >= {:g}", m.rel_l2, t.rel_l2_fail));
+  if (in.logits) {
+    const LogitsMetrics& l = *in.logits;
+    if (l.top1_agree < t.top1_fail) v.add(Verdict::fail, fmt::format("top-1 agreement {:.4g} < {:g}", l.top1_agree, t.top1_fail));
+    if (l.kl_max >= t.kl_fail) v.add(Verdict::fail, fmt::format("max KL {:.3g} >= {:g}", l.kl_max, t.kl_fail));
+    if (l.kl_max >= t.kl_warn) v.add(Verdict::warn, fmt::format("max KL {:.3g} >= {:g}", l.kl_max, t.kl_warn));
+  }
+  if (in.floor) {
+    const double budget = t.floor_k * in.floor->rmse + t.floor_atol;
+    if (m.rmse > budget)
+      v.add(Verdict::fail, fmt::format("rmse {:.3g} > {:g} x floor {:.3g}", m.rmse, t.floor_k, in.floor->rmse));
+  }
+  if (m.cosine < t.cosine_warn) v.add(Verdict::warn, fmt::format("cosine {:.6g} < {:g}", m.cosine, t.cosine_warn));
+  if (m.max_abs >= t.max_abs_warn) v.add(Verdict::warn, fmt::format("max_abs {:.3g} >= {:g}", m.max_abs, t.max_abs_warn));
+  if (m.rel_l2 >= t.rel_l2_warn) v.add(Verdict::warn, fmt::format("rel_l2 {:.3g} >= {:g}", m.rel_l2, t.rel_l2_warn));
+  return v.result();
+}
+
+}  // namespace tdiff

@@ -1,0 +1,94 @@
+#pragma once
+// Verdict policy: turns the statistics of metrics.h into PASS / WARN / FAIL. Kept apart
+// from the statistics so that one set of numbers can be judged under several policies.
+//
+// Floating-point tensors (defaults from the correctness paper):
+//   FAIL  new NaN/Inf (the candidate has one the reference lacks), cosine < cosine_fail (0.99),
+//         max_abs >= max_abs_fail (1e-1), rel_l2 >= rel_l2_fail (off), and for logits
+//         top-1 agreement < top1_fail (off) or kl_max >= kl_fail (off);
+//         with a noise floor: rmse > floor_k (3) x the floor run's rmse + floor_atol (0)
+//   WARN  max_abs >= max_abs_warn (1e-2), cosine < cosine_warn (off), rel_l2 >= rel_l2_warn (off),
+//         kl_max >= kl_warn (off)
+// Integer and boolean tensors (selection indices, masks) are compared exactly. Their
+// mismatch share is the share of differing tokens for routing tensors (ties excluded, see
+// metrics.h) and of differing elements otherwise:
+//   FAIL  mismatch share > mismatch_fail (0.01);  WARN  mismatch share > mismatch_warn (0)
+// "off" values are the ones that can never trigger (cosine -1, the others +inf).
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "diff/metrics.h"
+
+namespace tdiff {
+
+enum class Verdict : std::uint8_t { pass, warn, fail };  // ordered by severity
+const char* verdict_name(Verdict v);                     // "PASS", "WARN", "FAIL"
+inline Verdict worst(Verdict a, Verdict b) { return a > b ? a : b; }
+
+struct Thresholds {
+  double cosine_fail = 0.99;
+  double cosine_warn = -1.0;
+  double max_abs_fail = 1e-1;
+  double max_abs_warn = 1e-2;
+  double rel_l2_fail, rel_l2_warn;  // +inf (set in the constructor)
+  double top1_fail = 0.0;
+  double kl_fail, kl_warn;          // +inf
+  double mismatch_fail = 0.01;
+  double mismatch_warn = 0.0;
+  double floor_k = 3.0;
+  double floor_atol = 0.0;
+  Thresholds();
+};
+
+// Sets one field by its name (the names above); InputError for an unknown name.
+void set_threshold(Thresholds& t, std::string_view key, double value);
+std::vector<std::string> threshold_keys();
+
+// Overrides for the stages (or "stage/tensor" keys) matching any of `patterns` (fnmatch
+// globs such as "L0[2-4].attn.*"). Later rules win over earlier ones.
+struct ThresholdRule {
+  std::vector<std::string> patterns;
+  std::vector<std::pair<std::string, double>> values;
+  std::string origin;  // "file.toml rule 2", "--rule" ..., for error messages
+};
+
+struct Policy {
+  Thresholds defaults;
+  std::vector<ThresholdRule> rules;
+
+  Thresholds for_tensor(const std::string& stage, const std::string& tensor) const;
+  // InputError when a rule's pattern matches none of `stages` (a typo would silently do nothing).
+  void check_patterns(const std::vector<std::string>& stages) const;
+};
+
+// Thresholds file (TOML):
+//   [default]                     # optional: changes the defaults for every stage
+//   max_abs_warn = 5e-3
+//   [[rule]]                      # any number, applied in order
+//   stages = "L0[2-4].attn.*"     # a glob or a list of globs
+//   cosine_fail = 0.999
+// Unknown keys, wrong types and parse errors are InputErrors naming the file.
+Policy load_policy(const std::string& path);
+// Command-line overrides, appended as the last rules: "PATTERN:key=value[,key=value...]",
+// or "key=value[,...]" for every stage (a rule for "*", so it wins over the file's rules).
+void add_policy_override(Policy& p, const std::string& spec);
+
+bool stage_matches(const std::string& pattern, const std::string& stage, const std::string& tensor = "");
+
+// The verdict of one tensor, with a short reason naming the rules that fired.
+struct Judgement {
+  Verdict verdict = Verdict::pass;
+  std::string reason;
+};
+struct JudgeInput {
+  const TensorMetrics* metrics = nullptr;
+  const LogitsMetrics* logits = nullptr;     // logits tensors
+  const RoutingMetrics* routing = nullptr;   // selection tensors
+  bool exact = false;                        // integer/boolean tensors
+  const TensorMetrics* floor = nullptr;      // the noise-floor run's metrics, if any
+};
+Judgement judge_tensor(const JudgeInput& in, const Thresholds& t);
+
+}  // namespace tdiff

@@ -1,0 +1,39 @@
+#pragma once
+// Inline SVG line plots for report.html: one value per stage along the model, layer bands
+// behind, dashed threshold lines, points coloured by verdict and linked to the table.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "diff/thresholds.h"
+
+namespace tdiff::report {
+
+struct PlotPoint {
+  double y = 0.0;       // already clamped into [y_lo, y_hi] by the caller
+  Verdict verdict = Verdict::pass;
+  std::string tip;      // tooltip text
+  std::string href;     // "#row-12": the table row
+};
+struct PlotLine {
+  double y = 0.0;
+  std::string label;
+  std::string css;      // "warn" or "fail"
+};
+struct PlotBand {
+  std::size_t begin = 0, end = 0;  // point indices [begin, end)
+  std::string label;
+};
+
+struct PlotSpec {
+  std::string title;
+  std::vector<PlotPoint> points;
+  std::vector<PlotLine> lines;
+  std::vector<PlotBand> bands;
+  double y_lo = 0.0, y_hi = 1.0;  // widened to whole tick steps
+  double min_step = 0.0;          // smallest tick step (1: whole decades on a log axis)
+  std::function<std::string(double)> tick;  // y-axis tick text
+};
+std::string svg_plot(const PlotSpec& spec);
+
+}  // namespace tdiff::report

@@ -1,0 +1,104 @@
+#include "report/summary.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace tdiff::report {
+
+std::vector<StageSummary> summarize_stages(const CompareResult& r) {
+  std::vector<StageSummary> out;
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const TensorDiff& d = r.rows[i];
+    if (out.empty() || out.back().stage != d.stage) {
+      StageSummary s;
+      s.stage = d.stage;
+      s.layer = stage_layer(d.stage);
+      out.push_back(std::move(s));
+    }
+    StageSummary& s = out.back();
+    s.rows.push_back(i);
+    if (d.verdict > s.verdict || (s.reason.empty() && d.verdict != Verdict::pass)) s.reason = d.reason;
+    s.verdict = worst(s.verdict, d.verdict);
+    if (d.kind == TensorKind::values || d.kind == TensorKind::logits) {
+      s.cosine = s.has_values ? std::min(s.cosine, d.metrics.cosine) : d.metrics.cosine;
+      s.max_abs = s.has_values ? std::max(s.max_abs, d.metrics.max_abs) : d.metrics.max_abs;
+      s.has_values = true;
+    }
+  }
+  return out;
+}
+
+double row_error(const TensorDiff& d) {
+  if (d.routing) return d.routing->mismatch_share;
+  if (d.kind == TensorKind::exact)
+    return d.metrics.count ? static_cast<double>(d.metrics.n_diff) / static_cast<double>(d.metrics.count) : 0.0;
+  if (d.metrics.new_nonfinite > 0) return HUGE_VAL;
+  return d.metrics.rel_l2;
+}
+
+std::string error_text(const TensorDiff& d) {
+  if (d.kind == TensorKind::routing || d.kind == TensorKind::exact) return num(100 * row_error(d), "{:.3g}") + "% differ";
+  if (d.metrics.new_nonfinite > 0) return fmt::format("{} new NaN/Inf", d.metrics.new_nonfinite);
+  return "rel_l2 " + num(row_error(d));
+}
+
+std::vector<std::size_t> worst_rows(const CompareResult& r, std::size_t n) {
+  std::vector<std::size_t> idx;
+  for (std::size_t i = 0; i < r.rows.size(); ++i)
+    if (row_error(r.rows[i]) > 0 || r.rows[i].verdict != Verdict::pass) idx.push_back(i);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+    const TensorDiff &x = r.rows[a], &y = r.rows[b];
+    if (x.verdict != y.verdict) return x.verdict > y.verdict;
+    return row_error(x) > row_error(y);
+  });
+  if (idx.size() > n) idx.resize(n);
+  return idx;
+}
+
+Counts count_verdicts(const CompareResult& r) {
+  Counts c;
+  for (const auto& d : r.rows) {
+    if (d.verdict == Verdict::pass) ++c.pass;
+    else if (d.verdict == Verdict::warn) ++c.warn;
+    else ++c.fail;
+  }
+  return c;
+}
+
+std::string group_name(const std::string& stage) {
+  const int layer = stage_layer(stage);
+  if (layer >= 0) return fmt::format("L{:02d}", layer);
+  if (stage.starts_with("final.") || stage.starts_with("lm_head") || stage == "logits") return "head";
+  return "prologue";
+}
+
+std::string num(double v, const char* spec) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return fmt::format(fmt::runtime(spec), v);
+}
+
+std::string cosine_text(double c) {
+  if (c == 1.0) return "1";
+  return num(c, "{:.7f}");
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace tdiff::report

@@ -1,0 +1,44 @@
+#pragma once
+// Views of a CompareResult shared by the report writers: per-stage rows, the worst tensors,
+// verdict counts, number formatting.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "diff/compare.h"
+
+namespace tdiff::report {
+
+struct StageSummary {
+  std::string stage;
+  int layer = -1;
+  Verdict verdict = Verdict::pass;
+  bool has_values = false;      // at least one floating-point tensor
+  double cosine = 1.0;          // lowest over its floating-point tensors
+  double max_abs = 0.0;         // highest over its floating-point tensors
+  std::vector<std::size_t> rows;  // indices into CompareResult::rows
+  std::string reason;           // the worst tensor's reason
+};
+std::vector<StageSummary> summarize_stages(const CompareResult& r);
+
+// Rows ordered worst first (verdict, then relative L2 error / mismatch share); at most n,
+// and only rows with an error at all.
+std::vector<std::size_t> worst_rows(const CompareResult& r, std::size_t n);
+// A scale-free error for ranking: rel_l2 for floats, mismatch share for exact tensors.
+double row_error(const TensorDiff& d);
+std::string error_text(const TensorDiff& d);  // "rel_l2 0.012" or "3.1% differ"
+
+struct Counts {
+  int pass = 0, warn = 0, fail = 0;
+};
+Counts count_verdicts(const CompareResult& r);
+
+// "L03" for layer stages, otherwise "prologue" or "head" (final.*, lm_head).
+std::string group_name(const std::string& stage);
+
+// fmt spec applied to finite values; "nan", "inf", "-inf" otherwise.
+std::string num(double v, const char* spec = "{:.3g}");
+std::string cosine_text(double c);  // 7 decimals, "1" when exactly 1
+std::string html_escape(const std::string& s);
+
+}  // namespace tdiff::report

@@ -1,0 +1,114 @@
+// `tdiff compare` through the real binary: exit codes 0 / 1 / 2 and the report files.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "core/h5io.h"
+
+namespace tdiff {
+namespace {
+
+Tensor wave(Shape shape, double noise) {
+  Tensor t(DType::f32, std::move(shape));
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = static_cast<float>(std::sin(0.1 * static_cast<double>(i)) + 0.2 + noise * std::cos(3.0 * i));
+  return t;
+}
+
+class CompareCli : public ::testing::Test {
+ protected:
+  std::filesystem::path dir_;
+  std::string ref_, good_, bad_, out_;
+
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("tdiff_cli_cmp_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    ref_ = (dir_ / "ref.h5").string(), good_ = (dir_ / "good.h5").string(), bad_ = (dir_ / "bad.h5").string();
+    out_ = (dir_ / "out").string();
+    write(ref_, "/reference", 0.0);
+    write(good_, "", 1e-4);
+    write(bad_, "", 0.3);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static void write(const std::string& path, const std::string& group, double noise) {
+    H5Writer w(path);
+    w.write(group + "/embed/e", wave({4, 16}, noise));
+    w.write(group + "/L00.attn.core/o", wave({2, 4, 16}, noise));
+    w.write(group + "/lm_head/logits", wave({1, 4, 32}, noise));
+    w.commit();
+  }
+
+  // Runs tdiff with `args`; returns the exit code, stdout+stderr in `output`.
+  int tdiff(const std::string& args, std::string* output = nullptr) {
+    const std::string log = (dir_ / "log.txt").string();
+    const int status = std::system((std::string(TDIFF_BIN) + " " + args + " > " + log + " 2>&1").c_str());
+    std::ifstream f(log);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (output) *output = ss.str();
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+};
+
+TEST_F(CompareCli, PassWritesAllReports) {
+  std::string out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " -o " + out_, &out), 0) << out;
+  EXPECT_NE(out.find("verdict PASS"), std::string::npos) << out;
+  EXPECT_EQ(out.find("\033["), std::string::npos) << "no colours when stdout is not a terminal";
+  for (const char* f : {"report.csv", "report.json", "junit.xml", "report.html"})
+    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::path(out_) / f)) << f;
+  std::ifstream csv(std::filesystem::path(out_) / "report.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header.rfind("stage,tensor,cosine,max_abs,rmse,rel_l2,verdict", 0), 0u) << header;
+  for (const auto& e : std::filesystem::directory_iterator(out_))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << "temporary left behind: " << e.path();
+}
+
+TEST_F(CompareCli, FailExitsOne) {
+  std::string out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + bad_ + " --no-reports", &out), 1) << out;
+  EXPECT_NE(out.find("first FAIL"), std::string::npos) << out;
+  EXPECT_NE(out.find("reproduce   tdiff compare"), std::string::npos) << out;
+  // Loosened thresholds for everything turn the same run into a pass.
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + bad_ + " --no-reports --threshold max_abs_fail=10,max_abs_warn=10"
+                  " --threshold cosine_fail=0",
+                  &out),
+            0)
+      << out;
+  // Restricting to the stage that passes.
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --stages 'embed'", &out), 0) << out;
+}
+
+TEST_F(CompareCli, InputErrorsExitTwo) {
+  std::string out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + (dir_ / "missing.h5").string(), &out), 2) << out;
+  EXPECT_NE(out.find("missing.h5"), std::string::npos) << out;
+  EXPECT_EQ(tdiff("compare " + ref_, &out), 2) << out;  // usage
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --stages 'L99.*'", &out), 2) << out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --threshold 'L99.*:max_abs_warn=1'", &out), 2)
+      << out;
+  EXPECT_NE(out.find("matches no stage"), std::string::npos) << out;
+  const std::string toml = (dir_ / "bad.toml").string();
+  std::ofstream(toml) << "[default]\nmax_abs = 1\n";
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --thresholds " + toml, &out), 2) << out;
+  EXPECT_NE(out.find("bad.toml"), std::string::npos) << out;
+  {
+    H5Writer w(good_, good_);
+    w.write("/embed/e", wave({16, 4}, 0.0));
+    w.commit();
+  }
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports", &out), 2) << out;
+  EXPECT_NE(out.find("shape mismatch"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tdiff

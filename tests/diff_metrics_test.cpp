@@ -1,0 +1,277 @@
+// Metrics against values computed here the plain way, edge cases, and thread-count
+// independence of tensor_metrics / logits_metrics / routing_metrics.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string_view>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "diff/metrics.h"
+#include "diff/thresholds.h"
+
+namespace tdiff {
+namespace {
+
+// Seed from the test's name (FNV-1a), so every test has its own reproducible data.
+std::uint64_t name_seed() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::string_view s : {std::string_view(info->test_suite_name()), std::string_view(info->name())})
+    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+
+// Normal values, never all zero; the candidate is the reference plus noise of `scale`.
+std::pair<Tensor, Tensor> random_pair(Shape shape, double scale, DType cand_dtype = DType::f64) {
+  std::mt19937_64 rng(name_seed());
+  std::normal_distribution<double> nd;
+  Tensor r(DType::f64, shape), c(DType::f64, shape);
+  for (std::int64_t i = 0; i < r.numel(); ++i) {
+    r.data<double>()[i] = nd(rng);
+    c.data<double>()[i] = r.data<double>()[i] + scale * nd(rng);
+  }
+  return {r, cand_dtype == DType::f64 ? c : c.to(cand_dtype)};
+}
+
+struct Plain {
+  double cosine, max_abs, rmse, rel_l2, max_rel, ref_rms, max_abs_ref;
+  std::int64_t argmax;
+};
+Plain plain_metrics(const Tensor& r, const Tensor& c, double floor) {
+  double rr = 0, cc = 0, rc = 0, dd = 0;
+  Plain p{0, 0, 0, 0, 0, 0, 0, -1};
+  for (std::int64_t i = 0; i < r.numel(); ++i) {
+    const double a = r.value(i), b = c.value(i), d = b - a;
+    rr += a * a, cc += b * b, rc += a * b, dd += d * d;
+    if (std::fabs(d) > p.max_abs) p.max_abs = std::fabs(d), p.argmax = i;
+    p.max_rel = std::max(p.max_rel, std::fabs(d) / std::max(std::fabs(a), floor));
+    p.max_abs_ref = std::max(p.max_abs_ref, std::fabs(a));
+  }
+  const double n = static_cast<double>(r.numel());
+  p.cosine = rc / std::sqrt(rr) / std::sqrt(cc);
+  p.rmse = std::sqrt(dd / n);
+  p.rel_l2 = std::sqrt(dd) / std::sqrt(rr);
+  p.ref_rms = std::sqrt(rr / n);
+  return p;
+}
+
+void expect_matches_plain(const Tensor& r, const Tensor& c) {
+  const TensorMetrics m = tensor_metrics(r, c);
+  const Plain p = plain_metrics(r, c, MetricOptions{}.rel_floor);
+  EXPECT_EQ(m.count, r.numel());
+  EXPECT_EQ(m.compared, r.numel());
+  EXPECT_NEAR(m.cosine, p.cosine, 1e-13);
+  EXPECT_DOUBLE_EQ(m.max_abs, p.max_abs);  // a maximum is exact, whatever the order
+  EXPECT_EQ(m.argmax_abs, p.argmax);
+  EXPECT_NEAR(m.rmse, p.rmse, 1e-12 * p.rmse);
+  EXPECT_NEAR(m.rel_l2, p.rel_l2, 1e-12 * p.rel_l2);
+  EXPECT_DOUBLE_EQ(m.max_rel, p.max_rel);
+  EXPECT_NEAR(m.ref_rms, p.ref_rms, 1e-12 * p.ref_rms);
+  EXPECT_DOUBLE_EQ(m.max_abs_ref, p.max_abs_ref);
+  EXPECT_EQ(m.new_nonfinite, 0);
+}
+
+TEST(DiffMetrics, MatchesPlainComputationSmallAwkwardShape) {
+  auto [r, c] = random_pair({3, 7, 13}, 1e-3);  // 273 elements: not a multiple of the lanes
+  expect_matches_plain(r, c);
+}
+
+TEST(DiffMetrics, MatchesPlainComputationAcrossChunks) {
+  auto [r, c] = random_pair({2, 65599}, 1e-2);  // several 65536-element chunks plus a tail
+  expect_matches_plain(r, c);
+}
+
+TEST(DiffMetrics, MixedDtypes) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    auto [r, c] = random_pair({1000}, 1e-3, t);
+    expect_matches_plain(r, c);
+    auto [r2, c2] = random_pair({1000}, 1e-3);
+    expect_matches_plain(r2.to(t), c2);  // low-precision reference, float64 candidate
+  }
+}
+
+TEST(DiffMetrics, HandComputedTinyExample) {
+  // r = (3, 4), c = (4, 3): cosine 24/25, diff (1, -1): max_abs 1, rmse 1, rel_l2 sqrt(2)/5.
+  Tensor r(DType::f64, {2}), c(DType::f64, {2});
+  r.data<double>()[0] = 3, r.data<double>()[1] = 4;
+  c.data<double>()[0] = 4, c.data<double>()[1] = 3;
+  const TensorMetrics m = tensor_metrics(r, c);
+  EXPECT_DOUBLE_EQ(m.cosine, 24.0 / 25.0);
+  EXPECT_DOUBLE_EQ(m.max_abs, 1.0);
+  EXPECT_EQ(m.argmax_abs, 0);
+  EXPECT_DOUBLE_EQ(m.rmse, 1.0);
+  EXPECT_DOUBLE_EQ(m.rel_l2, std::sqrt(2.0) / 5.0);
+  EXPECT_DOUBLE_EQ(m.max_rel, 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(m.ref_rms, std::sqrt(12.5));
+  EXPECT_EQ(m.n_diff, 2);
+}
+
+TEST(DiffMetrics, ZeroVectors) {
+  Tensor z(DType::f32, {5}), z2(DType::f32, {5});
+  auto [r, c] = random_pair({5}, 0.1, DType::f32);
+  const TensorMetrics both = tensor_metrics(z, z2);
+  EXPECT_EQ(both.cosine, 1.0);
+  EXPECT_EQ(both.rel_l2, 0.0);
+  EXPECT_EQ(both.n_diff, 0);
+  EXPECT_EQ(tensor_metrics(z, c).cosine, 0.0);
+  EXPECT_TRUE(std::isinf(tensor_metrics(z, c).rel_l2));
+  EXPECT_EQ(tensor_metrics(r, z).cosine, 0.0);
+  EXPECT_EQ(tensor_metrics(r, z).rel_l2, 1.0);
+  EXPECT_EQ(tensor_metrics(Tensor(DType::f32, {0}), Tensor(DType::f32, {0})).cosine, 1.0);
+}
+
+TEST(DiffMetrics, IdenticalTensorsAreExact) {
+  auto [r, c] = random_pair({777}, 0.0, DType::f32);
+  const TensorMetrics m = tensor_metrics(r, r.clone());
+  EXPECT_EQ(m.max_abs, 0.0);
+  EXPECT_EQ(m.n_diff, 0);
+  EXPECT_NEAR(m.cosine, 1.0, 1e-15);
+}
+
+TEST(DiffMetrics, RelFloorKeepsTinyReferenceValuesFromDominating) {
+  Tensor r(DType::f64, {2}), c(DType::f64, {2});
+  r.data<double>()[0] = 1e-9, c.data<double>()[0] = 1e-9 + 1e-4;  // tiny value, absolute error 1e-4
+  r.data<double>()[1] = 1.0, c.data<double>()[1] = 1.0;
+  EXPECT_NEAR(tensor_metrics(r, c).max_rel, 1e-4 / 1e-3, 1e-9);
+  EXPECT_NEAR(tensor_metrics(r, c, {.rel_floor = 1e-6}).max_rel, 1e-4 / 1e-6, 1e-3);
+}
+
+TEST(DiffMetrics, NonFiniteValues) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  auto [r, c] = random_pair({100}, 1e-3);
+  // NaN at the same place on both sides: counted, left out of the sums, not "new".
+  r.data<double>()[3] = nan, c.data<double>()[3] = nan;
+  // The same infinity on both sides: not new either.
+  r.data<double>()[5] = inf, c.data<double>()[5] = inf;
+  TensorMetrics m = tensor_metrics(r, c);
+  EXPECT_EQ(m.nan_ref, 1);
+  EXPECT_EQ(m.nan_cand, 1);
+  EXPECT_EQ(m.inf_ref, 1);
+  EXPECT_EQ(m.new_nonfinite, 0);
+  EXPECT_EQ(m.compared, 98);
+  EXPECT_TRUE(std::isfinite(m.cosine) && std::isfinite(m.rmse));
+  // New: a NaN the reference lacks, and an infinity of the other sign.
+  c.data<double>()[10] = nan;
+  c.data<double>()[5] = -inf;
+  m = tensor_metrics(r, c);
+  EXPECT_EQ(m.new_nonfinite, 2);
+  EXPECT_EQ(m.nan_cand, 2);
+  EXPECT_EQ(m.inf_cand, 1);
+  EXPECT_EQ(judge_tensor({.metrics = &m}, Thresholds{}).verdict, Verdict::fail);
+  // A NaN in an f32 candidate, too (the fast kernel must notice it).
+  auto [r32, c32] = random_pair({70000}, 1e-4, DType::f32);
+  c32.data<float>()[69999] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(tensor_metrics(r32, c32).new_nonfinite, 1);
+}
+
+TEST(DiffMetrics, ShapeMismatchIsAnInputError) {
+  EXPECT_THROW(tensor_metrics(Tensor(DType::f32, {2, 3}), Tensor(DType::f32, {3, 2})), InputError);
+  EXPECT_THROW(logits_metrics(Tensor(DType::f32, {2, 3}), Tensor(DType::f32, {2, 4})), InputError);
+  EXPECT_THROW(routing_metrics(Tensor(DType::i64, {2, 3}), Tensor(DType::i64, {3, 3})), InputError);
+}
+
+// Bit-identical results for 1, 2 and 3 threads.
+TEST(DiffMetrics, ThreadCountIndependence) {
+  auto [r, c] = random_pair({5, 65537}, 1e-3, DType::f32);
+  auto [lr, lc] = random_pair({2, 9, 301}, 0.3);
+  const int saved = omp_get_max_threads();
+  std::vector<TensorMetrics> ms;
+  std::vector<LogitsMetrics> ls;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    ms.push_back(tensor_metrics(r, c));
+    ls.push_back(logits_metrics(lr, lc));
+  }
+  omp_set_num_threads(saved);
+  for (std::size_t i = 1; i < ms.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&ms[0], &ms[i], sizeof(TensorMetrics)), 0) << "threads " << i + 1;
+    EXPECT_EQ(ls[0].kl_mean, ls[i].kl_mean);
+    EXPECT_EQ(ls[0].kl_p99, ls[i].kl_p99);
+    EXPECT_EQ(ls[0].kl_max, ls[i].kl_max);
+    EXPECT_EQ(ls[0].top1_agree, ls[i].top1_agree);
+    EXPECT_EQ(ls[0].topk_overlap_mean, ls[i].topk_overlap_mean);
+  }
+}
+
+TEST(DiffLogits, HandComputedKlTopOneAndOverlap) {
+  // Two tokens, vocabulary 4. Token 0: identical rows. Token 1: the top two swap.
+  Tensor r(DType::f64, {2, 4}), c(DType::f64, {2, 4});
+  const double rv[] = {1, 2, 3, 4, 0.5, 0.1, 2.0, 1.5};
+  const double cv[] = {1, 2, 3, 4, 0.5, 0.1, 1.4, 2.1};
+  std::memcpy(r.raw(), rv, sizeof rv);
+  std::memcpy(c.raw(), cv, sizeof cv);
+  const LogitsMetrics m = logits_metrics(r, c, {.worst_tokens = 1, .top_k = 2});
+  auto kl = [](const double* a, const double* b) {
+    double za = 0, zb = 0, s = 0;
+    for (int i = 0; i < 4; ++i) za += std::exp(a[i]), zb += std::exp(b[i]);
+    for (int i = 0; i < 4; ++i) s += std::exp(a[i]) / za * ((a[i] - std::log(za)) - (b[i] - std::log(zb)));
+    return s;
+  };
+  const double kl1 = kl(rv + 4, cv + 4);
+  EXPECT_EQ(m.tokens, 2);
+  EXPECT_EQ(m.vocab, 4);
+  EXPECT_DOUBLE_EQ(m.top1_agree, 0.5);
+  EXPECT_DOUBLE_EQ(m.topk_overlap_mean, 1.0);  // same top-2 set {2, 3}, other order
+  EXPECT_NEAR(m.kl_mean, kl1 / 2, 1e-15);
+  EXPECT_NEAR(m.kl_max, kl1, 1e-15);
+  EXPECT_NEAR(m.kl_p99, kl1, 1e-15);
+  ASSERT_EQ(m.worst.size(), 1u);
+  EXPECT_EQ(m.worst[0].token, 1);
+  ASSERT_EQ(m.worst[0].top_ref.size(), 2u);
+  EXPECT_EQ(m.worst[0].top_ref[0].id, 2);
+  EXPECT_EQ(m.worst[0].top_cand[0].id, 3);
+  double z = 0;
+  for (int i = 4; i < 8; ++i) z += std::exp(rv[i]);
+  EXPECT_NEAR(m.worst[0].top_ref[0].prob, std::exp(2.0) / z, 1e-15);
+}
+
+TEST(DiffLogits, NonFiniteTokensAreLeftOut) {
+  auto [r, c] = random_pair({3, 50}, 0.01, DType::f32);
+  c.data<float>()[60] = std::numeric_limits<float>::infinity();
+  const LogitsMetrics m = logits_metrics(r, c);
+  EXPECT_EQ(m.nonfinite_tokens, 1);
+  EXPECT_TRUE(std::isfinite(m.kl_max));
+  for (const auto& w : m.worst) EXPECT_NE(w.token, 1);
+}
+
+Tensor ids(Shape shape, std::vector<std::int64_t> v) {
+  Tensor t(DType::i64, std::move(shape));
+  std::memcpy(t.raw(), v.data(), v.size() * sizeof(std::int64_t));
+  return t;
+}
+
+TEST(DiffRouting, SetsNotOrderAndFlips) {
+  const Tensor r = ids({3, 2}, {0, 1, 2, 3, 4, 5});
+  const Tensor c = ids({3, 2}, {1, 0, 2, 4, 6, 7});  // token 0 reordered, 1 flips one, 2 flips both
+  const RoutingMetrics m = routing_metrics(r, c);
+  EXPECT_EQ(m.tokens, 3);
+  EXPECT_EQ(m.k, 2);
+  EXPECT_EQ(m.equal_tokens, 1);
+  EXPECT_EQ(m.flips, 3);
+  EXPECT_DOUBLE_EQ(m.equal_share, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(m.mismatch_share, 2.0 / 3);
+}
+
+TEST(DiffRouting, ExactlyTiedScoresAreTiesNotMismatches) {
+  const Tensor r = ids({2, 2}, {0, 1, 2, 3});
+  const Tensor c = ids({2, 2}, {0, 2, 2, 0});
+  Tensor scores(DType::f64, {2, 4});
+  const double sv[] = {0.9, 0.5, 0.5, 0.1,   // token 0: experts 1 and 2 tie exactly -> tie
+                       0.2, 0.3, 0.8, 0.7};  // token 1: 3 (0.7) swapped for 0 (0.2) -> real flip
+  std::memcpy(scores.raw(), sv, sizeof sv);
+  const RoutingMetrics m = routing_metrics(r, c, &scores);
+  EXPECT_EQ(m.equal_tokens, 0);
+  EXPECT_EQ(m.tie_tokens, 1);
+  EXPECT_EQ(m.flips, 2);
+  EXPECT_DOUBLE_EQ(m.mismatch_share, 0.5);
+  const Tensor other(DType::f64, {3, 4});
+  EXPECT_THROW(routing_metrics(r, c, &other), InputError);  // scores for 3 tokens, not 2
+}
+
+}  // namespace
+}  // namespace tdiff
