@@ -14,9 +14,11 @@ namespace {
 // Fixed chunking: the partial sums of a chunk never depend on which thread computed it,
 // and chunks are combined in index order, so the result is independent of thread count.
 constexpr std::int64_t kChunk = 1 << 16;
-// Independent accumulators inside a chunk, so the compiler can keep them in vector lanes
-// without reassociating anything (GCC does not vectorise a single float64 sum on its own).
-constexpr int kLanes = 8;
+// Four independent accumulators (one vector) per sum: the order of additions is fixed by
+// this code, not by the compiler, and is the same on every machine and for every clone.
+constexpr int kLanes = 4;
+using v4d = double __attribute__((vector_size(32)));
+using v4l = std::int64_t __attribute__((vector_size(32)));
 
 struct Partial {
   double rr = 0, cc = 0, rc = 0, dd = 0;
@@ -31,30 +33,43 @@ struct Partial {
 template <class TR, class TC>
 __attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, const TC* c, std::int64_t n,
                                                                   double floor, Partial& p) {
-  double rr[kLanes] = {}, cc[kLanes] = {}, rc[kLanes] = {}, dd[kLanes] = {};
-  double ma[kLanes] = {}, mr[kLanes] = {}, mq[kLanes] = {};
-  std::int64_t nd[kLanes] = {};
-  auto step = [&](int j, double a, double b) {
-    const double d = b - a, ad = std::fabs(d), ar = std::fabs(a);
-    rr[j] += a * a;
-    cc[j] += b * b;
-    rc[j] += a * b;
-    dd[j] += d * d;
-    ma[j] = ad > ma[j] ? ad : ma[j];
-    mr[j] = ar > mr[j] ? ar : mr[j];
-    const double q = ad / (ar > floor ? ar : floor);
-    mq[j] = q > mq[j] ? q : mq[j];
-    nd[j] += d != 0.0;
-  };
+  v4d rr = {}, cc = {}, rc = {}, dd = {}, ma = {}, mr = {}, mq = {};
+  v4l nd = {};
+  const v4d fl = {floor, floor, floor, floor};
+  constexpr std::int64_t no_sign = std::numeric_limits<std::int64_t>::max();
+  const v4l abs_mask = {no_sign, no_sign, no_sign, no_sign};
   std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) step(j, static_cast<double>(r[i + j]), static_cast<double>(c[i + j]));
-  for (int j = 0; i < n; ++i, ++j) step(j, static_cast<double>(r[i]), static_cast<double>(c[i]));
+  for (; i + kLanes <= n; i += kLanes) {
+    // Built element by element: the compiler turns this into one widening load.
+    const v4d a = {static_cast<double>(r[i]), static_cast<double>(r[i + 1]), static_cast<double>(r[i + 2]),
+                   static_cast<double>(r[i + 3])};
+    const v4d b = {static_cast<double>(c[i]), static_cast<double>(c[i + 1]), static_cast<double>(c[i + 2]),
+                   static_cast<double>(c[i + 3])};
+    const v4d d = b - a;
+    const v4d ad = (v4d)((v4l)d & abs_mask), ar = (v4d)((v4l)a & abs_mask);  // clear the sign bits
+    rr += a * a;
+    cc += b * b;
+    rc += a * b;
+    dd += d * d;
+    ma = ad > ma ? ad : ma;
+    mr = ar > mr ? ar : mr;
+    const v4d q = ad / (ar > fl ? ar : fl);
+    mq = q > mq ? q : mq;
+    nd -= d != 0.0;  // a true comparison is -1
+  }
   for (int j = 0; j < kLanes; ++j) {
     p.rr += rr[j], p.cc += cc[j], p.rc += rc[j], p.dd += dd[j], p.n_diff += nd[j];
     p.max_abs = std::max(p.max_abs, ma[j]);
     p.max_abs_ref = std::max(p.max_abs_ref, mr[j]);
     p.max_rel = std::max(p.max_rel, mq[j]);
+  }
+  for (; i < n; ++i) {  // the tail, in element order after the lanes
+    const double a = static_cast<double>(r[i]), b = static_cast<double>(c[i]), d = b - a;
+    const double ad = std::fabs(d), ar = std::fabs(a);
+    p.rr += a * a, p.cc += b * b, p.rc += a * b, p.dd += d * d, p.n_diff += d != 0.0;
+    p.max_abs = std::max(p.max_abs, ad);
+    p.max_abs_ref = std::max(p.max_abs_ref, ar);
+    p.max_rel = std::max(p.max_rel, ad / std::max(ar, floor));
   }
   p.compared = n;
   return std::isfinite(p.rr) && std::isfinite(p.cc);
