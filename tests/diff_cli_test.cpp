@@ -84,8 +84,15 @@ TEST_F(CompareCli, FailExitsOne) {
                   &out),
             0)
       << out;
-  // Restricting to the stage that passes.
-  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --stages 'embed'", &out), 0) << out;
+  // Restricting to the stage that passes; a rule for stages outside the selection is fine.
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + bad_ + " --no-reports --stages 'embed' --threshold 'L00.*:max_abs_warn=1'",
+                  &out),
+            1)
+      << out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --stages 'embed' --threshold 'L00.*:max_abs_warn=1'",
+                  &out),
+            0)
+      << out;
 }
 
 TEST_F(CompareCli, InputErrorsExitTwo) {

@@ -94,8 +94,10 @@ void run_compare(CompareCmd c) {
   if (c.rel_floor) opt.metrics.rel_floor = *c.rel_floor;
   CompareResult result = compare_files(c.file_a, c.group_a, c.file_b, c.group_b, opt);
 
-  std::vector<std::string> keys;
-  for (const auto& row : result.rows) keys.push_back(row.key());
+  // Rules are checked against every tensor of both dumps, not only the --stages selection,
+  // so that one thresholds file serves runs restricted to a few stages.
+  std::vector<std::string> keys = list_keys(c.file_a, c.group_a);
+  for (auto& k : list_keys(c.file_b, c.group_b)) keys.push_back(std::move(k));
   policy.check_patterns(keys);
 
   std::optional<CompareResult> floor;

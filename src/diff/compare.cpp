@@ -120,6 +120,12 @@ std::vector<std::string> order_keys(std::vector<std::string> keys, const std::ve
   return keys;
 }
 
+std::vector<std::string> list_keys(const std::string& file, const std::string& group) {
+  std::vector<std::string> keys;
+  for (const auto& p : h5_list_datasets(file, group)) keys.push_back(relative_key(p, group));
+  return keys;
+}
+
 TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
                        const Tensor* ref_scores) {
   if (ref.shape() != cand.shape())
@@ -164,9 +170,7 @@ CompareResult compare_files(const std::string& file_ref, const std::string& grou
   CompareResult r;
   r.label_ref = file_ref + ":" + group_ref;
   r.label_cand = file_cand + ":" + group_cand;
-  std::vector<std::string> kr, kc;
-  for (const auto& p : h5_list_datasets(file_ref, group_ref)) kr.push_back(relative_key(p, group_ref));
-  for (const auto& p : h5_list_datasets(file_cand, group_cand)) kc.push_back(relative_key(p, group_cand));
+  const std::vector<std::string> kr = list_keys(file_ref, group_ref), kc = list_keys(file_cand, group_cand);
   const std::set<std::string> ref_keys(kr.begin(), kr.end());
   for (const auto& key : pair_keys(kr, kc, opt, r)) {
     const Tensor a = h5_read(file_ref, join_path(group_ref, key));

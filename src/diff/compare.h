@@ -70,6 +70,9 @@ int stage_layer(const std::string& stage);
 // then "final.*" and "lm_head"; by name inside each part.
 std::vector<std::string> order_keys(std::vector<std::string> keys, const std::vector<std::string>& stage_order);
 
+// Dataset paths under `group`, relative to it ("L03.attn.core/o"), as compare_files pairs them.
+std::vector<std::string> list_keys(const std::string& file, const std::string& group);
+
 // One pair. `ref_scores`: the reference's selection scores for routing tie detection.
 TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
                        const Tensor* ref_scores = nullptr);

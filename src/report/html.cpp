@@ -243,6 +243,12 @@ std::string render_html(const CompareResult& r, const RunInfo& info) {
   o += "<h2>Stages</h2>\n" + stage_table(r);
   o += missing_section(r);
   o += fmt::format("<h2>Reproduce</h2>\n<pre>{}</pre>\n", html_escape(info.command.empty() ? "(not recorded)" : info.command));
+  const Thresholds& t = info.thresholds;
+  o += fmt::format(
+      "<p class=\"legend\">Default thresholds: FAIL when cosine &lt; {:g}, max_abs &ge; {:g} or a NaN/Inf the "
+      "reference lacks; WARN when max_abs &ge; {:g}; integer tensors FAIL above {:g}% mismatches, WARN above {:g}%. "
+      "Per-stage rules of a thresholds file show in each row's reason.</p>\n",
+      t.cosine_fail, t.max_abs_fail, t.max_abs_warn, 100 * t.mismatch_fail, 100 * t.mismatch_warn);
   o += "<h2>Environment</h2>\n<table class=\"env\"><tbody>\n";
   for (const auto& [k, v] : info.env)
     o += fmt::format("<tr><td>{}</td><td><code>{}</code></td></tr>\n", html_escape(k), html_escape(v));

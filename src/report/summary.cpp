@@ -82,6 +82,8 @@ std::string num(double v, const char* spec) {
 
 std::string cosine_text(double c) {
   if (c == 1.0) return "1";
+  // Closer to 1 than 7 decimals show: print the distance to 1 instead of "1.0000000".
+  if (c > 1.0 - 5e-8 && c < 1.0) return "1-" + num(1.0 - c, "{:.1e}");
   return num(c, "{:.7f}");
 }
 

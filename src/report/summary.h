@@ -38,7 +38,7 @@ std::string group_name(const std::string& stage);
 
 // fmt spec applied to finite values; "nan", "inf", "-inf" otherwise.
 std::string num(double v, const char* spec = "{:.3g}");
-std::string cosine_text(double c);  // 7 decimals, "1" when exactly 1
+std::string cosine_text(double c);  // 7 decimals; "1" when exactly 1, "1-2.0e-09" when closer
 std::string html_escape(const std::string& s);
 
 }  // namespace tdiff::report
