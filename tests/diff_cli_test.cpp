@@ -95,6 +95,17 @@ TEST_F(CompareCli, FailExitsOne) {
       << out;
 }
 
+TEST_F(CompareCli, NoiseFloorGate) {
+  // A candidate 1000x noisier than the floor run fails the gate though it passes the fixed
+  // thresholds once they are loosened; with the floor as candidate it passes.
+  const std::string loose = " --no-reports --threshold max_abs_fail=10,max_abs_warn=10,cosine_fail=0";
+  std::string out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + bad_ + " --floor " + good_ + loose, &out), 1) << out;
+  EXPECT_NE(out.find("x floor"), std::string::npos) << out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --floor " + bad_ + loose, &out), 0) << out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + bad_ + " --floor " + good_ + " --floor-k 5000" + loose, &out), 0) << out;
+}
+
 TEST_F(CompareCli, InputErrorsExitTwo) {
   std::string out;
   EXPECT_EQ(tdiff("compare " + ref_ + " " + (dir_ / "missing.h5").string(), &out), 2) << out;
