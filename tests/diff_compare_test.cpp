@@ -30,13 +30,13 @@ Tensor selection(std::int64_t tokens, std::int64_t k, int flip_token = -1) {
 }
 
 TEST(DiffCompare, MapsPairByNameInModelOrder) {
-  TensorMap ref = {{"L01.attn.core/o", values({4, 8}, 1)},
+  NamedTensors ref = {{"L01.attn.core/o", values({4, 8}, 1)},
                    {"embed/e", values({4, 8}, 0)},
                    {"L00.attn.core/o", values({4, 8}, 2)},
                    {"lm_head/logits", values({2, 3, 20}, 3)},
                    {"L00.moe.select/idx", selection(4, 2)},
                    {"L00.only_ref/x", values({2}, 0)}};
-  TensorMap cand = {{"L01.attn.core/o", values({4, 8}, 1, 0.5)},  // broken
+  NamedTensors cand = {{"L01.attn.core/o", values({4, 8}, 1, 0.5)},  // broken
                     {"embed/e", values({4, 8}, 0)},
                     {"L00.attn.core/o", values({4, 8}, 2, 0.02)},  // WARN: max_abs ~0.02
                     {"lm_head/logits", values({2, 3, 20}, 3, 1e-4)},
@@ -56,7 +56,7 @@ TEST(DiffCompare, MapsPairByNameInModelOrder) {
   EXPECT_EQ(r.only_ref, std::vector<std::string>{"L00.only_ref/x"});
   EXPECT_EQ(r.only_cand, std::vector<std::string>{"L02.only_cand/y"});
 
-  judge(r, Policy{});
+  judge(r, ThresholdPolicy{});
   EXPECT_EQ(r.rows[0].verdict, Verdict::pass);
   EXPECT_EQ(r.rows[1].verdict, Verdict::warn);
   EXPECT_EQ(r.rows[2].verdict, Verdict::fail);  // 1 of 4 tokens routed elsewhere
@@ -73,16 +73,16 @@ TEST(DiffCompare, GivenStageOrderWinsAndUnknownStagesFollow) {
 }
 
 TEST(DiffCompare, OneSideOnlyStillWarnsTheRun) {
-  TensorMap ref = {{"a/x", values({3}, 0)}, {"b/x", values({3}, 1)}};
-  TensorMap cand = {{"a/x", values({3}, 0)}};
+  NamedTensors ref = {{"a/x", values({3}, 0)}, {"b/x", values({3}, 1)}};
+  NamedTensors cand = {{"a/x", values({3}, 0)}};
   CompareResult r = compare_maps(ref, cand);
-  judge(r, Policy{});
+  judge(r, ThresholdPolicy{});
   EXPECT_EQ(r.rows[0].verdict, Verdict::pass);
   EXPECT_EQ(r.verdict, Verdict::warn);
 }
 
 TEST(DiffCompare, StagesFilterAndErrors) {
-  TensorMap ref = {{"L00.attn.q/x", values({3}, 0)}, {"L01.attn.q/x", values({3}, 1)}};
+  NamedTensors ref = {{"L00.attn.q/x", values({3}, 0)}, {"L01.attn.q/x", values({3}, 1)}};
   CompareOptions opt;
   opt.stages = "L01.*";
   EXPECT_EQ(compare_maps(ref, ref, opt).rows.size(), 1u);
@@ -93,13 +93,13 @@ TEST(DiffCompare, StagesFilterAndErrors) {
 }
 
 TEST(DiffCompare, NoiseFloorRun) {
-  TensorMap ref = {{"a/x", values({64}, 0)}};
-  TensorMap floor_run = {{"a/x", values({64}, 0, 1e-4)}};
-  TensorMap cand = {{"a/x", values({64}, 0, 5e-4)}};  // 5x the floor's error
+  NamedTensors ref = {{"a/x", values({64}, 0)}};
+  NamedTensors floor_run = {{"a/x", values({64}, 0, 1e-4)}};
+  NamedTensors cand = {{"a/x", values({64}, 0, 5e-4)}};  // 5x the floor's error
   CompareResult floor = compare_maps(ref, floor_run), r = compare_maps(ref, cand);
-  judge(r, Policy{});
+  judge(r, ThresholdPolicy{});
   EXPECT_EQ(r.verdict, Verdict::pass);
-  judge(r, Policy{}, &floor);
+  judge(r, ThresholdPolicy{}, &floor);
   EXPECT_EQ(r.verdict, Verdict::fail);
   ASSERT_TRUE(r.rows[0].floor_rmse.has_value());
   EXPECT_NE(r.rows[0].reason.find("floor"), std::string::npos);
@@ -147,7 +147,7 @@ TEST_F(DiffCompareFiles, GroupsMissingDatasetsAndShapes) {
   EXPECT_EQ(r.rows[3].kind, TensorKind::logits);
   EXPECT_EQ(r.only_ref, std::vector<std::string>{"L00.attn.idx.score/score"});
   EXPECT_EQ(r.only_cand, std::vector<std::string>{"extra/t"});
-  judge(r, Policy{});
+  judge(r, ThresholdPolicy{});
   EXPECT_EQ(r.verdict, Verdict::warn);  // all PASS, but tensors on one side only
 
   {

@@ -102,7 +102,7 @@ class ThresholdsFile : public ::testing::Test {
   }
   std::string error_of(const std::string& text) {
     try {
-      load_policy(write(text));
+      load_thresholds(write(text));
     } catch (const InputError& e) {
       return e.what();
     }
@@ -111,7 +111,7 @@ class ThresholdsFile : public ::testing::Test {
 };
 
 TEST_F(ThresholdsFile, DefaultsRulesAndOrder) {
-  const Policy p = load_policy(write(R"(
+  const ThresholdPolicy p = load_thresholds(write(R"(
 [default]
 max_abs_warn = 5e-3
 
@@ -144,21 +144,21 @@ TEST_F(ThresholdsFile, BadFilesNameTheProblem) {
   EXPECT_NE(error_of("[[rule]]\nmax_abs_warn = 1e-3\n").find("no 'stages'"), std::string::npos);
   EXPECT_NE(error_of("[[rule]]\nstages = 3\nmax_abs_warn = 1e-3\n").find("stages"), std::string::npos);
   EXPECT_NE(error_of("[defaults]\nmax_abs_warn = 1e-3\n").find("unknown section 'defaults'"), std::string::npos);
-  EXPECT_THROW(load_policy((dir_ / "missing.toml").string()), InputError);
+  EXPECT_THROW(load_thresholds((dir_ / "missing.toml").string()), InputError);
 }
 
 TEST(DiffPolicyOverride, CommandLineRules) {
-  Policy p;
-  add_policy_override(p, "L01.*:max_abs_warn=1e-3,cosine_fail=0.999");
-  add_policy_override(p, "max_abs_fail=0.5");
+  ThresholdPolicy p;
+  add_threshold_override(p, "L01.*:max_abs_warn=1e-3,cosine_fail=0.999");
+  add_threshold_override(p, "max_abs_fail=0.5");
   const Thresholds t = p.for_tensor("L01.attn.core", "o");
   EXPECT_EQ(t.max_abs_warn, 1e-3);
   EXPECT_EQ(t.cosine_fail, 0.999);
   EXPECT_EQ(t.max_abs_fail, 0.5);
   EXPECT_EQ(p.for_tensor("L02.attn.core", "o").max_abs_warn, 1e-2);
-  EXPECT_THROW(add_policy_override(p, "foo=1"), InputError);
-  EXPECT_THROW(add_policy_override(p, "L01.*:max_abs_warn=abc"), InputError);
-  EXPECT_THROW(add_policy_override(p, "L01.*:max_abs_warn"), InputError);
+  EXPECT_THROW(add_threshold_override(p, "foo=1"), InputError);
+  EXPECT_THROW(add_threshold_override(p, "L01.*:max_abs_warn=abc"), InputError);
+  EXPECT_THROW(add_threshold_override(p, "L01.*:max_abs_warn"), InputError);
 }
 
 TEST(DiffPolicyOverride, PatternsMatchStageOrStageTensor) {

@@ -30,7 +30,7 @@ Tensor wave(Shape shape, double noise) {
 
 // A small model-shaped run: three layers, a WARN, a FAIL, a NaN, logits, a routing flip.
 CompareResult sample_run() {
-  TensorMap ref, cand;
+  NamedTensors ref, cand;
   auto add = [&](const std::string& key, Tensor r, Tensor c) {
     ref[key] = std::move(r);
     cand[key] = std::move(c);
@@ -51,7 +51,7 @@ CompareResult sample_run() {
   add("lm_head/logits", wave({1, 6, 64}, 0), wave({1, 6, 64}, 0.4));
   ref["L02.only_ref/x"] = wave({2}, 0);
   CompareResult r = compare_maps(ref, cand);
-  judge(r, Policy{});
+  judge(r, ThresholdPolicy{});
   return r;
 }
 

@@ -29,17 +29,17 @@ Tensor ramp(Shape shape, double noise) {
 CompareResult sample_run() {
   Tensor nan_cand = ramp({3, 5}, 0.0);
   nan_cand.data<double>()[4] = std::numeric_limits<double>::quiet_NaN();
-  TensorMap ref = {{"embed/e", ramp({3, 5}, 0)},
+  NamedTensors ref = {{"embed/e", ramp({3, 5}, 0)},
                    {"L00.attn.core/o", ramp({3, 5}, 0)},
                    {"L01.attn.core/o", ramp({3, 5}, 0)},
                    {"lm_head/logits", ramp({1, 4, 40}, 0)},
                    {"L01.gone/x", ramp({2}, 0)}};
-  TensorMap cand = {{"embed/e", ramp({3, 5}, 1e-5)},
+  NamedTensors cand = {{"embed/e", ramp({3, 5}, 1e-5)},
                     {"L00.attn.core/o", ramp({3, 5}, 0.02)},
                     {"L01.attn.core/o", nan_cand},
                     {"lm_head/logits", ramp({1, 4, 40}, 0.3)}};
   CompareResult r = compare_maps(ref, cand);
-  judge(r, Policy{});
+  judge(r, ThresholdPolicy{});
   return r;
 }
 
@@ -125,7 +125,7 @@ TEST(ReportTerminal, FitsHundredColumnsAndColoursOnlyWhenAsked) {
 }
 
 TEST(ReportTerminal, LargeRunsFoldPassingRows) {
-  TensorMap ref, cand;
+  NamedTensors ref, cand;
   for (int l = 0; l < 12; ++l)
     for (const char* s : {"attn.q", "attn.k", "attn.v", "moe.out", "hc.post", "norm"}) {
       const std::string key = fmt::format("L{:02d}.{}/x", l, s);
@@ -133,7 +133,7 @@ TEST(ReportTerminal, LargeRunsFoldPassingRows) {
       cand[key] = ramp({8}, l == 7 && std::string(s) == "norm" ? 0.5 : 1e-6);
     }
   CompareResult r = compare_maps(ref, cand);
-  judge(r, Policy{});
+  judge(r, ThresholdPolicy{});
   const std::string text = terminal_text(r, {});
   EXPECT_NE(text.find("L07.norm"), std::string::npos);
   EXPECT_NE(text.find("more PASS in L03"), std::string::npos);

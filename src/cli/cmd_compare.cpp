@@ -84,9 +84,9 @@ void run_compare(CompareCmd c) {
   if (c.group_a.empty()) c.group_a = default_group(c.file_a);
   if (c.group_b.empty()) c.group_b = default_group(c.file_b);
 
-  Policy policy = c.thresholds.empty() ? Policy{} : load_policy(c.thresholds);
-  for (const auto& o : c.overrides) add_policy_override(policy, o);
-  if (c.floor_k) add_policy_override(policy, fmt::format("floor_k={}", *c.floor_k));
+  ThresholdPolicy policy = c.thresholds.empty() ? ThresholdPolicy{} : load_thresholds(c.thresholds);
+  for (const auto& o : c.overrides) add_threshold_override(policy, o);
+  if (c.floor_k) add_threshold_override(policy, fmt::format("floor_k={}", *c.floor_k));
 
   CompareOptions opt;
   opt.stages = c.stages;

@@ -150,7 +150,7 @@ TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& 
   return d;
 }
 
-CompareResult compare_maps(const TensorMap& ref, const TensorMap& cand, const CompareOptions& opt) {
+CompareResult compare_maps(const NamedTensors& ref, const NamedTensors& cand, const CompareOptions& opt) {
   CompareResult r;
   r.label_ref = "reference";
   r.label_cand = "candidate";
@@ -187,7 +187,7 @@ CompareResult compare_files(const std::string& file_ref, const std::string& grou
   return r;
 }
 
-void judge(CompareResult& r, const Policy& policy, const CompareResult* floor) {
+void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult* floor) {
   std::unordered_map<std::string, const TensorDiff*> floor_rows;
   if (floor)
     for (const auto& row : floor->rows) floor_rows.emplace(row.key(), &row);

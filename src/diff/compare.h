@@ -4,7 +4,7 @@
 // (thresholds.h). Tensors present on one side only are listed in the result, never dropped.
 //
 //   CompareResult r = compare_files("case.h5", "/reference", "dump.h5", "/", opts);
-//   judge(r, load_policy("thresholds.toml"));
+//   judge(r, load_thresholds("thresholds.toml"));
 //   // r.verdict, r.rows[i].verdict, r.first_fail ...
 #include <map>
 #include <optional>
@@ -17,7 +17,7 @@
 
 namespace tdiff {
 
-using TensorMap = std::map<std::string, Tensor>;  // "<stage>/<tensor>" -> tensor
+using NamedTensors = std::map<std::string, Tensor>;  // "<stage>/<tensor>" -> tensor
 
 enum class TensorKind : std::uint8_t {
   values,   // floating-point activations
@@ -76,13 +76,13 @@ std::vector<std::string> list_keys(const std::string& file, const std::string& g
 // One pair. `ref_scores`: the reference's selection scores for routing tie detection.
 TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
                        const Tensor* ref_scores = nullptr);
-CompareResult compare_maps(const TensorMap& ref, const TensorMap& cand, const CompareOptions& opt = {});
+CompareResult compare_maps(const NamedTensors& ref, const NamedTensors& cand, const CompareOptions& opt = {});
 // Reads one pair at a time, so memory stays at the size of the largest pair.
 CompareResult compare_files(const std::string& file_ref, const std::string& group_ref, const std::string& file_cand,
                             const std::string& group_cand, const CompareOptions& opt = {});
 
 // Verdicts for every row and for the run. `floor`: a noise-floor run compared against the
 // same reference; rows it lacks are judged without the floor gate.
-void judge(CompareResult& r, const Policy& policy, const CompareResult* floor = nullptr);
+void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult* floor = nullptr);
 
 }  // namespace tdiff

@@ -62,7 +62,7 @@ std::vector<std::string> rule_patterns(const toml::table& rule, const std::strin
 
 }  // namespace
 
-Policy load_policy(const std::string& path) {
+ThresholdPolicy load_thresholds(const std::string& path) {
   if (!std::filesystem::is_regular_file(path)) input_error("thresholds file not found: {}", path);
   toml::table doc;
   try {
@@ -70,7 +70,7 @@ Policy load_policy(const std::string& path) {
   } catch (const toml::parse_error& e) {
     input_error("{}:{}: {}", path, e.source().begin.line, e.description());
   }
-  Policy p;
+  ThresholdPolicy p;
   for (const auto& [key, node] : doc) {
     const std::string k(key.str());
     if (k == "default") {
@@ -96,7 +96,7 @@ Policy load_policy(const std::string& path) {
   return p;
 }
 
-void add_policy_override(Policy& p, const std::string& spec) {
+void add_threshold_override(ThresholdPolicy& p, const std::string& spec) {
   // "PATTERN:key=value,..." -- a glob never contains '=', so the last ':' before the first
   // '=' separates the pattern from the values.
   const auto eq = spec.find('=');

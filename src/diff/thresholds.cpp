@@ -81,7 +81,7 @@ bool stage_matches(const std::string& pattern, const std::string& stage, const s
   return !tensor.empty() && fnmatch(pattern.c_str(), (stage + "/" + tensor).c_str(), 0) == 0;
 }
 
-Thresholds Policy::for_tensor(const std::string& stage, const std::string& tensor) const {
+Thresholds ThresholdPolicy::for_tensor(const std::string& stage, const std::string& tensor) const {
   Thresholds t = defaults;
   for (const auto& rule : rules)
     for (const auto& pat : rule.patterns)
@@ -92,7 +92,7 @@ Thresholds Policy::for_tensor(const std::string& stage, const std::string& tenso
   return t;
 }
 
-void Policy::check_patterns(const std::vector<std::string>& stages) const {
+void ThresholdPolicy::check_patterns(const std::vector<std::string>& stages) const {
   for (const auto& rule : rules)
     for (const auto& pat : rule.patterns) {
       bool hit = false;

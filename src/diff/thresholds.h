@@ -54,7 +54,7 @@ struct ThresholdRule {
   std::string origin;  // "file.toml rule 2", "--rule" ..., for error messages
 };
 
-struct Policy {
+struct ThresholdPolicy {
   Thresholds defaults;
   std::vector<ThresholdRule> rules;
 
@@ -70,10 +70,10 @@ struct Policy {
 //   stages = "L0[2-4].attn.*"     # a glob or a list of globs
 //   cosine_fail = 0.999
 // Unknown keys, wrong types and parse errors are InputErrors naming the file.
-Policy load_policy(const std::string& path);
+ThresholdPolicy load_thresholds(const std::string& path);
 // Command-line overrides, appended as the last rules: "PATTERN:key=value[,key=value...]",
 // or "key=value[,...]" for every stage (a rule for "*", so it wins over the file's rules).
-void add_policy_override(Policy& p, const std::string& spec);
+void add_threshold_override(ThresholdPolicy& p, const std::string& spec);
 
 bool stage_matches(const std::string& pattern, const std::string& stage, const std::string& tensor = "");
 
