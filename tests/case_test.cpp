@@ -243,6 +243,26 @@ TEST_F(CaseFile, ReferenceEnvAndAtomicUpdate) {
   EXPECT_EQ(read_case(f).prompts.size(), 2u);
 }
 
+// Every run adds an environment record (a dozen attributes, so HDF5 keeps them in dense
+// storage) and the next update copies them: repeated updates must keep working (HDF5 1.10
+// crashed copying dense variable-length string attributes; they are fixed-length now).
+TEST_F(CaseFile, ManyUpdatesWithEnvironmentRecords) {
+  const std::string f = out("case.h5");
+  create_case(f, make_info());
+  for (int i = 0; i < 4; ++i) {
+    CaseUpdate u(f);
+    EnvRecord env = capture_env("emu", "fixed", {"tdiff", "run", "case.h5"});
+    for (int k = 0; k < 10; ++k) env.extra["key" + std::to_string(k)] = std::string(200 + k, 'x');
+    u.put_env("run-" + std::to_string(i), env);
+    u.writer().set_attr("/runs/run-" + std::to_string(i), "report_csv", std::string(100000, 'y'));
+    u.commit();
+  }
+  const auto env = read_env_records(f);
+  EXPECT_EQ(env.size(), 4u);
+  EXPECT_EQ(env.at("run-3").extra.at("key9"), std::string(209, 'x'));
+  EXPECT_EQ(h5_read_attrs(f, "/runs/run-0").at("report_csv").size(), 100000u);
+}
+
 TEST_F(CaseFile, ReadRejectsDamagedInputs) {
   const std::string f = out("case.h5");
   create_case(f, make_info());

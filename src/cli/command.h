@@ -11,6 +11,8 @@ int& exit_code();
 void setup_synth(CLI::App& app);
 void setup_case(CLI::App& app);
 void setup_info(CLI::App& app);
+void setup_golden(CLI::App& app);
+void setup_run(CLI::App& app);
 void setup_compare(CLI::App& app);
 
 }  // namespace tdiff::cli

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   cli::setup_synth(app);
   cli::setup_case(app);
   cli::setup_info(app);
+  cli::setup_golden(app);
+  cli::setup_run(app);
   cli::setup_compare(app);
   try {
     app.parse(argc, argv);

@@ -62,7 +62,8 @@ void execute(const std::vector<Stage>& stages, const std::function<Backend&(cons
       if (it == env.end()) throw std::logic_error(fmt::format("stage {}: input {} was not computed", s.name, in.key()));
       inputs.push_back(&it->second);
     }
-    std::vector<Tensor> out = backend_for(s).run(s, inputs, ctx);
+    std::vector<Tensor> out;
+    if (!hooks.cached || !hooks.cached(s, i, out)) out = backend_for(s).run(s, inputs, ctx);
     if (out.size() != s.outputs.size())
       throw std::logic_error(fmt::format("stage {}: backend returned {} outputs, expected {}", s.name, out.size(), s.outputs.size()));
     if (hooks.on_stage) hooks.on_stage(s, i, out);

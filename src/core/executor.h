@@ -15,6 +15,9 @@ using TensorMap = std::unordered_map<std::string, Tensor>;
 struct ExecutorHooks {
   // Called after each stage with its outputs (keys "<stage>/<tensor>").
   std::function<void(const Stage&, std::size_t index, const std::vector<Tensor>&)> on_stage;
+  // Asked before each stage: returning true with `out` filled skips the backend (outputs
+  // already known, e.g. cached reference tensors whose inputs are unchanged).
+  std::function<bool(const Stage&, std::size_t index, std::vector<Tensor>& out)> cached;
 };
 
 // Runs stages [0, stages.size()); `backend_for` picks the backend per stage. `env` holds the

@@ -183,6 +183,7 @@ std::string read_string_attr(hid_t attr, hid_t ftype) {
     Hid mt(H5Tcopy(H5T_C_S1));
     H5Tset_size(mt.get(), size);
     H5Tset_strpad(mt.get(), H5T_STR_NULLPAD);
+    H5Tset_cset(mt.get(), H5Tget_cset(ftype));
     std::vector<char> buf(n * size + 1, '\0');
     if (n && H5Aread(attr, mt.get(), buf.data()) < 0) throw std::runtime_error(h5_detail());
     for (std::size_t i = 0; i < n; ++i) {
@@ -345,13 +346,16 @@ std::vector<hsize_t> chunk_dims(const Shape& shape, std::size_t elem) {
 
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value) {
   if (H5Aexists(obj, name.c_str()) > 0 && H5Adelete(obj, name.c_str()) < 0) throw std::runtime_error(h5_detail());
+  // Fixed-length strings: HDF5 1.10 crashes copying variable-length attributes held in dense
+  // attribute storage (H5Ocopy of a group with many attributes, as every case update does).
   Hid t(H5Tcopy(H5T_C_S1));
-  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_size(t.get(), std::max<std::size_t>(value.size(), 1));
+  H5Tset_strpad(t.get(), H5T_STR_NULLPAD);
   H5Tset_cset(t.get(), H5T_CSET_UTF8);
   Hid space(H5Screate(H5S_SCALAR));
   Hid a(H5Acreate2(obj, name.c_str(), t.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  const char* p = value.c_str();
-  if (!a.ok() || H5Awrite(a.get(), t.get(), &p) < 0) throw std::runtime_error(h5_detail());
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  if (!a.ok() || H5Awrite(a.get(), t.get(), padded.data()) < 0) throw std::runtime_error(h5_detail());
 }
 
 // Copies every attribute of `from` to `to` in its own type (the root group cannot be copied

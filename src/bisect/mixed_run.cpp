@@ -1,0 +1,80 @@
+#include "bisect/mixed_run.h"
+
+#include <chrono>
+#include <set>
+
+#include "core/error.h"
+#include "core/executor.h"
+#include "core/pattern.h"
+
+namespace tdiff {
+
+namespace {
+// The reference's selection scores behind a routing tensor, for tie detection: the indexer
+// selects on idx.score as stored; the router selects on score + bias, which no stage stores.
+std::string scores_for(const Stage& s) {
+  if (s.kind == OpKind::idx_topk) return s.name.substr(0, s.name.size() - std::string("topk").size()) + "score/score";
+  return "";
+}
+}  // namespace
+
+MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
+                         const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
+  const auto& stages = session.stages;
+  const auto ref_stages = reference_stages(session.path);
+  const std::set<std::string> have_ref(ref_stages.begin(), ref_stages.end());
+  if (!opt.compare.empty()) select_stages(opt.compare, stages);
+
+  MixedRunResult result;
+  CompareOptions copt = opt.diff;
+  copt.stage_order.clear();
+  for (const auto& s : stages) copt.stage_order.push_back(s.name);
+  result.diff.label_ref = session.path + ":/reference";
+  result.diff.label_cand = candidate.name();
+
+  // A tensor is "clean" while it equals the reference bit for bit: produced by the reference
+  // backend (deterministic) from clean inputs. Clean stages can be read from the case file.
+  std::set<std::string> clean = {"inputs/ids", "inputs/mask", "inputs/pos"};
+  ExecutorHooks hooks;
+  hooks.cached = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
+    if (on_candidate[i] || !opt.reuse_reference || !have_ref.count(s.name)) return false;
+    for (const auto& in : s.inputs)
+      if (!clean.count(in.key())) return false;
+    for (const auto& t : s.outputs) out.push_back(read_reference(session.path, s.name, t));
+    ++result.reused;
+    return true;
+  };
+  hooks.on_stage = [&](const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
+    if (opt.progress) opt.progress(s, i);
+    if (on_candidate[i]) ++result.on_candidate;
+    else ++result.on_reference;
+    bool inputs_clean = !on_candidate[i];
+    for (const auto& in : s.inputs) inputs_clean = inputs_clean && clean.count(in.key());
+    if (inputs_clean)
+      for (const auto& t : s.outputs) clean.insert(s.name + "/" + t);
+    if (opt.on_outputs) opt.on_outputs(s, out);
+    if (!pattern_matches(opt.compare, s.name)) return;
+    if (!have_ref.count(s.name))
+      input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session.path, s.name,
+                  session.path);
+    const std::string score_stage = scores_for(s);
+    Tensor scores;
+    if (!score_stage.empty() && have_ref.count(score_stage.substr(0, score_stage.find('/'))))
+      scores = read_reference(session.path, score_stage.substr(0, score_stage.find('/')), score_stage.substr(score_stage.find('/') + 1));
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      const Tensor ref = read_reference(session.path, s.name, s.outputs[k]);
+      result.diff.rows.push_back(diff_tensor(s.name + "/" + s.outputs[k], ref, out[k], copt,
+                                             scores.defined() ? &scores : nullptr));
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  TensorMap env;
+  put_inputs(session.info.batch, env);
+  execute(stages, [&](const Stage& s) -> Backend& {
+    return on_candidate[static_cast<std::size_t>(&s - stages.data())] ? candidate : reference;
+  }, ctx, env, hooks);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace tdiff

@@ -1,0 +1,36 @@
+#pragma once
+// A mixed run (DESIGN.md section 7): a chosen set of stages on the candidate backend, the rest
+// on the reference, tensors converted at every boundary; every stage output compared with the
+// case's /reference as it is produced. A plain candidate run is the mixed run with every stage
+// on the candidate.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/session.h"
+#include "diff/compare.h"
+
+namespace tdiff {
+
+struct MixedRunOptions {
+  std::string compare;       // stages whose outputs are diffed (globs; empty: all)
+  CompareOptions diff;       // metric options (stage_order is filled in)
+  bool reuse_reference = true;  // reference stages whose inputs are unchanged read /reference instead of recomputing
+  std::function<void(const Stage&, std::size_t index)> progress;
+  // Every stage's outputs, for callers that keep or store them.
+  std::function<void(const Stage&, const std::vector<Tensor>&)> on_outputs;
+};
+
+struct MixedRunResult {
+  CompareResult diff;  // metrics only; the caller judges (thresholds)
+  std::size_t on_candidate = 0, on_reference = 0, reused = 0;  // stage counts
+  double seconds = 0;
+};
+
+// `on_candidate[i]`: stage i of session.stages runs on `candidate`. Needs the case's
+// /reference (tdiff golden) for every compared stage; InputError naming the stage otherwise.
+MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
+                         const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt);
+
+}  // namespace tdiff

@@ -1,0 +1,39 @@
+#include "cli/candidate.h"
+
+#include <fmt/format.h>
+
+#include "cli/shell.h"
+#include "core/error.h"
+#include "emu/emu_backend.h"
+
+namespace tdiff::cli {
+
+void CandidateOptions::add_to(CLI::App* cmd) {
+  cmd->add_option("--backend", backend, "candidate backend: emu (CPU model of the HIP numerics)")
+      ->check(CLI::IsMember({"emu", "hip"}));
+  cmd->add_option("--policy", policy, "numerics policy: naive, fixed, fp32, or a .toml/.json policy file");
+  cmd->add_option("--set", sets, "override a knob: 'PATTERN:knob=value' or 'knob=value' (repeatable)");
+  cmd->add_option("--seed", seed, "run seed for atomic orders and unstable ties (default: from the run id)");
+  cmd->add_option("--model", model_dir, "model folder (default: the path the case records)");
+}
+
+Policy CandidateOptions::make_policy(const CaseSession& session) const {
+  Policy p = Policy::load(policy);
+  for (const auto& s : sets) p.add_set(s);
+  p.validate(session.stages);
+  return p;
+}
+
+std::string CandidateOptions::flags() const {
+  std::string s = fmt::format(" --backend {} --policy {}", backend, shell_quote(policy));
+  for (const auto& x : sets) s += " --set " + shell_quote(x);
+  s += fmt::format(" --seed {}", seed);
+  return s;
+}
+
+std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed) {
+  if (backend == "emu") return std::make_unique<emu::EmuBackend>(policy, seed);
+  input_error("backend '{}' is not built into this tdiff (configure with -DTDIFF_HIP=AMD or NVIDIA)", backend);
+}
+
+}  // namespace tdiff::cli

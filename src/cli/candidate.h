@@ -1,0 +1,33 @@
+#pragma once
+// The options every command that runs a candidate shares (run, bisect, audit, determinism):
+// backend, numerics policy with --set overrides, run seed, model override.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/backend.h"
+#include "core/policy.h"
+#include "core/session.h"
+
+namespace tdiff::cli {
+
+struct CandidateOptions {
+  std::string backend = "emu";
+  std::string policy = "fixed";
+  std::vector<std::string> sets;  // "PATTERN:knob=value"
+  std::uint64_t seed = 0;         // run seed (atomic orders, unstable ties); 0: derived from the run id
+  std::string model_dir;
+
+  void add_to(CLI::App* cmd);
+  // The policy with the --set overrides, validated against the model's stages.
+  Policy make_policy(const CaseSession& session) const;
+  // " --backend emu --policy fixed --set ..." for reproduce commands.
+  std::string flags() const;
+};
+
+// The candidate backend by name ("emu"; "hip" where built with TDIFF_HIP).
+std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed);
+
+}  // namespace tdiff::cli
