@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/shell.h"
 #include "core/config.h"
 #include "core/env_record.h"
 #include "core/error.h"
@@ -54,25 +55,14 @@ std::vector<std::string> stage_order_of(const std::vector<std::string>& files) {
   return {};
 }
 
-std::string quote(const std::string& a) {
-  if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
-                        std::string::npos)
-    return a;
-  std::string out = "'";
-  for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string absolute(const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); }
-
 // The command that reproduces this comparison, every default spelled out.
 std::string reproduce_command(const CompareCmd& c) {
-  std::string s = fmt::format("tdiff compare {} {} --group-a {} --group-b {}", quote(absolute(c.file_a)),
-                              quote(absolute(c.file_b)), quote(c.group_a), quote(c.group_b));
-  if (!c.stages.empty()) s += " --stages " + quote(c.stages);
-  if (!c.thresholds.empty()) s += " --thresholds " + quote(absolute(c.thresholds));
-  for (const auto& o : c.overrides) s += " --threshold " + quote(o);
-  if (!c.floor_file.empty()) s += fmt::format(" --floor {} --group-floor {}", quote(absolute(c.floor_file)), quote(c.floor_group));
+  std::string s = fmt::format("tdiff compare {} {} --group-a {} --group-b {}", shell_quote(absolute_path(c.file_a)),
+                              shell_quote(absolute_path(c.file_b)), shell_quote(c.group_a), shell_quote(c.group_b));
+  if (!c.stages.empty()) s += " --stages " + shell_quote(c.stages);
+  if (!c.thresholds.empty()) s += " --thresholds " + shell_quote(absolute_path(c.thresholds));
+  for (const auto& o : c.overrides) s += " --threshold " + shell_quote(o);
+  if (!c.floor_file.empty()) s += fmt::format(" --floor {} --group-floor {}", shell_quote(absolute_path(c.floor_file)), shell_quote(c.floor_group));
   if (c.floor_k) s += fmt::format(" --floor-k {}", *c.floor_k);
   if (c.rel_floor) s += fmt::format(" --rel-floor {}", *c.rel_floor);
   return s;

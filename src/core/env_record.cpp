@@ -44,7 +44,8 @@ std::string cpu_model() {
   return "unknown";
 }
 
-// Quotes an argument so that the printed command line can be pasted into a shell.
+}  // namespace
+
 std::string shell_quote(const std::string& a) {
   if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
                         std::string::npos)
@@ -53,8 +54,6 @@ std::string shell_quote(const std::string& a) {
   for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
-
-}  // namespace
 
 std::map<std::string, std::string> EnvRecord::to_attrs() const {
   std::map<std::string, std::string> a = extra;

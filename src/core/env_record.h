@@ -30,6 +30,9 @@ struct EnvRecord {
 EnvRecord capture_env(const std::string& backend, const std::string& policy,
                       const std::vector<std::string>& argv = {});
 
+// Quotes an argument so that a printed command line can be pasted into a shell.
+std::string shell_quote(const std::string& arg);
+
 // This process's command line, from /proc/self/cmdline (empty where that does not exist).
 std::vector<std::string> process_command_line();
 
