@@ -42,21 +42,23 @@ void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* W
 void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::int64_t* idx, const double* wt,
                     std::int64_t K, const double* gate_up, const double* down, std::int64_t E, std::int64_t I,
                     double limit, double* routed) {
-  // Every (token, slot) result, then the weighted sum in slot order.
+  // Every (token, slot) result, then the weighted sum in slot order. Experts run in
+  // parallel (the products inside each are then serial); a row's bits do not depend on the
+  // thread or on the other rows of its expert (linear.h).
+  std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(E));  // flat (t·K + k) per expert
+  for (std::int64_t r = 0; r < N * K; ++r) rows[static_cast<std::size_t>(idx[r])].push_back(r);
   std::vector<double> slot_out(static_cast<std::size_t>(N * K * D));
+#pragma omp parallel for schedule(dynamic)
   for (std::int64_t e = 0; e < E; ++e) {
-    std::vector<std::int64_t> rows;  // flat (t·K + k) of the slots routed to e
-    for (std::int64_t r = 0; r < N * K; ++r)
-      if (idx[r] == e) rows.push_back(r);
-    if (rows.empty()) continue;
-    const auto n = static_cast<std::int64_t>(rows.size());
+    const auto& mine = rows[static_cast<std::size_t>(e)];
+    if (mine.empty()) continue;
+    const auto n = static_cast<std::int64_t>(mine.size());
     std::vector<double> xg(static_cast<std::size_t>(n * D)), yg(static_cast<std::size_t>(n * D));
-    for (std::int64_t i = 0; i < n; ++i)
-      std::copy_n(z + (rows[static_cast<std::size_t>(i)] / K) * D, D, xg.data() + i * D);
+    for (std::int64_t i = 0; i < n; ++i) std::copy_n(z + (mine[static_cast<std::size_t>(i)] / K) * D, D, xg.data() + i * D);
     const double* Wg = gate_up + e * 2 * I * D;
     swiglu_ffn(xg.data(), n, D, Wg, Wg + I * D, down + e * D * I, I, limit, yg.data());
     for (std::int64_t i = 0; i < n; ++i)
-      std::copy_n(yg.data() + i * D, D, slot_out.data() + rows[static_cast<std::size_t>(i)] * D);
+      std::copy_n(yg.data() + i * D, D, slot_out.data() + mine[static_cast<std::size_t>(i)] * D);
   }
 #pragma omp parallel for schedule(static)
   for (std::int64_t t = 0; t < N; ++t)
