@@ -1,0 +1,73 @@
+// tdiff golden and tdiff run through the binary: the whole path on the tiny model, exit
+// codes, one-line errors, and nothing half-written on bad input.
+#include "cli_support.h"
+
+namespace tdiff {
+namespace {
+
+using testing::CliResult;
+using testing::count_lines;
+
+class CliRun : public testing::CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 2 -o '{}'", path("m"))).code, 0);
+    ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 2 --len 44 --seed 5 --pad-to 48 -o '{}'", path("m"),
+                              path("c.h5")))
+                  .code,
+              0);
+  }
+};
+
+TEST_F(CliRun, GoldenThenRunPassesUnderFp32AndFailsUnderNaive) {
+  const CliResult g = run(fmt::format("golden '{}'", path("c.h5")));
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_NE(run(fmt::format("info '{}'", path("c.h5"))).out.find("reference 153 of 153 stages"), std::string::npos);
+
+  const CliResult fp32 = run(fmt::format("run '{}' --policy fp32 -o '{}'", path("c.h5"), path("r32")));
+  EXPECT_EQ(fp32.code, 0) << fp32.out << fp32.err;
+  EXPECT_NE(fp32.out.find("first divergence: none"), std::string::npos);
+  for (const char* f : {"report.html", "report.csv", "report.json", "junit.xml"})
+    EXPECT_TRUE(std::filesystem::exists(path(std::string("r32/") + f))) << f;
+
+  const CliResult naive = run(fmt::format("run '{}' --policy naive --no-reports", path("c.h5")));
+  EXPECT_EQ(naive.code, 1) << naive.err;
+  EXPECT_NE(naive.out.find("first divergence: L"), std::string::npos) << naive.out;
+  // Both runs are recorded in the case.
+  const std::string info = run(fmt::format("info '{}'", path("c.h5"))).out;
+  EXPECT_NE(info.find("policy fp32"), std::string::npos) << info;
+  EXPECT_NE(info.find("policy naive"), std::string::npos) << info;
+}
+
+TEST_F(CliRun, BadInputsExitTwoWithOneLine) {
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
+  const std::string c = path("c.h5");
+  for (const std::string& args : {fmt::format("golden '{}' --stages 'L9*'", c), fmt::format("golden '{}'", path("none.h5")),
+                                  fmt::format("run '{}' --set bogus=1", c), fmt::format("run '{}' --set 'L99.*:storage=fp16'", c),
+                                  fmt::format("run '{}' --set storage=fp9", c), fmt::format("run '{}' --policy nope", c),
+                                  fmt::format("run '{}' --model '{}'", c, path("none"))}) {
+    const CliResult r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(count_lines(r.err), 1u) << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("tdiff: error: ", 0), 0u) << r.err;
+  }
+  // A truncated case: error, and the file is left as it was.
+  {
+    std::ifstream in(c, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(path("t.h5"), std::ios::binary) << bytes.substr(0, 4096);
+  }
+  for (const char* cmd : {"golden", "run"}) {
+    const CliResult r = run(fmt::format("{} '{}'", cmd, path("t.h5")));
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_NE(r.err.find("t.h5"), std::string::npos) << r.err;
+    EXPECT_EQ(std::filesystem::file_size(path("t.h5")), 4096u);
+  }
+  // No temporary files left beside the case.
+  for (const auto& e : std::filesystem::directory_iterator(dir_))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+}  // namespace
+}  // namespace tdiff
