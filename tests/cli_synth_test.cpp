@@ -1,14 +1,5 @@
 // `tdiff synth` through the built binary: exit codes and one-line errors (DESIGN 6, 10).
-#include <gtest/gtest.h>
-
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
-#include <fmt/format.h>
+#include "cli_support.h"
 
 #include "core/safetensors.h"
 
@@ -17,42 +8,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-class CliSynthTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / fmt::format("tdiff_cli_synth_{}_{}", ::getpid(), info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& f) const { return (dir_ / f).string(); }
-
-  // Runs `tdiff <args>` with stdout and stderr captured in files.
-  Result run(const std::string& args) const {
-    const std::string out = path("stdout.txt"), err = path("stderr.txt");
-    const std::string cmd = fmt::format("'{}' {} >'{}' 2>'{}'", TDIFF_BIN, args, out, err);
-    const int status = std::system(cmd.c_str());
-    auto slurp = [](const std::string& p) {
-      std::ifstream in(p);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      return ss.str();
-    };
-    Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-    fs::remove(out);
-    fs::remove(err);
-    return r;
-  }
-  fs::path dir_;
-};
-
-std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+class CliSynthTest : public testing::CliTest {};
+using Result = testing::CliResult;
+std::size_t lines(const std::string& s) { return testing::count_lines(s); }
 
 TEST_F(CliSynthTest, WritesTinyModel) {
   const Result r = run(fmt::format("synth --preset tiny --seed 4 -o '{}'", path("m")));
