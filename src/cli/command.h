@@ -14,5 +14,7 @@ void setup_info(CLI::App& app);
 void setup_golden(CLI::App& app);
 void setup_run(CLI::App& app);
 void setup_compare(CLI::App& app);
+void setup_determinism(CLI::App& app);
+void setup_ci(CLI::App& app);
 
 }  // namespace tdiff::cli

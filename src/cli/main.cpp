@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   cli::setup_golden(app);
   cli::setup_run(app);
   cli::setup_compare(app);
+  cli::setup_determinism(app);
+  cli::setup_ci(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

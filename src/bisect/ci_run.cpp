@@ -1,0 +1,78 @@
+// One case of `tdiff ci` (bisect/ci_suite.h): accuracy against /reference, then determinism.
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "bisect/ci_suite.h"
+#include "bisect/mixed_run.h"
+#include "core/session.h"
+#include "refcpu/refcpu_backend.h"
+
+namespace tdiff {
+
+CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::string& case_file, const CiOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CiCaseResult r;
+  r.name = c.name;
+  r.case_file = case_file;
+  CaseSession session = open_session(case_file);
+  opt.policy.validate(session.stages);
+  r.rows = session.info.batch.rows();
+  r.seq = session.info.batch.seq();
+  r.pad_side = session.info.pad_side;
+  for (auto len : session.info.batch.length) r.padded = r.padded || len < r.seq;
+  r.runs = suite.repeat;
+
+  // Run 1: every stage on the candidate, compared with the reference as it goes.
+  refcpu::RefCpuBackend reference;
+  TensorMap run1;
+  MixedRunOptions mo;
+  mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
+    for (std::size_t k = 0; k < out.size(); ++k) run1[s.name + "/" + s.outputs[k]] = out[k];
+  };
+  mo.progress = [&](const Stage& s, std::size_t i) {
+    if (opt.progress) opt.progress(s, i, 1);
+  };
+  RunContext ctx = session.context();
+  auto candidate = opt.make(c.seed);
+  MixedRunResult m = run_mixed(session, *candidate, reference, std::vector<bool>(session.stages.size(), true), ctx, mo);
+  judge(m.diff, opt.thresholds);
+  r.diff = std::move(m.diff);
+  r.verdict = r.diff.verdict;
+  if (r.diff.first_fail >= 0) {
+    const TensorDiff& d = r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)];
+    r.reason = fmt::format("{}: {}", d.key(), d.reason);
+  }
+
+  // Runs 2..repeat: the same case with other run seeds, bit for bit against run 1.
+  if (suite.repeat > 1) {
+    DeterminismOptions d;
+    d.runs = suite.repeat;
+    d.seed = c.seed;
+    d.run1 = &run1;
+    d.progress = [&](const RunSpec& spec, const Stage& s, std::size_t i) {
+      if (opt.progress) opt.progress(s, i, spec.number);
+    };
+    DeterminismResult det = check_determinism(session, opt.make, d);
+    for (const auto& f : det.findings) r.nondeterministic.push_back(f.key());
+    if (!det.deterministic()) {
+      const Finding& f = det.findings.front();
+      r.determinism_note = fmt::format("{} tensors differ between runs; first {} ({}: max |diff| {:.3g} in {} of {} elements)",
+                                       det.findings.size(), f.key(), f.worst, f.max_abs, f.differing, f.numel);
+      r.verdict = Verdict::fail;
+      r.reason = r.reason.empty() ? "nondeterministic: " + r.determinism_note
+                                  : r.reason + "; nondeterministic: " + r.determinism_note;
+    }
+    r.determinism = std::move(det.table);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+const TensorDiff* logits_row(const CompareResult& r) {
+  for (const auto& d : r.rows)
+    if (d.logits) return &d;
+  return nullptr;
+}
+
+}  // namespace tdiff

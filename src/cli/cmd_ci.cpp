@@ -1,0 +1,215 @@
+// tdiff ci: every case of a golden prompt set against its cached reference, one verdict.
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "bisect/ci_suite.h"
+#include "cli/candidate.h"
+#include "cli/command.h"
+#include "cli/progress.h"
+#include "cli/shell.h"
+#include "core/case_file.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/pattern.h"
+#include "core/synth.h"
+#include "report/ci_index.h"
+#include "report/report.h"
+#include "report/summary.h"
+
+namespace fs = std::filesystem;
+
+namespace tdiff::cli {
+
+namespace {
+
+struct CiCmd {
+  std::string suite;
+  std::string backend = "emu", policy = "fixed";
+  std::vector<std::string> sets;
+  std::string thresholds;              // overrides the suite's file
+  std::vector<std::string> overrides;  // --threshold
+  std::string cases;                   // case-name globs
+  int repeat = 0;                      // 0: the suite's
+  std::string out_dir, cache_dir, run_id;
+  bool rebuild = false;
+};
+
+std::string command_line(const CiCmd& c, const Suite& s) {
+  std::string cmd = fmt::format("tdiff ci {} --backend {} --policy {}", shell_quote(s.dir), c.backend, shell_quote(c.policy));
+  for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
+  if (!c.thresholds.empty()) cmd += " --thresholds " + shell_quote(absolute_path(c.thresholds));
+  for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
+  if (!c.cases.empty()) cmd += " --cases " + shell_quote(c.cases);
+  if (c.repeat > 0) cmd += fmt::format(" --repeat {}", c.repeat);
+  return cmd;
+}
+
+// The exact `tdiff run` of one case (run 1 of its ci run).
+std::string case_command(const CiCmd& c, const SuiteCase& sc, const std::string& case_file, const std::string& thresholds) {
+  std::string cmd = fmt::format("tdiff run {} --backend {} --policy {}", shell_quote(case_file), c.backend, shell_quote(c.policy));
+  for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
+  cmd += fmt::format(" --seed {}", sc.seed);
+  if (!thresholds.empty()) cmd += " --thresholds " + shell_quote(thresholds);
+  for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
+  return cmd;
+}
+
+void record(const CiCaseResult& r, const EnvRecord& env, const std::string& suite) {
+  CaseUpdate update(r.case_file);
+  update.put_env(r.run_id, env);
+  const std::string g = "/runs/" + r.run_id;
+  update.writer().set_attr(g, "kind", "ci");
+  update.writer().set_attr(g, "suite", suite);
+  update.writer().set_attr(g, "backend", env.backend);
+  update.writer().set_attr(g, "policy", env.policy);
+  update.writer().set_attr(g, "verdict", verdict_name(r.verdict));
+  update.writer().set_attr(g, "reason", r.reason);
+  update.writer().set_attr(g, "deterministic", r.nondeterministic.empty() ? "yes" : r.determinism_note);
+  update.writer().set_attr(g, "report_csv", render_csv(r.diff));
+  update.commit();
+}
+
+void run_ci(CiCmd c) {
+  Suite suite = load_suite(c.suite);
+  if (c.repeat > 0) suite.repeat = c.repeat;
+  Policy policy = Policy::load(c.policy);
+  for (const auto& s : c.sets) policy.add_set(s);
+  const std::string thresholds_file = !c.thresholds.empty() ? absolute_path(c.thresholds) : suite.thresholds_file;
+  ThresholdPolicy thresholds = thresholds_file.empty() ? ThresholdPolicy{} : load_thresholds(thresholds_file);
+  for (const auto& o : c.overrides) add_threshold_override(thresholds, o);
+  {
+    ModelConfig config = synth_preset(suite.preset);
+    if (suite.layers > 0) config.truncate_layers(suite.layers);
+    std::vector<std::string> keys;
+    for (const auto& s : build_stages(config))
+      for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
+    thresholds.check_patterns(keys);
+  }
+  std::vector<const SuiteCase*> cases;
+  for (const auto& sc : suite.cases)
+    if (pattern_matches(c.cases, sc.name)) cases.push_back(&sc);
+  if (cases.empty()) input_error("{}: --cases '{}' matches no case", suite.dir, c.cases);
+  make_candidate(c.backend, policy, 0);  // a backend this build lacks: an input error before any work
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const SuiteCache cache = prepare_suite_cache(suite, c.cache_dir, c.rebuild, [](const std::string& what) {
+    fmt::print(stderr, "ci: building {}\n", what);
+  });
+  const std::string run_id = c.run_id.empty() ? make_run_id("ci") : c.run_id;
+  const std::string out = c.out_dir.empty() ? fmt::format("reports/ci/{}/{}", suite.name, run_id) : c.out_dir;
+  fs::create_directories(out);
+
+  CiOptions opt;
+  opt.make = [&](std::uint64_t seed) { return make_candidate(c.backend, policy, seed); };
+  opt.policy = policy;
+  opt.thresholds = thresholds;
+  CiSummary sum;
+  sum.suite = suite.name;
+  sum.description = suite.description;
+  sum.command = command_line(c, suite);
+  sum.candidate = fmt::format("{} under {}", c.backend, policy.describe());
+  sum.cache = fmt::format("models and references {} {}", cache.built ? "built into" : "reused from", cache.dir);
+  sum.thresholds_file = thresholds_file;
+  sum.thresholds_text = thresholds_file.empty() ? "(none: the default thresholds)" : read_text_file(thresholds_file);
+  for (const auto& o : c.overrides) sum.thresholds_text += "\n# --threshold " + o;
+  EnvRecord env = capture_env(c.backend, policy.describe(), process_command_line());
+  env.extra["suite"] = suite.name;
+  env.extra["suite_hash"] = suite.hash;
+  for (const auto& [k, v] : env.to_attrs()) sum.env.emplace_back(k, v);
+
+  for (const SuiteCase* sc : cases) {
+    const std::string case_file = cache.case_file(*sc);
+    Progress progress(fmt::format("ci {}", sc->name), 0);
+    opt.progress = [&](const Stage& s, std::size_t i, int run) { progress.step(i + 1, fmt::format("run {}: {}", run, s.name)); };
+    CiCaseResult r = run_ci_case(suite, *sc, case_file, opt);
+    r.run_id = run_id;
+    progress.finish(fmt::format("ci {}: {} in {:.1f} s", sc->name, verdict_name(r.verdict), r.seconds));
+    EnvRecord case_env = env;
+    case_env.extra["case"] = sc->name;
+    case_env.extra["seed"] = std::to_string(sc->seed);
+    case_env.extra["repeat"] = std::to_string(suite.repeat);
+
+    RunInfo info;
+    info.case_name = sc->name;
+    info.run_id = run_id;
+    info.title = fmt::format("tdiff ci {} / {}: {}", suite.name, sc->name, sum.candidate);
+    info.command = case_command(c, *sc, case_file, thresholds_file);
+    info.thresholds = thresholds.defaults;
+    for (const auto& [k, v] : case_env.to_attrs()) info.env.emplace_back(k, v);
+    write_reports(out + "/" + sc->name, r.diff, info);
+
+    CiRow row;
+    row.name = sc->name;
+    row.about = sc->about;
+    row.inputs = fmt::format("{} x {}, {}", r.rows, r.seq, r.padded ? r.pad_side + " padding" : "no padding");
+    row.verdict = r.verdict;
+    row.reason = r.reason;
+    row.tensors = static_cast<int>(r.diff.rows.size());
+    const auto counts = report::count_verdicts(r.diff);
+    row.fails = counts.fail, row.warns = counts.warn;
+    if (const TensorDiff* lg = logits_row(r.diff)) {
+      row.logits_cosine = lg->metrics.cosine;
+      row.logits_top1 = lg->logits->top1_agree;
+      row.logits_kl_max = lg->logits->kl_max;
+    }
+    row.runs = suite.repeat;
+    row.deterministic = r.nondeterministic.empty();
+    row.seconds = r.seconds;
+    row.report = sc->name + "/report.html";
+    row.case_file = case_file;
+    row.run_id = run_id;
+    if (!row.deterministic) {
+      RunInfo dinfo = info;
+      dinfo.title = fmt::format("tdiff ci {} / {}: determinism of {}", suite.name, sc->name, sum.candidate);
+      dinfo.command = fmt::format("tdiff determinism {} --backend {} --policy {} --seed {} --runs {}", shell_quote(case_file),
+                                  c.backend, shell_quote(c.policy), sc->seed, suite.repeat);
+      write_reports(out + "/" + sc->name + "/determinism", r.determinism, dinfo);
+      row.determinism_report = sc->name + "/determinism/report.html";
+    }
+    record(r, case_env, suite.name);
+    sum.rows.push_back(std::move(row));
+  }
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  write_file_atomic(out + "/junit.xml", render_ci_junit(sum));
+  write_file_atomic(out + "/index.html", render_ci_index(sum));
+  fmt::print("{}", render_ci_table(sum, want_color(stdout)));
+  fmt::print("cache       {}\n", sum.cache);
+  fmt::print("reproduce   {}\n", sum.command);
+  fmt::print("reports     {}/index.html (and junit.xml, <case>/report.html)\n", out);
+  exit_code() = sum.verdict() == Verdict::fail ? 1 : 0;
+}
+
+}  // namespace
+
+void setup_ci(CLI::App& app) {
+  auto c = std::make_shared<CiCmd>();
+  auto* cmd = app.add_subcommand("ci", "Run every case of a golden prompt set (cases/<set>) and gate on one verdict");
+  cmd->footer(
+      "Examples:\n"
+      "  tdiff ci cases/tiny                                  # emu, fixed policy; what CI runs\n"
+      "  tdiff ci cases/tiny --policy naive                   # caught: exit 1\n"
+      "  tdiff ci cases/small --cases 'long-*' -o reports/ci-small\n"
+      "Models and references are built on first use into <set>/cache/<hash>/ (rebuilt when\n"
+      "suite.toml, the token file or the tdiff version change). cases/README.md describes the format.\n"
+      "The hip backend is not built yet; --backend hip is refused until it is.\n"
+      "Exit code: 0 every case passes (warnings allowed), 1 a case fails, 2 usage or input error.");
+  cmd->add_option("suite", c->suite, "golden prompt set: a folder with suite.toml")->required();
+  cmd->add_option("--backend", c->backend, "candidate backend: emu (hip where built)")
+      ->check(CLI::IsMember({"emu", "hip"}))
+      ->capture_default_str();
+  cmd->add_option("--policy", c->policy, "numerics policy: naive, fixed, fp32, or a policy file")->capture_default_str();
+  cmd->add_option("--set", c->sets, "override a knob: 'PATTERN:knob=value' (repeatable)");
+  cmd->add_option("--thresholds", c->thresholds, "thresholds file (default: the suite's)");
+  cmd->add_option("--threshold", c->overrides, "override 'GLOB:KEY=VALUE' (repeatable)");
+  cmd->add_option("--cases", c->cases, "run only the cases whose names match these globs");
+  cmd->add_option("--repeat", c->repeat, "candidate runs per case compared bit for bit (default: the suite's)")
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("-o,--out", c->out_dir, "report folder (default reports/ci/<set>/<run-id>)");
+  cmd->add_option("--cache", c->cache_dir, "cache folder for models and references (default <set>/cache)");
+  cmd->add_flag("--rebuild", c->rebuild, "rebuild the cached models and references");
+  cmd->add_option("--run-id", c->run_id, "run id (default: time-based)");
+  cmd->callback([c] { run_ci(*c); });
+}
+
+}  // namespace tdiff::cli

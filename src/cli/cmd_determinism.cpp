@@ -1,0 +1,254 @@
+// tdiff determinism: is the backend bit-for-bit reproducible, run to run and across batches?
+#include <omp.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bisect/determinism.h"
+#include "cli/candidate.h"
+#include "cli/command.h"
+#include "cli/progress.h"
+#include "cli/shell.h"
+#include "core/env_record.h"
+#include "core/error.h"
+#include "refcpu/refcpu_backend.h"
+#include "report/report.h"
+
+namespace tdiff::cli {
+
+namespace {
+
+struct DeterminismCmd {
+  std::string case_path;
+  CandidateOptions cand;  // backend may also be "refcpu" here
+  bool seed_given = false;
+  int runs = 3;
+  std::vector<int> threads;
+  std::vector<int> batch_sweep;
+  std::string pad_side;  // left | right | both; empty: the case's side
+  std::string stages;
+  std::string out_dir, run_id;
+  bool all_rows = false, no_reports = false;
+};
+
+BackendFactory factory(const DeterminismCmd& c, const Policy& policy) {
+  if (c.cand.backend == "refcpu") return [](std::uint64_t) -> std::unique_ptr<Backend> { return std::make_unique<refcpu::RefCpuBackend>(); };
+  make_candidate(c.cand.backend, policy, 0);  // an input error here for a backend this build lacks
+  return [backend = c.cand.backend, policy](std::uint64_t seed) { return make_candidate(backend, policy, seed); };
+}
+
+std::string command_line(const DeterminismCmd& c, const std::string& run_id) {
+  std::string s = fmt::format("tdiff determinism {} --backend {}", shell_quote(absolute_path(c.case_path)), c.cand.backend);
+  if (c.cand.backend != "refcpu") {
+    s += " --policy " + shell_quote(c.cand.policy);
+    for (const auto& x : c.cand.sets) s += " --set " + shell_quote(x);
+  }
+  s += fmt::format(" --seed {}", c.cand.seed);
+  if (c.batch_sweep.empty()) {
+    s += fmt::format(" --runs {}", c.runs);
+    if (!c.threads.empty()) s += fmt::format(" --threads {}", fmt::join(c.threads, ","));
+  } else {
+    s += fmt::format(" --batch-sweep {} --pad-side {}", fmt::join(c.batch_sweep, ","), c.pad_side);
+  }
+  if (!c.stages.empty()) s += " --stages " + shell_quote(c.stages);
+  return s + " --run-id " + run_id;
+}
+
+// One line per finding; origins (the stage differed although its inputs did not) marked '*'.
+void print_findings(const std::vector<Finding>& findings, const std::string& where_word, bool all_rows,
+                    const std::function<std::string(const Finding&)>& note) {
+  if (findings.empty()) return;
+  fmt::print("  {:<28} {:<7} {:>10} {:>20}  {}\n", "stage", "tensor", "max |diff|", "elements (worst)", where_word);
+  std::size_t shown = 0;
+  for (const auto& f : findings) {
+    if (!all_rows && !f.origin && shown >= 30) continue;
+    ++shown;
+    fmt::print("{} {:<28} {:<7} {:>10.3g} {:>20}  {}\n", f.origin ? '*' : ' ', f.stage, f.tensor, f.max_abs,
+               fmt::format("{}/{}", f.differing, f.numel), fmt::join(f.where, ","));
+    const std::string why = note ? note(f) : "";
+    if (f.origin && !why.empty()) fmt::print("      {}\n", why);
+  }
+  if (shown < findings.size())
+    fmt::print("  ({} more tensors differ only downstream of an origin; --all lists them)\n", findings.size() - shown);
+  fmt::print("  * origin: the stage's output differed while all of its inputs were identical\n");
+}
+
+// What a check found, for the verdict line, the reports and the case's record.
+struct Outcome {
+  CompareResult table;
+  bool ok = true;
+  std::string verdict, summary;
+};
+
+std::string first_finding(const std::vector<Finding>& findings) {
+  const Finding& f = findings.front();
+  return fmt::format("{} tensors differ; first {} ({}: max |diff| {:.3g} in {} of {} elements)", findings.size(), f.key(),
+                     f.worst, f.max_abs, f.differing, f.numel);
+}
+
+Outcome run_to_run(const DeterminismCmd& c, CaseSession& session, const BackendFactory& make,
+                   const std::string& policy_text, EnvRecord& env) {
+  DeterminismOptions o;
+  o.runs = c.runs;
+  o.threads = c.threads;
+  o.seed = c.cand.seed;
+  o.stages = c.stages;
+  const std::size_t n = session.stages.size();
+  Progress progress("determinism", static_cast<std::size_t>(std::max<int>(c.runs, static_cast<int>(c.threads.size()))) * n);
+  o.progress = [&](const RunSpec& r, const Stage& s, std::size_t i) {
+    progress.step(static_cast<std::size_t>(r.number - 1) * n + i + 1, fmt::format("run {}: {}", r.number, s.name));
+  };
+  DeterminismResult r = check_determinism(session, make, o);
+  progress.finish(fmt::format("determinism: {} runs of {} stages on {} in {:.2f} s", r.runs.size(), n, c.cand.backend,
+                              r.seconds));
+  fmt::print("determinism {}: {} under {}\n", c.case_path, c.cand.backend, policy_text);
+  for (const auto& spec : r.runs) fmt::print("  {}\n", spec.label());
+  print_findings(r.findings, "runs differing from run 1", c.all_rows, {});
+  std::vector<std::string> seeds, threads;
+  for (const auto& s : r.runs) seeds.push_back(std::to_string(s.seed)), threads.push_back(std::to_string(s.threads));
+  env.extra["runs"] = std::to_string(r.runs.size());
+  env.extra["run_seeds"] = fmt::format("{}", fmt::join(seeds, ","));
+  env.extra["run_threads"] = fmt::format("{}", fmt::join(threads, ","));
+  Outcome out;
+  out.ok = r.deterministic();
+  out.verdict = out.ok ? "DETERMINISTIC" : "NONDETERMINISTIC";
+  out.summary = out.ok ? fmt::format("all {} stages bit-identical in {} runs", n, r.runs.size()) : first_finding(r.findings);
+  out.table = std::move(r.table);
+  return out;
+}
+
+Outcome batch_sweep(const DeterminismCmd& c, CaseSession& session, const BackendFactory& make, const Policy& policy,
+                    const std::string& policy_text, EnvRecord& env) {
+  BatchSweepOptions o;
+  o.sizes = c.batch_sweep;
+  o.pad_left = c.pad_side == "both" ? std::vector<bool>{false, true} : std::vector<bool>{c.pad_side == "left"};
+  o.seed = c.cand.seed;
+  o.stages = c.stages;
+  std::optional<Progress> progress;
+  o.progress = [&](std::size_t i, std::size_t n, const SweepBatch& b) {
+    if (!progress) progress.emplace("batch sweep", n);
+    progress->step(i + 1, b.label());
+  };
+  BatchSweepResult r = check_batch_invariance(session, make, o);
+  if (!progress) progress.emplace("batch sweep", 0);
+  progress->finish(fmt::format("batch sweep: {} prompts in {} batches on {} in {:.2f} s", r.prompts, r.batches.size(),
+                               c.cand.backend, r.seconds));
+  fmt::print("batch invariance {}: {} under {}, {} prompts, sizes {}, {} padding\n", c.case_path, c.cand.backend,
+             policy_text, r.prompts, fmt::join(c.batch_sweep, ","), c.pad_side);
+  fmt::print("  {:>5} {:>8} {:>18} {:>11}  {}\n", "size", "batches", "tensors differing", "max |diff|", "first origin");
+  for (const auto& s : r.sizes)
+    fmt::print("  {:>5} {:>8} {:>18} {:>11.3g}  {}\n", s.size, s.batches, s.tensors_differing, s.max_abs,
+               s.first_origin.empty() ? "-" : s.first_origin);
+  std::map<std::string, const Stage*> by_name;
+  for (const auto& s : session.stages) by_name[s.name] = &s;
+  auto why = [&](const std::string& stage) { return known_batch_variance(c.cand.backend, policy, *by_name.at(stage)); };
+  print_findings(r.findings, "batches differing from the prompt alone", c.all_rows,
+                 [&](const Finding& f) { return why(f.stage); });
+  if (!r.findings.empty())
+    for (std::size_t i = 0; i < r.batches.size(); ++i) fmt::print("  batch {:>3}: {}\n", i, r.batches[i].label());
+  for (auto& row : r.table.rows)
+    if (row.verdict == Verdict::fail && row.reason.find("origin") != std::string::npos && !why(row.stage).empty())
+      row.reason += "; " + why(row.stage);
+  env.extra["batch_sweep"] = fmt::format("{}", fmt::join(c.batch_sweep, ","));
+  env.extra["pad_side"] = c.pad_side;
+  Outcome out;
+  out.ok = r.invariant();
+  out.verdict = out.ok ? "BATCH-INVARIANT" : "NOT BATCH-INVARIANT";
+  out.summary = out.ok ? fmt::format("every prompt's outputs bit-identical in all {} batches", r.batches.size())
+                       : first_finding(r.findings);
+  out.table = std::move(r.table);
+  return out;
+}
+
+void run_determinism(DeterminismCmd c) {
+  CaseSession session = open_session(c.case_path, c.cand.model_dir);
+  const bool refcpu = c.cand.backend == "refcpu";
+  const Policy policy = refcpu ? Policy::preset("fixed") : c.cand.make_policy(session);
+  const std::string policy_text = refcpu ? "float64" : policy.describe();
+  if (!c.seed_given) c.cand.seed = session.info.seed;
+  if (c.threads.empty() && refcpu && c.batch_sweep.empty()) c.threads = {1, 2, 4};
+  if (c.pad_side.empty()) c.pad_side = session.info.pad_side;
+  const bool sweep = !c.batch_sweep.empty();
+  const std::string run_id = !c.run_id.empty() ? c.run_id : make_run_id(sweep ? "batch-sweep" : "determinism");
+  const BackendFactory make = factory(c, policy);
+
+  EnvRecord env = capture_env(c.cand.backend, policy_text, process_command_line());
+  env.extra["seed"] = std::to_string(c.cand.seed);
+  Outcome o = sweep ? batch_sweep(c, session, make, policy, policy_text, env) : run_to_run(c, session, make, policy_text, env);
+  auto& [table, ok, verdict, summary] = o;
+  const std::string command = command_line(c, run_id);
+  fmt::print("verdict     {}: {}\n", verdict, summary);
+  fmt::print("reproduce   {}\n", command);
+
+  RunInfo info;
+  info.case_name = std::filesystem::path(c.case_path).stem().string();
+  info.run_id = run_id;
+  info.title = fmt::format("tdiff determinism {}: {} under {} — {}", std::filesystem::path(c.case_path).filename().string(),
+                           c.cand.backend, policy_text, verdict);
+  info.command = command;
+  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  if (!c.no_reports) {
+    const std::string dir = report_dir(info, c.out_dir);
+    write_reports(dir, table, info);
+    fmt::print("reports     {}/report.html (and report.csv, report.json, junit.xml)\n", dir);
+  }
+
+  CaseUpdate update(c.case_path);
+  update.put_env(run_id, env);
+  const std::string g = "/runs/" + run_id;
+  update.writer().set_attr(g, "kind", sweep ? "batch-sweep" : "determinism");
+  update.writer().set_attr(g, "backend", c.cand.backend);
+  update.writer().set_attr(g, "policy", policy_text);
+  update.writer().set_attr(g, "verdict", verdict);
+  update.writer().set_attr(g, "summary", summary);
+  update.writer().set_attr(g, "report_csv", render_csv(table));
+  update.commit();
+  exit_code() = ok ? 0 : 1;
+}
+
+}  // namespace
+
+void setup_determinism(CLI::App& app) {
+  auto c = std::make_shared<DeterminismCmd>();
+  auto* cmd = app.add_subcommand("determinism", "Check that a backend reproduces every stage bit for bit: run to run, "
+                                                "across thread counts, and across batch sizes");
+  cmd->footer(
+      "Examples:\n"
+      "  tdiff determinism case.h5 --backend emu --policy naive --runs 3     # atomics and unstable ties: caught\n"
+      "  tdiff determinism case.h5 --backend emu --policy fixed --runs 3\n"
+      "  tdiff determinism case.h5 --backend refcpu --runs 3 --threads 1,2,4\n"
+      "  tdiff determinism case.h5 --backend emu --batch-sweep 1,2,4,8 --pad-side both\n"
+      "Run k uses run seed SEED+k-1 (emu: the order of atomic reductions and unstable ties).\n"
+      "The hip backend is not built yet; --backend hip is refused until it is.\n"
+      "Exit code: 0 bit-identical everywhere, 1 something differed, 2 usage or input error.");
+  cmd->add_option("case", c->case_path, "case file (tdiff case new)")->required();
+  cmd->add_option("--backend", c->cand.backend, "emu, refcpu, or hip (where built)")
+      ->check(CLI::IsMember({"emu", "refcpu", "hip"}))
+      ->capture_default_str();
+  cmd->add_option("--policy", c->cand.policy, "numerics policy of emu/hip: naive, fixed, fp32, or a policy file")
+      ->capture_default_str();
+  cmd->add_option("--set", c->cand.sets, "override a knob: 'PATTERN:knob=value' (repeatable)");
+  cmd->add_option_function<std::uint64_t>("--seed", [c](std::uint64_t s) { c->cand.seed = s, c->seed_given = true; },
+                                          "run seed of run 1 (default: the case's seed)");
+  cmd->add_option("--model", c->cand.model_dir, "model folder (default: the path the case records)");
+  cmd->add_option("--runs", c->runs, "number of runs (at least 2)")->capture_default_str();
+  cmd->add_option("--threads", c->threads, "OpenMP thread counts cycled over the runs (refcpu default 1,2,4)")
+      ->delimiter(',');
+  cmd->add_option("--batch-sweep", c->batch_sweep,
+                  "batch sizes: each prompt alone and inside batches of the others, at every row")
+      ->delimiter(',');
+  cmd->add_option("--pad-side", c->pad_side, "padding of the sweep's batches: left, right or both (default: the case's)")
+      ->check(CLI::IsMember({"left", "right", "both"}));
+  cmd->add_option("--stages", c->stages, "report only stages matching these globs (all stages still run)");
+  cmd->add_option("-o,--out", c->out_dir, "report folder (default reports/<case>/<run-id>)");
+  cmd->add_option("--run-id", c->run_id, "run id (default: time-based)");
+  cmd->add_flag("--all", c->all_rows, "list every differing tensor, not only the origins and the first 30");
+  cmd->add_flag("--no-reports", c->no_reports, "print only; write no report files (the case still records the run)");
+  cmd->callback([c] { run_determinism(*c); });
+}
+
+}  // namespace tdiff::cli

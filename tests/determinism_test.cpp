@@ -1,0 +1,241 @@
+// tdiff determinism on the tiny model: emu under naive (atomic reductions, unstable ties) is
+// caught run to run and across batches, emu under fixed and refcpu are bit-for-bit
+// reproducible; row slices; the command through the binary.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "bisect/determinism.h"
+#include "bisect/row_slice.h"
+#include "cli_support.h"
+#include "core/case_file.h"
+#include "core/synth.h"
+#include "emu/emu_backend.h"
+#include "refcpu/refcpu_backend.h"
+
+namespace tdiff {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One tiny model for the whole suite, and two cases from prompts 13-16 of the tiny golden set
+// (25 to 33 tokens: 4 HCA and 8 CSA windows, the indexer choosing): all four padded on the
+// left to 36, and the first two alone (cheaper sweeps). Under naive their bf16 top-k
+// comparisons produce exact ties (cases/README.md).
+class Determinism : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / fmt::format("tdiff_determinism_{}", ::getpid()));
+    fs::create_directories(*dir_);
+    write_synth_model(synth_preset("tiny"), 1, (*dir_ / "m").string());
+    const auto vocab = synth_preset("tiny").vocab_size;
+    const PromptSet all = read_token_file(std::string(TDIFF_SOURCE_DIR) + "/cases/tiny/golden.txt", vocab);
+    for (std::size_t count : {4, 2}) {
+      CaseInfo info = case_for_model((*dir_ / "m").string());
+      PromptSet ps;
+      for (std::size_t i = 12; i < 12 + count; ++i) {
+        ps.ids.push_back(all.ids[i]);
+        ps.lines.push_back(all.lines[i]);
+        ps.line_no.push_back(all.line_no[i]);
+      }
+      info.batch = pad_prompts(ps, 36, true, vocab);
+      info.seed = 11;
+      info.pad_side = "left";
+      info.prompts = ps.lines;
+      add_weight_checksums(info);
+      create_case(case_path(count), info);
+    }
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string case_path(std::size_t prompts = 4) { return (*dir_ / fmt::format("c{}.h5", prompts)).string(); }
+
+  static BackendFactory emu(const std::string& policy) {
+    return [p = Policy::preset(policy)](std::uint64_t seed) { return std::make_unique<emu::EmuBackend>(p, seed); };
+  }
+  static BackendFactory refcpu() {
+    return [](std::uint64_t) { return std::make_unique<refcpu::RefCpuBackend>(); };
+  }
+
+  static fs::path* dir_;
+};
+fs::path* Determinism::dir_ = nullptr;
+
+TEST(BitDiff, ComparesBytesNotValues) {
+  Tensor a(DType::f64, {2, 3}), b(DType::f64, {2, 3});
+  EXPECT_TRUE(bit_diff(a, b).identical());
+  b.data<double>()[4] = 0.25;
+  BitDiff d = bit_diff(a, b);
+  EXPECT_EQ(d.differing, 1);
+  EXPECT_EQ(d.numel, 6);
+  EXPECT_DOUBLE_EQ(d.max_abs, 0.25);
+  b.data<double>()[4] = -0.0;  // equal as a value, not as bits
+  d = bit_diff(a, b);
+  EXPECT_EQ(d.differing, 1);
+  EXPECT_EQ(d.max_abs, 0.0);
+  a.data<double>()[4] = b.data<double>()[4] = std::numeric_limits<double>::quiet_NaN();  // same bits
+  EXPECT_TRUE(bit_diff(a, b).identical());
+  a.data<double>()[0] = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(std::isinf(bit_diff(a, b).max_abs));
+  EXPECT_EQ(bit_diff(a, Tensor(DType::f64, {3, 2})).differing, 6);  // another shape: everything differs
+}
+
+TEST(RowSlice, TakesTheRowsRealTokensAndOwnEntries) {
+  ModelConfig c = synth_preset("tiny");
+  PromptSet ps;
+  ps.ids = {{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12}};
+  ps.lines = {"", ""};
+  ps.line_no = {1, 2};
+  const Batch b = pad_prompts(ps, 10, true, c.vocab_size);  // row 0: 7 padding tokens on the left
+  const auto stages = build_stages(c);
+  auto stage = [&](const std::string& name) {
+    return *std::find_if(stages.begin(), stages.end(), [&](const Stage& s) { return s.name == name; });
+  };
+  // A [B,S,D] token tensor: row 0's real tokens are 7..9.
+  Tensor t(DType::f64, {2, 10, 2});
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = static_cast<double>(i);
+  Tensor s0 = row_slice(stage("L00.attn_norm"), t, b, 0, c);
+  ASSERT_EQ(s0.shape(), (Shape{1, 3, 2}));
+  EXPECT_EQ(s0.data<double>()[0], 14.0);
+  // Flat [B*S, E] router logits: row 1 is rows 11..19.
+  Tensor r(DType::f64, {20, 8});
+  for (std::int64_t i = 0; i < r.numel(); ++i) r.data<double>()[i] = static_cast<double>(i);
+  Tensor s1 = row_slice(stage("L01.moe.router"), r, b, 1, c);
+  ASSERT_EQ(s1.shape(), (Shape{9, 8}));
+  EXPECT_EQ(s1.data<double>()[0], 88.0);
+  // Compressed CSA entries [B, S/4, d]: row 0 (3 tokens) owns none, row 1 (9 tokens) two.
+  Tensor e(DType::f64, {2, 2, 32});
+  EXPECT_EQ(row_slice(stage("L01.attn.cmp.pool"), e, b, 0, c).dim(1), 0);
+  EXPECT_EQ(row_slice(stage("L01.attn.cmp.pool"), e, b, 1, c).dim(1), 2);
+  // Window mask [B,S,S]: real queries x real keys.
+  Tensor m(DType::boolean, {2, 10, 10});
+  EXPECT_EQ(row_slice(stage("mask.window"), m, b, 0, c).shape(), (Shape{1, 3, 3}));
+  // Indexer selection [B,S,k]: sorted ids, -1 padded to index_topk whatever k was.
+  Tensor sel(DType::i64, {2, 10, 2});
+  auto* v = sel.data<std::int64_t>();
+  for (std::int64_t i = 0; i < sel.numel(); ++i) v[i] = i % 2 == 0 ? 1 : 0;
+  Tensor ss = row_slice(stage("L01.attn.idx.topk"), sel, b, 1, c);
+  ASSERT_EQ(ss.shape(), (Shape{1, 9, c.index_topk}));
+  EXPECT_EQ(ss.data<std::int64_t>()[0], 0);
+  EXPECT_EQ(ss.data<std::int64_t>()[1], 1);
+  EXPECT_EQ(ss.data<std::int64_t>()[2], -1);
+}
+
+TEST_F(Determinism, NaiveEmuDiffersBetweenRunsFromItsAtomicsAndTies) {
+  CaseSession s = open_session(case_path());
+  DeterminismOptions o;
+  o.runs = 3;
+  o.seed = 5;
+  const DeterminismResult r = check_determinism(s, emu("naive"), o);
+  ASSERT_FALSE(r.deterministic());
+  ASSERT_EQ(r.runs.size(), 3u);
+  EXPECT_EQ(r.runs[2].seed, 7u);
+  // Every origin is an operator whose order the run seed picks: split-K GEMMs, the MoE
+  // combine, or a top-k with unstable ties; the first stage that differs is an origin.
+  EXPECT_TRUE(r.findings.front().origin);
+  std::set<OpKind> kinds;
+  for (const auto& f : r.findings) {
+    if (!f.origin) continue;
+    const Stage& st = *std::find_if(s.stages.begin(), s.stages.end(), [&](const Stage& x) { return x.name == f.stage; });
+    kinds.insert(st.kind);
+    EXPECT_GT(f.max_abs, 0.0) << f.key();
+    EXPECT_FALSE(f.where.empty());
+  }
+  for (OpKind k : kinds)
+    EXPECT_TRUE(k == OpKind::linear || k == OpKind::grouped_linear || k == OpKind::lm_head || k == OpKind::moe_experts ||
+                k == OpKind::moe_select || k == OpKind::idx_topk)
+        << op_kind_name(k);
+  EXPECT_EQ(r.table.verdict, Verdict::fail);
+  EXPECT_EQ(r.table.rows.size(), r.table.rows.size());
+}
+
+TEST_F(Determinism, FixedEmuAndRefcpuAreBitIdenticalAcrossRunsAndThreadCounts) {
+  CaseSession s = open_session(case_path(2));
+  DeterminismOptions o;
+  o.runs = 2;
+  o.threads = {1, 2, 3};
+  const DeterminismResult fixed = check_determinism(s, emu("fixed"), o);
+  EXPECT_TRUE(fixed.deterministic()) << fixed.findings.front().key();
+  EXPECT_EQ(fixed.runs.size(), 3u);  // raised to the number of thread counts
+  EXPECT_EQ(fixed.table.verdict, Verdict::pass);
+  EXPECT_EQ(fixed.table.rows.size(), 181u);
+  const DeterminismResult ref = check_determinism(s, refcpu(), o);
+  EXPECT_TRUE(ref.deterministic()) << ref.findings.front().key();
+}
+
+TEST_F(Determinism, RefcpuIsBatchInvariant) {
+  CaseSession s = open_session(case_path(2));
+  BatchSweepOptions o;
+  o.sizes = {2, 1};
+  o.pad_left = {false, true};
+  const BatchSweepResult r = check_batch_invariance(s, refcpu(), o);
+  EXPECT_TRUE(r.invariant()) << r.findings.front().key() << " " << r.findings.front().worst;
+  EXPECT_EQ(r.prompts, 2);
+  ASSERT_EQ(r.batches.size(), 2u + 2 * 2);  // alone once, then both pairs padded on either side
+  EXPECT_EQ(r.batches.front().size, 1);     // sizes run in increasing order
+  EXPECT_EQ(r.batches[3].prompts, (std::vector<int>{1, 0}));
+  EXPECT_TRUE(r.batches[5].pad_left);
+  EXPECT_EQ(r.sizes.size(), 2u);
+  EXPECT_EQ(r.table.rows.size(), 181u);
+}
+
+TEST_F(Determinism, NaiveEmuIsNotBatchInvariant) {
+  CaseSession s = open_session(case_path(2));
+  BatchSweepOptions o;
+  o.sizes = {1, 2};
+  const BatchSweepResult r = check_batch_invariance(s, emu("naive"), o);
+  ASSERT_FALSE(r.invariant());
+  EXPECT_EQ(r.sizes[0].tensors_differing, 0);  // alone: the baseline
+  EXPECT_GT(r.sizes[1].tensors_differing, 0);
+  EXPECT_FALSE(r.sizes[1].first_origin.empty());
+}
+
+class DeterminismCli : public testing::CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 4 -o '{}'", path("m"))).code, 0);
+    std::ofstream(path("p.txt")) << "1 2 3 4 5 6 7 8 9 10 11\n200 100 50 25 12 6 3\n";
+    ASSERT_EQ(run(fmt::format("case new --model '{}' --tokens '{}' --seed 3 -o '{}'", path("m"), path("p.txt"), path("c.h5"))).code, 0);
+  }
+};
+
+TEST_F(DeterminismCli, NaiveIsCaughtFixedPassesAndBothAreRecorded) {
+  const auto naive = run(fmt::format("determinism '{}' --policy naive --runs 3 -o '{}'", path("c.h5"), path("rn")));
+  EXPECT_EQ(naive.code, 1) << naive.err;
+  EXPECT_NE(naive.out.find("verdict     NONDETERMINISTIC"), std::string::npos) << naive.out;
+  EXPECT_NE(naive.out.find("run 3 (seed 5,"), std::string::npos) << naive.out;
+  EXPECT_NE(naive.out.find("reproduce   tdiff determinism"), std::string::npos);
+  for (const char* f : {"report.html", "report.csv", "report.json", "junit.xml"})
+    EXPECT_TRUE(fs::exists(path(std::string("rn/") + f))) << f;
+  EXPECT_NE(testing::slurp(path("rn/report.html")).find("omp_threads"), std::string::npos);  // the environment
+
+  const auto fixed = run(fmt::format("determinism '{}' --policy fixed --runs 2 --threads 1,2 --no-reports", path("c.h5")));
+  EXPECT_EQ(fixed.code, 0) << fixed.out << fixed.err;
+  EXPECT_NE(fixed.out.find("verdict     DETERMINISTIC"), std::string::npos) << fixed.out;
+
+  const auto sweep = run(fmt::format("determinism '{}' --backend refcpu --batch-sweep 1,2,3 --pad-side both --no-reports", path("c.h5")));
+  EXPECT_EQ(sweep.code, 0) << sweep.out << sweep.err;
+  EXPECT_NE(sweep.out.find("BATCH-INVARIANT"), std::string::npos) << sweep.out;
+
+  const std::string info = run(fmt::format("info '{}'", path("c.h5"))).out;
+  EXPECT_NE(info.find("policy naive"), std::string::npos) << info;
+  EXPECT_NE(info.find("run_seeds 3,4,5"), std::string::npos) << info;
+  EXPECT_NE(info.find("batch_sweep 1,2,3"), std::string::npos) << info;
+}
+
+TEST_F(DeterminismCli, BadInputsExitTwoWithOneLine) {
+  for (const std::string& args :
+       {fmt::format("determinism '{}' --runs 1", path("c.h5")), fmt::format("determinism '{}' --backend hip", path("c.h5")),
+        fmt::format("determinism '{}' --stages 'L9*'", path("c.h5")), fmt::format("determinism '{}'", path("none.h5")),
+        fmt::format("determinism '{}' --batch-sweep 0,2", path("c.h5"))}) {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(testing::count_lines(r.err), 1u) << args << ": " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tdiff
