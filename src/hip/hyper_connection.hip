@@ -1,0 +1,203 @@
+// Hyper-connection kernels (hip/hyper_connection.h), the arithmetic of emu/hyper_connection.cpp.
+//   hc_mix:      one workgroup of kLanes threads per token: the RMS factor exactly as
+//                emu::rms_factor (lane k sums x[k], x[k + 64], ... then a tree), then the
+//                normalised row staged through LDS in chunks, one thread per output q with
+//                its float32 sum sequential over the flat row.
+//   hc_sinkhorn: one thread per token (n ≤ kMaxHc; the whole map is n² ≤ 64 values).
+//   hc_pre/post: one thread per output element, sums in stream order.
+#include "hip/vendor.h"  // first: arith.h needs __host__ / __device__
+#include "hip/hyper_connection.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "emu/norm.h"
+#include "emu/numerics.h"
+#include "hip/launch_check.h"
+
+namespace tdiff::hip {
+
+namespace {
+
+using arith::Fmt;
+
+constexpr int kLanes = static_cast<int>(emu::kLanes);  // emu's RMS lanes (one CDNA wavefront)
+constexpr int kMixChunk = 2048;                          // normalised values staged per pass
+constexpr int kMaxHc = 8;
+
+// emu::rms_factor over x[0..flat) by the kLanes threads of the workgroup; all get the factor.
+__device__ float rms_factor_wg(const float* x, std::int64_t flat, float eps, Fmt stats, float* lane) {
+  const int tid = static_cast<int>(threadIdx.x);
+  float a = 0.0f;
+  for (std::int64_t i = tid; i < flat; i += kLanes) a = arith::fma_fmt(x[i], x[i], a, stats);
+  lane[tid] = a;
+  __syncthreads();
+  for (int width = kLanes / 2; width > 0; width /= 2) {  // shuffle-down tree, in emu's pairing
+    if (tid < width) lane[tid] = arith::add_fmt(lane[tid], lane[tid + width], stats);
+    __syncthreads();
+  }
+  const float mean = arith::round_fmt(arith::div_rn(lane[0], static_cast<float>(flat)), stats);
+  return arith::round_fmt(arith::div_rn(1.0f, arith::sqrt_rn(arith::add_fmt(mean, eps, stats))), stats);
+}
+
+__global__ void __launch_bounds__(kLanes)
+    hc_mix_kernel(const float* X, std::int64_t flat, const float* fn, std::int64_t M, float eps, Fmt sk, Fmt stats,
+                  float* mix) {
+  __shared__ float lane[kLanes];
+  __shared__ float u[kMixChunk];
+  const std::int64_t t = blockIdx.x;
+  const float* x = X + t * flat;
+  const float f = rms_factor_wg(x, flat, eps, stats, lane);
+  const int tid = static_cast<int>(threadIdx.x);
+  // Each thread owns outputs q = tid, tid + kLanes, ... (M is (2+n)·n = 24 for n = 4).
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int owned = static_cast<int>((M - tid + kLanes - 1) / kLanes);
+  for (std::int64_t c0 = 0; c0 < flat; c0 += kMixChunk) {
+    const int cn = static_cast<int>(flat - c0 < kMixChunk ? flat - c0 : kMixChunk);
+    __syncthreads();
+    for (int c = tid; c < cn; c += kLanes) u[c] = arith::round_fmt(arith::mul_rn(x[c0 + c], f), sk);
+    __syncthreads();
+    for (int r = 0; r < owned; ++r) {
+      const float* w = fn + (tid + r * kLanes) * flat + c0;
+      float a = acc[r];
+      for (int c = 0; c < cn; ++c) a = arith::add_rn(a, arith::mul_rn(u[c], arith::round_fmt(w[c], sk)));
+      acc[r] = a;
+    }
+  }
+  for (int r = 0; r < owned; ++r) mix[t * M + tid + r * kLanes] = arith::round_fmt(acc[r], sk);
+}
+
+__device__ float sigmoid_fmt(float x, Fmt f) {
+  return arith::round_fmt(arith::div_rn(1.0f, arith::add_rn(1.0f, arith::exp_f32(-x))), f);
+}
+
+__global__ void hc_sinkhorn_kernel(const float* mix, std::int64_t tokens, int n, const float* base, const float* scale,
+                                   float eps, std::int64_t iters, Fmt f, float* pre, float* post, float* comb) {
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const std::int64_t M = (2 + n) * n;
+  const float* m = mix + t * M;
+  auto sc = [&](int i) { return arith::round_fmt(scale[i], f); };
+  auto bs = [&](std::int64_t i) { return arith::round_fmt(base[i], f); };
+  for (int s = 0; s < n; ++s) {
+    pre[t * n + s] = arith::add_fmt(sigmoid_fmt(arith::add_fmt(arith::mul_fmt(m[s], sc(0), f), bs(s), f), f), eps, f);
+    post[t * n + s] =
+        arith::mul_fmt(2.0f, sigmoid_fmt(arith::add_fmt(arith::mul_fmt(m[n + s], sc(1), f), bs(n + s), f), f), f);
+  }
+  float P[kMaxHc * kMaxHc];
+  for (int a = 0; a < n; ++a) {
+    float* row = P + a * n;
+    float mx = -INFINITY;
+    for (int k = 0; k < n; ++k) {
+      row[k] = arith::add_fmt(arith::mul_fmt(m[2 * n + a * n + k], sc(2), f), bs(2 * n + a * n + k), f);
+      mx = (mx < row[k]) ? row[k] : mx;
+    }
+    float z = 0.0f;
+    for (int k = 0; k < n; ++k) {
+      row[k] = arith::round_fmt(arith::exp_f32(row[k] - mx), f);
+      z = arith::add_fmt(z, row[k], f);
+    }
+    for (int k = 0; k < n; ++k) row[k] = arith::add_fmt(arith::round_fmt(arith::div_rn(row[k], z), f), eps, f);
+  }
+  auto normalise = [&](bool columns) {
+    for (int u = 0; u < n; ++u) {
+      float s = 0.0f;
+      for (int v = 0; v < n; ++v) s = arith::add_fmt(s, columns ? P[v * n + u] : P[u * n + v], f);
+      const float den = arith::add_fmt(s, eps, f);
+      for (int v = 0; v < n; ++v) {
+        float& e = columns ? P[v * n + u] : P[u * n + v];
+        e = arith::round_fmt(arith::div_rn(e, den), f);
+      }
+    }
+  };
+  normalise(true);
+  for (std::int64_t it = 1; it < iters; ++it) {
+    normalise(false);
+    normalise(true);
+  }
+  for (int e = 0; e < n * n; ++e) comb[t * n * n + e] = P[e];
+}
+
+__global__ void hc_pre_kernel(const float* X, const float* w, std::int64_t tokens, std::int64_t n, std::int64_t D,
+                              Fmt out, float* x) {
+  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= tokens * D) return;
+  const std::int64_t t = g / D, c = g % D;
+  float acc = 0.0f;
+  for (std::int64_t s = 0; s < n; ++s) acc = arith::add_rn(acc, arith::mul_rn(w[t * n + s], X[(t * n + s) * D + c]));
+  x[g] = arith::round_fmt(acc, out);
+}
+
+__global__ void hc_post_kernel(const float* X, const float* y, const float* post, const float* comb, std::int64_t tokens,
+                               std::int64_t n, std::int64_t D, Fmt out, float* Xout) {
+  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= tokens * n * D) return;
+  const std::int64_t c = g % D, k = (g / D) % n, t = g / (n * D);
+  float acc = 0.0f;
+  for (std::int64_t a = 0; a < n; ++a)
+    acc = arith::add_rn(acc, arith::mul_rn(comb[(t * n + a) * n + k], X[(t * n + a) * D + c]));
+  Xout[g] = arith::round_fmt(arith::add_rn(arith::mul_rn(post[t * n + k], y[t * D + c]), acc), out);
+}
+
+// preh = σ(mix·scale[0] + base[s]) + ε in the Sinkhorn format (emu: scale and base unrounded).
+__global__ void hc_head_weights_kernel(float* preh, std::int64_t tokens, std::int64_t n, const float* base,
+                                       const float* scale, float eps, Fmt f) {
+  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= tokens * n) return;
+  const float z = arith::add_fmt(arith::mul_fmt(preh[g], scale[0], f), base[g % n], f);
+  preh[g] = arith::add_fmt(sigmoid_fmt(z, f), eps, f);
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+void hc_mix(const float* d_X, std::int64_t tokens, std::int64_t flat, const float* d_fn, std::int64_t M, float eps,
+            const Numerics& num, float* d_mix, hipStream_t stream) {
+  if (M > 4 * kLanes) throw std::invalid_argument("hip::hc_mix: more than 256 mix outputs");
+  if (tokens == 0) return;
+  hc_mix_kernel<<<static_cast<unsigned>(tokens), kLanes, 0, stream>>>(d_X, flat, d_fn, M, eps, emu::fmt_of(num.sinkhorn),
+                                                                      emu::fmt_of(num.norm_stats), d_mix);
+  check_launch("hc_mix");
+}
+
+void hc_sinkhorn(const float* d_mix, std::int64_t tokens, std::int64_t n, const float* d_base, const float* d_scale,
+                 float hc_eps, std::int64_t iters, const Numerics& num, float* d_pre, float* d_post, float* d_comb,
+                 hipStream_t stream) {
+  if (n > kMaxHc) throw std::invalid_argument("hip::hc_sinkhorn: hc_mult above 8");
+  if (tokens == 0) return;
+  const Fmt f = emu::fmt_of(num.sinkhorn);
+  const float eps = num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f;
+  hc_sinkhorn_kernel<<<blocks_for(tokens, kThreads), kThreads, 0, stream>>>(
+      d_mix, tokens, static_cast<int>(n), d_base, d_scale, eps, iters, f, d_pre, d_post, d_comb);
+  check_launch("hc_sinkhorn");
+}
+
+void hc_pre(const float* d_X, const float* d_w, std::int64_t tokens, std::int64_t n, std::int64_t D, arith::Fmt out,
+            float* d_x, hipStream_t stream) {
+  if (tokens * D == 0) return;
+  hc_pre_kernel<<<blocks_for(tokens * D, kThreads), kThreads, 0, stream>>>(d_X, d_w, tokens, n, D, out, d_x);
+  check_launch("hc_pre");
+}
+
+void hc_post(const float* d_X, const float* d_y, const float* d_post, const float* d_comb, std::int64_t tokens,
+             std::int64_t n, std::int64_t D, arith::Fmt out, float* d_Xout, hipStream_t stream) {
+  if (tokens * n * D == 0) return;
+  hc_post_kernel<<<blocks_for(tokens * n * D, kThreads), kThreads, 0, stream>>>(d_X, d_y, d_post, d_comb, tokens, n, D,
+                                                                               out, d_Xout);
+  check_launch("hc_post");
+}
+
+void hc_head(const float* d_X, std::int64_t tokens, std::int64_t n, std::int64_t D, const float* d_fn,
+             const float* d_base, const float* d_scale, float eps, float hc_eps, const Numerics& num, arith::Fmt out,
+             float* d_y, float* d_preh, hipStream_t stream) {
+  if (tokens == 0) return;
+  const Fmt f = emu::fmt_of(num.sinkhorn);
+  hc_mix(d_X, tokens, n * D, d_fn, n, eps, num, d_preh, stream);
+  hc_head_weights_kernel<<<blocks_for(tokens * n, kThreads), kThreads, 0, stream>>>(
+      d_preh, tokens, n, d_base, d_scale, num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f, f);
+  check_launch("hc_head");
+  hc_pre(d_X, d_preh, tokens, n, D, out, d_y, stream);
+}
+
+}  // namespace tdiff::hip
