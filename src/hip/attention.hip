@@ -14,7 +14,7 @@
 
 #include "emu/attention.h"
 #include "emu/numerics.h"
-#include "hip/launch_check.h"
+#include "hip/kernel_common.h"
 
 namespace tdiff::hip {
 
@@ -141,7 +141,7 @@ void attention(const float* d_q, const float* d_kv, const std::uint8_t* d_win, c
   // 48 KiB: the most NVIDIA gives without an opt-in, below gfx90a's 64 KiB; d <= 4000.
   if (lds > 48 * 1024) throw std::invalid_argument("hip::attention: head_dim too large for the LDS tiles");
   attention_kernel<<<dim3(static_cast<unsigned>(S * H), static_cast<unsigned>(B)), kBlk, lds, stream>>>(a);
-  check_launch("attention");
+  check_kernel("attention");
 }
 
 }  // namespace tdiff::hip

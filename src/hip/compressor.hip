@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "emu/numerics.h"
-#include "hip/launch_check.h"
+#include "hip/kernel_common.h"
 
 namespace tdiff::hip {
 
@@ -83,7 +83,7 @@ void gated_pool(const float* d_P, const float* d_Z, std::int64_t B, std::int64_t
                    emu::fmt_of(num.pool_softmax), emu::fmt_of(num.storage)};
   constexpr int kThreads = 256;
   gated_pool_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(a);
-  check_launch("gated_pool");
+  check_kernel("gated_pool");
 }
 
 }  // namespace tdiff::hip

@@ -13,7 +13,7 @@
 
 #include "emu/norm.h"
 #include "emu/numerics.h"
-#include "hip/launch_check.h"
+#include "hip/kernel_common.h"
 
 namespace tdiff::hip {
 
@@ -158,7 +158,7 @@ void hc_mix(const float* d_X, std::int64_t tokens, std::int64_t flat, const floa
   if (tokens == 0) return;
   hc_mix_kernel<<<static_cast<unsigned>(tokens), kLanes, 0, stream>>>(d_X, flat, d_fn, M, eps, emu::fmt_of(num.sinkhorn),
                                                                       emu::fmt_of(num.norm_stats), d_mix);
-  check_launch("hc_mix");
+  check_kernel("hc_mix");
 }
 
 void hc_sinkhorn(const float* d_mix, std::int64_t tokens, std::int64_t n, const float* d_base, const float* d_scale,
@@ -170,14 +170,14 @@ void hc_sinkhorn(const float* d_mix, std::int64_t tokens, std::int64_t n, const 
   const float eps = num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f;
   hc_sinkhorn_kernel<<<blocks_for(tokens, kThreads), kThreads, 0, stream>>>(
       d_mix, tokens, static_cast<int>(n), d_base, d_scale, eps, iters, f, d_pre, d_post, d_comb);
-  check_launch("hc_sinkhorn");
+  check_kernel("hc_sinkhorn");
 }
 
 void hc_pre(const float* d_X, const float* d_w, std::int64_t tokens, std::int64_t n, std::int64_t D, arith::Fmt out,
             float* d_x, hipStream_t stream) {
   if (tokens * D == 0) return;
   hc_pre_kernel<<<blocks_for(tokens * D, kThreads), kThreads, 0, stream>>>(d_X, d_w, tokens, n, D, out, d_x);
-  check_launch("hc_pre");
+  check_kernel("hc_pre");
 }
 
 void hc_post(const float* d_X, const float* d_y, const float* d_post, const float* d_comb, std::int64_t tokens,
@@ -185,7 +185,7 @@ void hc_post(const float* d_X, const float* d_y, const float* d_post, const floa
   if (tokens * n * D == 0) return;
   hc_post_kernel<<<blocks_for(tokens * n * D, kThreads), kThreads, 0, stream>>>(d_X, d_y, d_post, d_comb, tokens, n, D,
                                                                                out, d_Xout);
-  check_launch("hc_post");
+  check_kernel("hc_post");
 }
 
 void hc_head(const float* d_X, std::int64_t tokens, std::int64_t n, std::int64_t D, const float* d_fn,
@@ -196,7 +196,7 @@ void hc_head(const float* d_X, std::int64_t tokens, std::int64_t n, std::int64_t
   hc_mix(d_X, tokens, n * D, d_fn, n, eps, num, d_preh, stream);
   hc_head_weights_kernel<<<blocks_for(tokens * n, kThreads), kThreads, 0, stream>>>(
       d_preh, tokens, n, d_base, d_scale, num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f, f);
-  check_launch("hc_head");
+  check_kernel("hc_head");
   hc_pre(d_X, d_preh, tokens, n, D, out, d_y, stream);
 }
 

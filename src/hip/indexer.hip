@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "emu/numerics.h"
-#include "hip/launch_check.h"
+#include "hip/kernel_common.h"
 #include "hip/topk_rank.h"
 
 namespace tdiff::hip {
@@ -132,7 +132,7 @@ void idx_score(const float* d_QI, const float* d_KI, const float* d_w, const std
                     1.0f / std::sqrt(static_cast<float>(dim))};  // emu's scale, computed as emu does
   const dim3 grid(blocks_for(n, kTe), blocks_for(S, kTq), static_cast<unsigned>(B));
   idx_score_kernel<<<grid, kTq * kTe, 0, stream>>>(a);
-  check_launch("idx_score");
+  check_kernel("idx_score");
 }
 
 void idx_topk(const float* d_score, const std::int64_t* d_pos, const std::int64_t* d_length, std::int64_t B,
@@ -144,7 +144,7 @@ void idx_topk(const float* d_score, const std::int64_t* d_pos, const std::int64_
   if (B * S == 0) return;
   const TopkArgs a{d_score, d_pos, d_length, d_sel, S, n, k, rate, spec.cmp, spec.ties == TieBreak::unstable, spec.seed};
   idx_topk_kernel<<<static_cast<unsigned>(B * S), kSelThreads, static_cast<std::size_t>(n), stream>>>(a);
-  check_launch("idx_topk");
+  check_kernel("idx_topk");
 }
 
 }  // namespace tdiff::hip

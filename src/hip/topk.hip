@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "hip/launch_check.h"
+#include "hip/kernel_common.h"
 #include "hip/topk_rank.h"
 
 namespace tdiff::hip {
@@ -34,7 +34,7 @@ void topk_rows(const float* d_values, std::int64_t rows, std::int64_t n, std::in
   if (rows == 0) return;
   topk_rows_kernel<<<static_cast<unsigned>(rows), detail::kTopkThreads, 0, stream>>>(
       d_values, n, k, d_bias, spec.cmp, spec.ties == TieBreak::unstable, spec.seed, d_out);
-  check_launch("topk_rows");
+  check_kernel("topk_rows");
 }
 
 }  // namespace tdiff::hip
