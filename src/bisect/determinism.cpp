@@ -46,7 +46,9 @@ std::string bit_diff_text(const BitDiff& d) {
   return fmt::format("max |diff| {:.3g} in {}", d.max_abs, size);
 }
 
-std::string RunSpec::label() const { return fmt::format("run {} (seed {}, {} threads)", number, seed, threads); }
+std::string RunSpec::label() const {
+  return fmt::format("run {} (seed {}, {} thread{})", number, seed, threads, threads == 1 ? "" : "s");
+}
 
 std::string SweepBatch::label() const {
   return fmt::format("batch of {} [{}], {} padding to {}", size, fmt::join(prompts, ","), pad_left ? "left" : "right",

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/command.h"
 #include "core/config.h"
@@ -22,6 +23,7 @@ struct SynthOptions {
   std::int64_t layers = 0;
   bool layers_given = false;
   std::uint64_t seed = 0;
+  bool outliers = false;
   std::string out;
 };
 
@@ -35,14 +37,26 @@ void run_synth(const SynthOptions& o) {
   // Progress only for models that take a while to write, and only on a terminal.
   const bool show = params > (std::uint64_t{1} << 28) && ::isatty(STDERR_FILENO);
   int last_pct = -1;
-  write_synth_model(c, o.seed, o.out, [&](std::uint64_t done, std::uint64_t total) {
-    const int pct = static_cast<int>(100 * done / std::max<std::uint64_t>(total, 1));
-    if (!show || pct == last_pct) return;
-    last_pct = pct;
-    fmt::print(stderr, "\rsynth: {:3d}% of {:.1f} GB", pct, static_cast<double>(total) / 1e9);
-    if (done == total) fmt::print(stderr, "\n");
-  });
+  tdiff::SynthOptions so;
+  so.outliers = o.outliers;
+  write_synth_model(
+      c, o.seed, o.out,
+      [&](std::uint64_t done, std::uint64_t total) {
+        const int pct = static_cast<int>(100 * done / std::max<std::uint64_t>(total, 1));
+        if (!show || pct == last_pct) return;
+        last_pct = pct;
+        fmt::print(stderr, "\rsynth: {:3d}% of {:.1f} GB", pct, static_cast<double>(total) / 1e9);
+        if (done == total) fmt::print(stderr, "\n");
+      },
+      so);
   fmt::print("wrote {} ({} layers, {} parameters, seed {})\n", o.out, c.num_hidden_layers, params, o.seed);
+  if (o.outliers) {
+    const SynthOutliers out = synth_outliers(c, o.seed);
+    std::vector<std::string> mags;
+    for (double m : out.magnitude) mags.push_back(fmt::format("{:+.0f}", m));
+    fmt::print("outliers: token ids {} carry massive activations in channels {} (about {})\n", fmt::join(out.token_ids, " "),
+               fmt::join(out.channels, " "), fmt::join(mags, " "));
+  }
 }
 
 }  // namespace
@@ -56,11 +70,15 @@ void setup_synth(CLI::App& app) {
   preset->excludes(config);
   CLI::Option* layers = sub->add_option("--layers", opt->layers, "keep only the first K layers");
   sub->add_option("--seed", opt->seed, "random seed; the same seed gives the same bytes")->required();
+  sub->add_flag("--outliers", opt->outliers,
+                "massive activations: a few token ids carry values of 100-1000 in a few fixed channels, as real "
+                "checkpoints do (docs/fault-catalog.md)");
   sub->add_option("-o,--out", opt->out, "output folder (created, or replaced if it holds only a model)")->required();
   sub->footer(
       "The weights are float32 (tid2eid int64), named as transformers' DeepseekV4ForCausalLM expects.\n"
       "Examples:\n"
       "  tdiff synth --preset tiny --seed 1 -o models/tiny\n"
+      "  tdiff synth --preset tiny --outliers --seed 1 -o models/tiny-outliers   (ids and channels printed)\n"
       "  tdiff synth --preset v4-flash-dims --layers 1 --seed 7 -o models/flash1   (about 27 GB a layer)\n"
       "  tdiff synth --config path/to/config.json --seed 3 -o models/custom\n");
   sub->callback([opt, layers] {

@@ -16,8 +16,12 @@ namespace tdiff {
 namespace {
 
 using K = OpKind;
-const std::vector<OpKind> kGemmKinds = {K::linear, K::grouped_linear, K::cmp_proj, K::idx_weights,
-                                        K::router, K::moe_experts, K::moe_shared, K::lm_head};
+// GEMMs whose operand and accumulator types follow matmul_input / matmul_accum (the router and
+// lm_head have their own knobs, router and logits); split-K reductions happen in all of them.
+const std::vector<OpKind> kGemmKinds = {K::linear, K::grouped_linear, K::cmp_proj, K::idx_weights, K::moe_experts,
+                                        K::moe_shared};
+const std::vector<OpKind> kReductionKinds = {K::linear,      K::grouped_linear, K::cmp_proj, K::idx_weights, K::router,
+                                             K::moe_experts, K::moe_shared,     K::lm_head};
 
 std::vector<OpKind> all_compute_kinds() {
   std::vector<OpKind> v;
@@ -59,49 +63,67 @@ bool parse_switch(const std::string& knob, const std::string& v) {
 }  // namespace
 
 const std::vector<KnobInfo>& knob_catalog() {
+  // Kinds: the operator kinds whose emu arithmetic reads the knob (a knob changes nothing
+  // elsewhere). docs/fault-catalog.md explains every entry and gives its measured effect.
   static const std::vector<KnobInfo> catalog = {
       {"storage", {"fp32", "bf16", "fp16"}, all_compute_kinds(), "fp16", "bf16", true,
-       "activations rounded to 16 bits between kernels; fp16 overflows to inf above 65504 (outlier channels)"},
+       "activations rounded to 16 bits between kernels; fp16 keeps 3 more mantissa bits than bf16 but overflows to "
+       "inf above 65504 and, in gfx90a's fp16 MFMA, flushes operands below 2^-14 to zero"},
+      {"stream", {"fp32", "bf16", "fp16"}, {K::hc_expand, K::hc_mix, K::hc_pre, K::hc_post, K::hc_head}, "fp16", "fp32", true,
+       "the residual (hyper-connection) streams stored in 16 bits: every layer's two expands round them again, "
+       "and fp16 streams overflow where checkpoints carry massive activations"},
       {"matmul_input", {"fp32", "bf16", "fp16", "fp8"}, kGemmKinds, "fp16", "bf16", true,
-       "GEMM operands rounded (fp8: e4m3 with power-of-two block scales as the release checkpoint)"},
+       "GEMM operands rounded (fp8: e4m3 with power-of-two block scales as the release checkpoint); fp16 operands "
+       "overflow above 65504 and gfx90a's fp16 MFMA flushes those below 2^-14 to zero"},
       {"matmul_accum", {"fp32", "bf16", "fp16"}, kGemmKinds, "fp16", "fp32", true,
-       "dot products accumulated in fp16: error grows with the reduction length (4096 terms)"},
+       "dot products accumulated in fp16: the error grows with the reduction length (4096 terms in V4-Flash)"},
       {"qk_accum", {"fp32", "fp16"}, {K::attention}, "fp16", "fp32", true,
-       "attention logits q·k accumulated in fp16 (paper: ~10x error)"},
+       "attention logits q.k accumulated in fp16 (paper: ~10x error)"},
       {"pv_accum", {"fp32", "fp16"}, {K::attention}, "fp16", "fp32", true,
-       "attention output P·V accumulated in fp16 (paper: ~8x error)"},
+       "attention output P.V accumulated in fp16 (paper: ~8x error)"},
       {"softmax_stats", {"fp32", "fp16"}, {K::attention}, "fp16", "fp32", true,
-       "online-softmax running max and sum kept in fp16 (paper: ~5x error)"},
+       "online-softmax logits, running max and sum kept in fp16 (paper: ~5x error)"},
       {"mask_style", {"neg_inf", "additive"}, {K::attention}, "additive", "neg_inf", true,
-       "masked keys get finfo(storage).min added instead of −∞: in fp16 a large logit plus the bias rounds, and fully masked rows leak"},
+       "masked keys biased by finfo(storage).min and visited instead of skipped: with the sink every row stays "
+       "finite, so finite keys give the same numbers, but masked blocks are read and 0 x (non-finite) is NaN"},
       {"rescale_order", {"deferred", "per_block"}, {K::attention}, "per_block", "deferred", true,
-       "online softmax renormalises the stored output after every KV block (FA1 style), rounding it to the storage type each time"},
+       "online softmax renormalises the stored output after every KV block (FA1 style), rounding it to the storage "
+       "type each time"},
+      {"router", {"fp32", "bf16", "fp16"}, {K::router}, "bf16", "fp32", true,
+       "the router's score GEMM in 16 bits (operands and logits; scores rounded): near-ties flip expert choices and "
+       "exact ties appear (in a real ROCm deployment it changed routing between identical runs)"},
       {"topk_compare", {"fp32", "bf16", "fp16"}, {K::moe_select, K::idx_topk}, "bf16", "fp32", true,
-       "router/indexer scores compared after rounding: near-ties become exact ties and flip expert choices"},
+       "router/indexer scores compared after rounding: near-ties become exact ties and flip choices"},
       {"topk_ties", {"index", "unstable"}, {K::moe_select, K::idx_topk}, "unstable", "index", true,
-       "exact ties broken in a run-dependent order (memory order of a parallel sort): routing changes between identical runs"},
-      {"reduction", {"fixed", "atomic"}, {K::linear, K::grouped_linear, K::lm_head, K::moe_experts}, "atomic", "fixed", true,
-       "split-K partials and expert contributions added in a run-dependent order (atomics): results differ between runs"},
-      {"logits", {"fp32", "bf16", "fp16"}, {K::lm_head}, "fp16", "bf16", true,
-       "lm_head accumulated and stored in fp16 (fix: fp32 accumulation, bf16 output; paper: ~3x)"},
+       "exact ties broken in a run-dependent order (memory order of a parallel sort): selections change between "
+       "identical runs"},
+      {"reduction", {"fixed", "atomic"}, kReductionKinds, "atomic", "fixed", true,
+       "split-K partials and expert contributions atomically added into the output in its own format, in a "
+       "run-dependent order: results differ between runs"},
+      {"logits", {"fp32", "bf16", "fp16"}, {K::lm_head}, "fp16", "fp32", true,
+       "lm_head with fp16 operands, accumulation and logits (bf16: bf16 operands, fp32 accumulation, bf16 logits; "
+       "fixed: an fp32 GEMM, as DeepSeek's inference computes its logits; paper: ~3x)"},
       {"norm_stats", {"fp32", "bf16", "fp16"}, {K::rms_norm, K::head_rms_norm, K::hc_mix, K::hc_head}, "fp16", "fp32", true,
-       "RMSNorm sum of squares in fp16: overflows on outlier channels (factor 0) or loses precision"},
+       "RMSNorm sum of squares and factor in fp16: overflows past 65504 (a channel above 256 suffices), the factor "
+       "becomes 0 and the row is zeroed"},
       {"rope_angle", {"fp32", "bf16", "fp16", "fast"}, {K::rope_table, K::entry_rope}, "fp16", "fp32", true,
-       "RoPE angle p·ω rounded to 16 bits (or fast-math sin/cos): the phase is lost as positions grow"},
-      {"sinkhorn", {"fp32", "bf16", "fp16"}, {K::hc_sinkhorn, K::hc_head}, "fp16", "fp32", false,
-       "hyper-connection maps and 20 Sinkhorn rounds in fp16: rounding feeds every stream of every later layer"},
+       "RoPE angle p.w rounded to 16 bits (or fast-math sin/cos): the phase is lost as positions grow"},
+      {"sinkhorn", {"fp32", "bf16", "fp16"}, {K::hc_mix, K::hc_sinkhorn, K::hc_head}, "fp16", "fp32", false,
+       "hyper-connection mixing product, maps and 20 Sinkhorn rounds in fp16: rounding feeds every stream of every "
+       "later layer"},
       {"hc_eps", {"on", "off"}, {K::hc_sinkhorn, K::hc_head}, "off", "on", false,
-       "ε_hc flushed to zero: pre weights and Sinkhorn denominators lose their floor"},
+       "eps_hc flushed to zero: pre weights lose their +1e-6 and Sinkhorn denominators their floor"},
       {"pool_softmax", {"fp32", "bf16", "fp16"}, {K::pool}, "fp16", "fp32", false,
        "compressor/indexer gate softmax over the window in 16 bits"},
-      {"index_score", {"fp32", "bf16", "fp16"}, {K::idx_score}, "bf16", "fp32", false,
-       "indexer q·k dot products and head sum in bf16: near-ties flip which compressed entries a query sees"},
+      {"index_score", {"fp32", "bf16", "fp16"}, {K::idx_weights, K::idx_score}, "bf16", "fp32", false,
+       "indexer head weights, q.k dot products and head sum in bf16: near-ties flip which compressed entries a "
+       "query sees"},
       {"routing_bias", {"select_only", "in_weights"}, {K::moe_weights}, "in_weights", "select_only", false,
        "the routing bias (e_score_correction_bias) added to the weights, not only to the choice"},
       {"routing_norm_eps", {"on", "off"}, {K::moe_weights}, "off", "on", false,
-       "routing weights normalised without the +1e−20 floor"},
+       "routing weights normalised without the +1e-20: selected scores that underflow to 0 give 0/0 = NaN"},
       {"shared_clip", {"on", "off"}, {K::moe_shared}, "off", "on", false,
-       "the shared expert's SwiGLU without clipping at ±swiglu_limit"},
+       "the shared expert's SwiGLU without clipping at +-swiglu_limit"},
   };
   return catalog;
 }
@@ -121,6 +143,8 @@ void set_knob(Numerics& n, const std::string& knob, const std::string& v) {
     input_error("policy: knob '{}' does not take the value '{}' (allowed: {})", knob, v, fmt::join(info.values, ", "));
   const auto F32 = DType::f32, BF = DType::bf16, F16 = DType::f16, F8 = DType::f8_e4m3;
   if (knob == "storage") n.storage = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "stream") n.stream = parse_float_type(knob, v, {F32, BF, F16});
+  else if (knob == "router") n.router = parse_float_type(knob, v, {F32, BF, F16});
   else if (knob == "matmul_input") n.matmul_input = parse_float_type(knob, v, {F32, BF, F16, F8});
   else if (knob == "matmul_accum") n.matmul_accum = parse_float_type(knob, v, {F32, BF, F16});
   else if (knob == "qk_accum") n.qk_accum = parse_float_type(knob, v, {F32, F16});
@@ -147,6 +171,8 @@ void set_knob(Numerics& n, const std::string& knob, const std::string& v) {
 std::string get_knob(const Numerics& n, const std::string& knob) {
   knob_info(knob);
   if (knob == "storage") return type_name(n.storage);
+  if (knob == "stream") return type_name(n.stream);
+  if (knob == "router") return type_name(n.router);
   if (knob == "matmul_input") return type_name(n.matmul_input);
   if (knob == "matmul_accum") return type_name(n.matmul_accum);
   if (knob == "qk_accum") return type_name(n.qk_accum);

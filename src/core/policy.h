@@ -21,6 +21,7 @@ enum class RopeAngle : std::uint8_t { f32, bf16, f16, fast };     // angle p·ω
 // Every knob resolved for one stage.
 struct Numerics {
   DType storage = DType::bf16;       // activations between stages (kernel outputs)
+  DType stream = DType::f32;         // the residual (hyper-connection) streams X
   DType matmul_input = DType::bf16;  // GEMM operands; f8_e4m3 = 128x128 block-scaled weights, 1x128 activations
   DType matmul_accum = DType::f32;   // GEMM accumulator (fp16 = the grouped-GEMM bug class)
   DType qk_accum = DType::f32;       // attention QKᵀ dot products
@@ -28,10 +29,11 @@ struct Numerics {
   DType softmax_stats = DType::f32;  // online-softmax running max and sum
   MaskStyle mask_style = MaskStyle::neg_inf;
   RescaleOrder rescale_order = RescaleOrder::deferred;
+  DType router = DType::f32;         // router GEMM operands and its logits/scores (fp32: an SGEMM)
   DType topk_compare = DType::f32;   // router / indexer top-k comparison type
   TieBreak topk_ties = TieBreak::index;
   Reduction reduction = Reduction::fixed;
-  DType logits = DType::bf16;        // lm_head output
+  DType logits = DType::f32;         // lm_head accumulation and output
   DType norm_stats = DType::f32;     // RMSNorm sum of squares and factor
   RopeAngle rope_angle = RopeAngle::f32;
   DType sinkhorn = DType::f32;       // hyper-connection maps and Sinkhorn iterations

@@ -192,11 +192,13 @@ Init init_for(const ModelConfig& c, const std::string& name, const WeightSpec& s
 // chunking, so streaming to disk and synth_weight agree).
 class WeightGen {
  public:
-  WeightGen(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed)
+  WeightGen(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed,
+            const SynthOptions& opt)
       : init_(init_for(c, name, spec)), rng_(seed, name), experts_(c.n_routed_experts),
         row_(spec.shape.empty() ? 1 : spec.shape.back()), std_(portable_std(init_.std)) {
     if (init_.kind == Init::tid2eid && row_ > experts_)
       throw std::logic_error("synth: tid2eid row wider than the expert count");
+    if (opt.outliers && name == "model.embed_tokens.weight") outliers_ = synth_outliers(c, seed);
   }
   DType dtype() const { return init_.kind == Init::tid2eid ? DType::i64 : DType::f32; }
   // Elements per indivisible group (a tid2eid row).
@@ -220,15 +222,42 @@ class WeightGen {
     }
     std::vector<float> v(static_cast<std::size_t>(n));
     for (auto& x : v) x = static_cast<float>(std::max(init_.floor, init_.mean + std_ * rng_.normal()));
+    place_outliers(v);
     std::memcpy(out, v.data(), static_cast<std::size_t>(n) * 4);
+    pos_ += n;
   }
 
  private:
+  // Embedding rows of the outlier token ids: the outlier channels take their massive values
+  // (the random draws stay consumed, so every other value is as without --outliers).
+  void place_outliers(std::vector<float>& v) const {
+    for (std::size_t i = 0; i < outliers_.token_ids.size(); ++i)
+      for (std::size_t k = 0; k < outliers_.channels.size(); ++k) {
+        const std::int64_t at = outliers_.token_ids[i] * row_ + outliers_.channels[k] - pos_;
+        if (at < 0 || at >= static_cast<std::int64_t>(v.size())) continue;
+        // +-10% per token id, from the id and channel alone (chunking never changes it).
+        const std::uint64_t h = splitmix64(static_cast<std::uint64_t>(outliers_.token_ids[i] * 131 + outliers_.channels[k]));
+        const double spread = 0.9 + 0.2 * std::ldexp(static_cast<double>(h >> 11), -53);
+        v[static_cast<std::size_t>(at)] = round_to_bf16(outliers_.magnitude[k] * spread);
+      }
+  }
+  static float round_to_bf16(double x) {
+    std::uint32_t u;
+    const float f = static_cast<float>(x);
+    std::memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+  }
+
   Init init_;
   Rng rng_;
   std::int64_t experts_;
   std::int64_t row_;
   double std_;
+  SynthOutliers outliers_;  // empty unless --outliers and this is the embedding
+  std::int64_t pos_ = 0;    // elements produced so far
 };
 
 std::string errno_text() { return std::strerror(errno); }
@@ -261,7 +290,8 @@ void write_text(const fs::path& p, const std::string& text) {
 // model.safetensors written tensor by tensor, each generated in chunks: a V4-Flash-sized layer
 // holds tens of GB of float32 experts, more than fits in memory at once. The layout is the
 // one write_safetensors produces (name order, space-padded 8-byte-aligned header).
-void write_model_file(const ModelConfig& c, std::uint64_t seed, const fs::path& path, const SynthProgress& progress) {
+void write_model_file(const ModelConfig& c, std::uint64_t seed, const fs::path& path, const SynthProgress& progress,
+                      const SynthOptions& opt) {
   const auto specs = expected_weights(c);
   json header = json::object();
   std::uint64_t offset = 0;
@@ -288,7 +318,7 @@ void write_model_file(const ModelConfig& c, std::uint64_t seed, const fs::path& 
     std::vector<std::byte> buf;
     std::uint64_t done = 0;
     for (const auto& [name, spec] : specs) {
-      WeightGen gen(c, name, spec, seed);
+      WeightGen gen(c, name, spec, seed, opt);
       const std::int64_t total = shape_numel(spec.shape), step = std::max(kChunk / gen.group(), std::int64_t{1}) * gen.group();
       const std::size_t es = dtype_size(gen.dtype());
       for (std::int64_t at = 0; at < total; at += step) {
@@ -325,14 +355,38 @@ bool is_model_file(const std::string& f) {
 
 }  // namespace
 
-Tensor synth_weight(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed) {
-  WeightGen gen(c, name, spec, seed);
+SynthOutliers synth_outliers(const ModelConfig& c, std::uint64_t seed) {
+  SynthOutliers o;
+  Rng rng(seed, "tdiff.outliers");
+  auto pick = [&](std::int64_t count, std::int64_t range) {  // distinct, ascending
+    std::vector<std::int64_t> all(static_cast<std::size_t>(range));
+    for (std::int64_t i = 0; i < range; ++i) all[static_cast<std::size_t>(i)] = i;
+    for (std::int64_t k = 0; k < count; ++k)
+      std::swap(all[static_cast<std::size_t>(k)],
+                all[static_cast<std::size_t>(k + static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(range - k))))]);
+    std::vector<std::int64_t> v(all.begin(), all.begin() + count);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  o.token_ids = pick(std::max<std::int64_t>(2, c.vocab_size / 128), c.vocab_size);
+  o.channels = pick(std::clamp<std::int64_t>(c.hidden_size / 16, 1, 4), c.hidden_size);
+  for (std::size_t k = 0; k < o.channels.size(); ++k) {
+    const double m = 100.0 + 900.0 * static_cast<double>(rng.below(1u << 20)) / static_cast<double>(1u << 20);
+    o.magnitude.push_back(rng.below(2) ? m : -m);
+  }
+  return o;
+}
+
+Tensor synth_weight(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed,
+                    const SynthOptions& opt) {
+  WeightGen gen(c, name, spec, seed, opt);
   Tensor t(gen.dtype(), spec.shape);
   gen.fill(t.raw(), t.numel());
   return t;
 }
 
-void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir, const SynthProgress& progress) {
+void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir, const SynthProgress& progress,
+                       const SynthOptions& opt) {
   c.validate("synth config");
   fs::path target = fs::path(dir).lexically_normal();
   if (target.empty()) input_error("synth: empty output folder name");
@@ -361,7 +415,7 @@ void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::stri
   ::chmod(tmpl.c_str(), 0755);  // mkdtemp makes it private; a model folder is meant to be shared
 
   write_text(tmp.path / "config.json", config_to_json(c).dump(2) + "\n");
-  write_model_file(c, seed, tmp.path / "model.safetensors", progress);
+  write_model_file(c, seed, tmp.path / "model.safetensors", progress, opt);
 
   if (exists) {
     // Swap: move the old folder aside (onto an empty placeholder), move the new one in,

@@ -20,9 +20,30 @@ const std::vector<std::string>& synth_preset_names();
 // Throws InputError naming the known presets when `name` is not one of them.
 ModelConfig synth_preset(const std::string& name);
 
+// Massive activations (--outliers). Real checkpoints carry a few hidden channels with values in
+// the hundreds to thousands at a few tokens (the first token, delimiters), nearly constant over
+// the layers (Sun et al. 2024, "Massive activations in large language models": ~2600 in
+// LLaMA-2-7B; DeepSeek-V2's hidden states overflow fp16, vLLM PR 13232). They are what breaks
+// fp16 paths: a single channel above 256 overflows an fp16 sum of squares. The option models
+// them in the embedding, which every stream starts from and the residual keeps: for a handful
+// of token ids, a handful of fixed channels hold +-M_c with M_c in [100, 1000) per channel
+// (fixed sign per channel, +-10% per token id), rounded to bf16 as a real checkpoint stores
+// them. Ids and channels depend only on the seed; every other weight is unchanged.
+struct SynthOptions {
+  bool outliers = false;
+};
+struct SynthOutliers {
+  std::vector<std::int64_t> token_ids;  // ascending
+  std::vector<std::int64_t> channels;   // ascending
+  std::vector<double> magnitude;        // M_c, per channel (signed)
+};
+// max(2, V/128) token ids and min(4, D/16) channels.
+SynthOutliers synth_outliers(const ModelConfig& c, std::uint64_t seed);
+
 // The initial value of one parameter `name` (HF naming, as expected_weights(c) gives it):
 // float32, or int64 for tid2eid.
-Tensor synth_weight(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed);
+Tensor synth_weight(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed,
+                    const SynthOptions& opt = {});
 
 // Bytes written so far and in all, for progress display.
 using SynthProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
@@ -33,6 +54,6 @@ using SynthProgress = std::function<void(std::uint64_t done, std::uint64_t total
 // left behind. Weights are generated in chunks, so memory use does not grow with the model.
 // Throws InputError (not writable, `dir` is a file, `dir` holds other files).
 void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir,
-                       const SynthProgress& progress = {});
+                       const SynthProgress& progress = {}, const SynthOptions& opt = {});
 
 }  // namespace tdiff

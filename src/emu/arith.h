@@ -2,6 +2,7 @@
 // Rounding and accumulation helpers shared by the emu backend (host) and the HIP kernels
 // (device), so that the two cannot drift apart. Every helper works on float values and
 // returns the float that the named storage format would hold (round to nearest even).
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -79,12 +80,73 @@ TDIFF_HD inline float round_fmt(float x, Fmt f) {
   }
 }
 
+// gfx90a's fp16 MFMA (v_mfma_*_f16) flushes subnormal operands to zero (AMD: "MI200 MFMA
+// behavior specifics"); bf16 subnormals are below 1e-38 and never matter.
+TDIFF_HD inline float ftz_f16(float x) { return (x < 6.103515625e-05f && x > -6.103515625e-05f) ? x * 0.0f : x; }
+// A value as an MFMA operand of format f reads it: rounded, and flushed if fp16 and subnormal.
+TDIFF_HD inline float mfma_operand(float x, Fmt f) {
+  const float r = round_fmt(x, f);
+  return f == Fmt::f16 ? ftz_f16(r) : r;
+}
+
+// float32 operations rounded one at a time, as the host build computes a * b + c (x86-64
+// without FMA). nvcc and hipcc contract a·b + c into one FMA by default, even across inlined
+// helpers, which would change every sum the kernels share with emu; on the device each
+// rounding is spelled out (__fmul_rn / __fadd_rn are never contracted; clang honours the
+// pragma per instruction). On the host these are the plain operators, so emu is unchanged.
+TDIFF_HD inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+  return a * b;
+#endif
+}
+TDIFF_HD inline float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+  return a + b;
+#endif
+}
+TDIFF_HD inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;  // IEEE division on the host and in clang's HIP device code (its default)
+#endif
+}
+TDIFF_HD inline float sqrt_rn(float x) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(x);
+#else
+  return std::sqrt(x);  // correctly rounded on the host and in clang's HIP device code
+#endif
+}
+// a·b + c with both roundings (emu's `a * b + c` in float).
+TDIFF_HD inline float mul_add_rn(float a, float b, float c) { return add_rn(mul_rn(a, b), c); }
+// expf as emu calls it (std::exp on float, glibc: within 0.502 ulp). The device evaluates exp
+// in double and rounds once, which is the correctly rounded expf except within ~1e-3 ulp of a
+// rounding boundary; the vendors' expf (2 ulp on NVIDIA) would drift from emu far more often.
+TDIFF_HD inline float exp_f32(float x) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return static_cast<float>(::exp(static_cast<double>(x)));
+#else
+  return std::exp(x);
+#endif
+}
+
 // acc + a·b, the sum stored in the accumulator format. The product of two 16-bit operands is
 // exact in float, so a·b + acc in float followed by one rounding models a fused fp16/bf16
 // accumulation step (on the host a software fmaf would be far slower and no more exact).
-TDIFF_HD inline float fma_fmt(float a, float b, float acc, Fmt f) { return round_fmt(a * b + acc, f); }
-TDIFF_HD inline float add_fmt(float a, float b, Fmt f) { return round_fmt(a + b, f); }
-TDIFF_HD inline float mul_fmt(float a, float b, Fmt f) { return round_fmt(a * b, f); }
+TDIFF_HD inline float fma_fmt(float a, float b, float acc, Fmt f) { return round_fmt(add_rn(mul_rn(a, b), acc), f); }
+TDIFF_HD inline float add_fmt(float a, float b, Fmt f) { return round_fmt(add_rn(a, b), f); }
+TDIFF_HD inline float mul_fmt(float a, float b, Fmt f) { return round_fmt(mul_rn(a, b), f); }
 
 // The most negative finite value of a storage format (HF's additive mask: finfo.min).
 TDIFF_HD inline float finfo_min(Fmt f) {

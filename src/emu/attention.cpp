@@ -16,9 +16,11 @@ void flash_attention_row(const float* q, const float* kv, const std::uint8_t* wi
   const bool additive = num.mask_style == MaskStyle::additive;
   const float bias = arith::finfo_min(st);
   const std::int64_t total = S + n;
+  auto key = [&](std::int64_t j) { return j < S ? kv + j * d : C + (j - S) * d; };
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < S; ++i) {
     std::vector<float> s(static_cast<std::size_t>(kKvBlock)), p(s.size()), acc(static_cast<std::size_t>(d));
+    std::vector<std::uint8_t> vis(s.size());
     for (std::int64_t h = 0; h < H; ++h) {
       const float* qh = q + (i * H + h) * d;
       float m = arith::round_fmt(sinks[h], stats);
@@ -26,18 +28,26 @@ void flash_attention_row(const float* q, const float* kv, const std::uint8_t* wi
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (std::int64_t j0 = 0; j0 < total; j0 += kKvBlock) {
         const std::int64_t j1 = std::min(total, j0 + kKvBlock);
+        bool any = false;
+        for (std::int64_t j = j0; j < j1; ++j) {
+          vis[static_cast<std::size_t>(j - j0)] = j < S ? win[i * S + j] != 0 : cmask[i * n + (j - S)] != 0;
+          any = any || vis[static_cast<std::size_t>(j - j0)];
+        }
+        // A −∞ kernel skips a block this query sees nothing of (block sparsity); an additive
+        // mask has no such test and reads every block.
+        if (!any && !additive) continue;
         float m_blk = -INFINITY;
         for (std::int64_t j = j0; j < j1; ++j) {
-          const bool raw = j < S;
-          const bool visible = raw ? win[i * S + j] != 0 : cmask[i * n + (j - S)] != 0;
+          const bool visible = vis[static_cast<std::size_t>(j - j0)] != 0;
           float& sj = s[static_cast<std::size_t>(j - j0)];
-          if (!visible && !additive) {
+          if (!visible && !additive) {  // where(mask, s, −∞): the key's logit is never used
             sj = -INFINITY;
             continue;
           }
-          const float* kj = raw ? kv + j * d : C + (j - S) * d;
+          const float* kj = key(j);
           float dot = 0;
-          for (std::int64_t c = 0; c < d; ++c) dot = arith::fma_fmt(qh[c], kj[c], dot, qk);
+          for (std::int64_t c = 0; c < d; ++c)
+            dot = arith::fma_fmt(qh[c], kj[c], dot, qk);
           sj = arith::round_fmt(dot * scale, stats);
           if (!visible) sj = arith::add_fmt(sj, bias, stats);
           m_blk = std::max(m_blk, sj);
@@ -48,19 +58,16 @@ void flash_attention_row(const float* q, const float* kv, const std::uint8_t* wi
         for (std::int64_t j = j0; j < j1; ++j) {
           float& pj = p[static_cast<std::size_t>(j - j0)];
           const float sj = s[static_cast<std::size_t>(j - j0)];
-          pj = sj == -INFINITY ? 0.0f : arith::round_fmt(std::exp(sj - m_new), st);  // P feeds a 16-bit MMA
+          pj = sj == -INFINITY ? 0.0f : arith::mfma_operand(std::exp(sj - m_new), st);  // P feeds a 16-bit MMA
           l_blk = arith::add_fmt(l_blk, pj, stats);
         }
         const float l_old = l;
         l = arith::add_fmt(arith::mul_fmt(l, alpha, stats), l_blk, stats);
         for (std::int64_t c = 0; c < d; ++c) {
+          // The P·V MMA multiplies every key of the block, masked ones by 0 (0 × NaN = NaN).
           float blk = 0;
-          for (std::int64_t j = j0; j < j1; ++j) {
-            const float pj = p[static_cast<std::size_t>(j - j0)];
-            if (pj == 0.0f) continue;
-            const float* vj = j < S ? kv + j * d : C + (j - S) * d;
-            blk = arith::fma_fmt(pj, vj[c], blk, pv);
-          }
+          for (std::int64_t j = j0; j < j1; ++j)
+            blk = arith::fma_fmt(p[static_cast<std::size_t>(j - j0)], key(j)[c], blk, pv);
           float& a = acc[static_cast<std::size_t>(c)];
           if (num.rescale_order == RescaleOrder::deferred)
             a = arith::add_fmt(arith::mul_fmt(a, alpha, pv), blk, pv);

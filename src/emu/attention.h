@@ -4,8 +4,11 @@
 // entries]; per block the logits are accumulated in qk_accum, the running max and sum kept in
 // softmax_stats, the probabilities rounded to the storage format for the P·V product
 // (accumulated in pv_accum), and the output rescaled either once at the end (deferred, FA2)
-// or after every block (per_block, FA1, rounded to storage each time). Masked keys are
-// skipped (neg_inf) or biased by finfo(storage).min (additive) and still visited.
+// or after every block (per_block, FA1, rounded to storage each time). neg_inf: blocks the
+// query sees nothing of are skipped and masked logits inside a block set to −∞; additive:
+// masked logits biased by finfo(storage).min and every block visited. The P·V product runs
+// over every key of a visited block (masked ones times p = 0), as an MMA does; q, k, v and P
+// are MMA operands in the storage format (fp16 subnormals flushed, as on gfx90a).
 #include <cstdint>
 
 #include "core/policy.h"
@@ -15,7 +18,7 @@ namespace tdiff::emu {
 inline constexpr std::int64_t kKvBlock = 64;
 
 // One batch row. q [S,H,d], kv [S,d], win [S,S], C [n,d], cmask [S,n] (null when n = 0),
-// sinks [H]; inputs already in the storage format. o [S,H,d] in the storage format.
+// sinks [H]; inputs already as MMA operands (storage format, mfma_operand). o [S,H,d] in the storage format.
 void flash_attention_row(const float* q, const float* kv, const std::uint8_t* win, const float* C,
                          const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t H, std::int64_t d,
                          const float* sinks, const Numerics& num, float* o);

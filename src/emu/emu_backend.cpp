@@ -45,14 +45,14 @@ std::int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 }  // namespace
 
-const std::vector<float>& EmuBackend::gemm_weight(WeightStore& w, const std::string& name, const Numerics& num) {
+const std::vector<float>& EmuBackend::gemm_weight(WeightStore& w, const std::string& name, Fmt in) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto key = std::make_pair(name, static_cast<int>(num.matmul_input));
+  const auto key = std::make_pair(name, static_cast<int>(in));
   auto it = weight_cache_.find(key);
   if (it != weight_cache_.end()) return it->second;
   const Tensor& t = w.f64(name);
   const std::int64_t cols = t.dim(-1), rows = t.numel() / cols;
-  return weight_cache_.emplace(key, quantize_weight(t.data<double>(), rows, cols, fmt_of(num.matmul_input))).first->second;
+  return weight_cache_.emplace(key, quantize_weight(t.data<double>(), rows, cols, in)).first->second;
 }
 
 std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx) {
@@ -60,7 +60,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
   const Batch& batch = ctx.batch;
   WeightStore& W = ctx.weights;
   const Numerics num = policy_.resolve(s.name);
-  const Fmt st = fmt_of(num.storage);
+  const Fmt st = fmt_of(num.storage), sf = fmt_of(num.stream), mi = fmt_of(num.matmul_input);
   const std::uint64_t seed = stage_hash(s.name, run_seed_);
   const std::int64_t B = batch.rows(), S = batch.seq(), N = B * S;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -83,9 +83,9 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
       for (double& v : out[0].span<double>()) v = arith::round_fmt(static_cast<float>(v), st);
       return out;
     }
-    case OpKind::hc_expand: {  // copies of the (already stored) embedding
+    case OpKind::hc_expand: {  // copies of the (already stored) embedding, in the stream format
       auto out = exact_.run(s, in, ctx);
-      for (double& v : out[0].span<double>()) v = arith::round_fmt(static_cast<float>(v), st);
+      for (double& v : out[0].span<double>()) v = arith::round_fmt(arith::round_fmt(static_cast<float>(v), st), sf);
       return out;
     }
     case OpKind::rope_table: {
@@ -98,7 +98,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
     case OpKind::hc_mix: {
       const auto M = c.hc_mix_width(), flat = c.hc_mult * c.hidden_size;
       std::vector<float> mix(static_cast<std::size_t>(N * M));
-      hc_mix(load(in[0], st).data(), N, flat, weight(0).data<double>(), M, eps, num, mix.data());
+      hc_mix(load(in[0], sf).data(), N, flat, weight(0).data<double>(), M, eps, num, mix.data());
       return {store(mix, {B, S, M})};
     }
     case OpKind::hc_sinkhorn: {
@@ -110,7 +110,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
     }
     case OpKind::hc_pre: {
       std::vector<float> x(static_cast<std::size_t>(N * c.hidden_size));
-      hc_collapse(load(in[0], st).data(), load_exact(in[1]).data(), N, c.hc_mult, c.hidden_size, st, x.data());
+      hc_collapse(load(in[0], sf).data(), load_exact(in[1]).data(), N, c.hc_mult, c.hidden_size, st, x.data());
       return {store(x, {B, S, c.hidden_size})};
     }
     case OpKind::rms_norm:
@@ -128,12 +128,16 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
       const Tensor& w = weight(0);
       const auto K = x.dim(-1), O = w.dim(0), rows = rows_of(x);
       GemmSpec spec = gemm_spec(st);
-      if (s.kind == OpKind::lm_head) {
-        spec.out = fmt_of(num.logits);
-        spec.acc = num.logits == DType::f16 ? Fmt::f16 : fmt_of(num.matmul_accum);
+      if (s.kind == OpKind::lm_head) {  // the logits knob sets the whole GEMM
+        const Fmt lf = fmt_of(num.logits);
+        spec.in = lf == Fmt::f16 ? Fmt::f16 : lf == Fmt::bf16 ? Fmt::bf16 : Fmt::f32;  // fp32: an SGEMM
+        spec.acc = lf == Fmt::f16 ? Fmt::f16 : Fmt::f32;
+        spec.out = lf;
       }
+      std::vector<float> xq = load(in[0], st);
+      quantize_activations(xq, rows, K, spec.in);
       std::vector<float> y(static_cast<std::size_t>(rows * O));
-      gemm(operand(load(in[0], st), rows, K).data(), rows, K, gemm_weight(W, s.weights[0], num).data(), O, spec, y.data());
+      gemm(xq.data(), rows, K, gemm_weight(W, s.weights[0], spec.in).data(), O, spec, y.data());
       Shape shape = x.shape();
       shape.back() = O;
       if (s.width > 0) shape.back() = O / s.width, shape.push_back(s.width);
@@ -168,7 +172,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
       for (std::size_t i = 0; i < 2; ++i) {
         const auto O = weight(i).dim(0);
         std::vector<float> y(static_cast<std::size_t>(N * O));
-        gemm(x.data(), N, K, gemm_weight(W, s.weights[i], num).data(), O, gemm_spec(st), y.data());
+        gemm(x.data(), N, K, gemm_weight(W, s.weights[i], mi).data(), O, gemm_spec(st), y.data());
         out.push_back(store(y, {B, S, O}));
       }
       return out;
@@ -187,7 +191,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
     case OpKind::idx_weights: {
       const auto HI = weight(0).dim(0);
       std::vector<float> y(static_cast<std::size_t>(N * HI));
-      gemm(operand(load(in[0], st), N, c.hidden_size).data(), N, c.hidden_size, gemm_weight(W, s.weights[0], num).data(),
+      gemm(operand(load(in[0], st), N, c.hidden_size).data(), N, c.hidden_size, gemm_weight(W, s.weights[0], mi).data(),
            HI, gemm_spec(Fmt::f32), y.data());
       const float scale = 1.0f / std::sqrt(static_cast<float>(HI));
       for (float& v : y) v = arith::round_fmt(v * scale, fmt_of(num.index_score));
@@ -231,6 +235,8 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
       const auto n = compressed ? in[3]->dim(1) : 0;
       auto q = load(in[0], st), kv = load(in[1], st);
       std::vector<float> C = compressed ? load(in[3], st) : std::vector<float>{};
+      for (auto* v : {&q, &kv, &C})
+        for (float& x : *v) x = arith::mfma_operand(x, st);
       auto sinks = to_float(weight(0));
       std::vector<float> o(static_cast<std::size_t>(B * S * H * d));
       for (std::int64_t b = 0; b < B; ++b)
@@ -243,7 +249,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
     case OpKind::grouped_linear: {
       const auto G = c.o_groups, Ro = c.o_lora_rank, per = c.num_attention_heads * c.head_dim / G;
       auto x = load(in[0], st);
-      const auto& w = gemm_weight(W, s.weights[0], num);
+      const auto& w = gemm_weight(W, s.weights[0], mi);
       std::vector<float> y(static_cast<std::size_t>(N * G * Ro));
       for (std::int64_t g = 0; g < G; ++g) {
         std::vector<float> xg(static_cast<std::size_t>(N * per)), yg(static_cast<std::size_t>(N * Ro));
@@ -257,19 +263,23 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
     }
     case OpKind::hc_post: {
       std::vector<float> X(static_cast<std::size_t>(in[0]->numel()));
-      hc_post(load(in[0], st).data(), load(in[1], st).data(), load_exact(in[2]).data(), load_exact(in[3]).data(), N,
-              c.hc_mult, c.hidden_size, st, X.data());
+      hc_post(load(in[0], sf).data(), load(in[1], st).data(), load_exact(in[2]).data(), load_exact(in[3]).data(), N,
+              c.hc_mult, c.hidden_size, sf, X.data());
       return {store(X, in[0]->shape())};
     }
     case OpKind::router: {
+      // fp32: an SGEMM on the stored z (DeepSeek's inference); 16-bit: operands, logits and
+      // scores in that format, accumulation as matmul_accum.
       const auto E = weight(0).dim(0);
-      const Fmt cmp = fmt_of(num.topk_compare);
+      const Fmt rf = fmt_of(num.router);
+      std::vector<float> z = load(in[0], st);
+      quantize_activations(z, N, c.hidden_size, rf);
+      const GemmSpec spec{rf, rf == Fmt::f32 ? Fmt::f32 : fmt_of(num.matmul_accum), rf, num.reduction == Reduction::atomic, seed};
       std::vector<float> logit(static_cast<std::size_t>(N * E)), score(logit.size());
-      gemm(operand(load(in[0], st), N, c.hidden_size).data(), N, c.hidden_size, gemm_weight(W, s.weights[0], num).data(), E,
-           gemm_spec(cmp), logit.data());
+      gemm(z.data(), N, c.hidden_size, gemm_weight(W, s.weights[0], rf).data(), E, spec, logit.data());
       for (std::size_t i = 0; i < logit.size(); ++i) {
         const float x = logit[i];
-        score[i] = arith::round_fmt(std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x))), cmp);
+        score[i] = arith::round_fmt(std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x))), rf);
       }
       return {store(logit, {N, E}), store(score, {N, E})};
     }
@@ -337,14 +347,14 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
       };
       std::vector<float> out(static_cast<std::size_t>(N * D));
       if (!routed) {
-        out = ffn(z, N, gemm_weight(W, s.weights[0], num).data(), gemm_weight(W, s.weights[1], num).data(),
-                  gemm_weight(W, s.weights[2], num).data());
+        out = ffn(z, N, gemm_weight(W, s.weights[0], mi).data(), gemm_weight(W, s.weights[1], mi).data(),
+                  gemm_weight(W, s.weights[2], mi).data());
         return {store(out, {N, D})};
       }
       const auto* idx = in[1]->data<std::int64_t>();
       auto wt = load_exact(in[2]);
-      const auto& gate_up = gemm_weight(W, s.weights[0], num);
-      const auto& down = gemm_weight(W, s.weights[1], num);
+      const auto& gate_up = gemm_weight(W, s.weights[0], mi);
+      const auto& down = gemm_weight(W, s.weights[1], mi);
       std::vector<float> slot_out(static_cast<std::size_t>(N * K * D));
       for (std::int64_t e = 0; e < c.n_routed_experts; ++e) {  // grouped GEMM: tokens gathered per expert
         std::vector<std::int64_t> rows;
@@ -363,7 +373,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
       for (std::int64_t t = 0; t < N; ++t) {
         std::vector<std::int64_t> order(static_cast<std::size_t>(K));
         for (std::int64_t k = 0; k < K; ++k) order[static_cast<std::size_t>(k)] = k;
-        if (atomic) {  // experts finish in a run-dependent order and atomicAdd into the token's row
+        if (atomic) {  // experts finish in a run-dependent order and atomically add into the token's stored row
           std::uint64_t h = arith::mix64(seed ^ static_cast<std::uint64_t>(t));
           for (std::int64_t i = K - 1; i > 0; --i) {
             std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(h % static_cast<std::uint64_t>(i + 1))]);
@@ -372,7 +382,11 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
         }
         for (std::int64_t ch = 0; ch < D; ++ch) {
           float acc = 0;
-          for (auto k : order) acc += wt[static_cast<std::size_t>(t * K + k)] * slot_out[static_cast<std::size_t>((t * K + k) * D + ch)];
+          for (auto k : order) {
+            const float c_k = wt[static_cast<std::size_t>(t * K + k)] * slot_out[static_cast<std::size_t>((t * K + k) * D + ch)];
+            // atomic: each contribution lands in the stored output with its own rounding
+            acc = atomic ? arith::add_fmt(acc, arith::round_fmt(c_k, st), st) : acc + c_k;
+          }
           out[static_cast<std::size_t>(t * D + ch)] = arith::round_fmt(acc, st);
         }
       }
@@ -385,7 +399,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
     }
     case OpKind::hc_head: {
       const auto n = c.hc_mult, D = c.hidden_size;
-      auto X = load(in[0], st);
+      auto X = load(in[0], sf);
       std::vector<float> preh(static_cast<std::size_t>(N * n)), y(static_cast<std::size_t>(N * D));
       hc_head_weights(X.data(), N, n, D, weight(0).data<double>(), weight(1).data<double>(), weight(2).data<double>(), eps,
                       static_cast<float>(c.hc_eps), num, preh.data());

@@ -10,6 +10,7 @@
 
 #include "core/backend.h"
 #include "core/policy.h"
+#include "emu/numerics.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff::emu {
@@ -25,7 +26,7 @@ class EmuBackend final : public Backend {
 
  private:
   // A weight rounded to a GEMM input format, cached per (name, format).
-  const std::vector<float>& gemm_weight(WeightStore& w, const std::string& name, Numerics const& num);
+  const std::vector<float>& gemm_weight(WeightStore& w, const std::string& name, Fmt in);
 
   Policy policy_;
   std::uint64_t run_seed_;

@@ -24,7 +24,7 @@ std::vector<float> quantize_weight(const double* w, std::int64_t rows, std::int6
   std::vector<float> q(static_cast<std::size_t>(rows * cols));
   for (std::int64_t i = 0; i < rows * cols; ++i) q[static_cast<std::size_t>(i)] = static_cast<float>(w[i]);
   if (in != Fmt::f8) {
-    for (auto& v : q) v = arith::round_fmt(v, in);
+    for (auto& v : q) v = arith::mfma_operand(v, in);
     return q;
   }
   for (std::int64_t r0 = 0; r0 < rows; r0 += 128)
@@ -45,7 +45,7 @@ std::vector<float> quantize_weight(const double* w, std::int64_t rows, std::int6
 
 void quantize_activations(std::vector<float>& x, std::int64_t rows, std::int64_t cols, Fmt in) {
   if (in != Fmt::f8) {
-    for (auto& v : x) v = arith::round_fmt(v, in);
+    for (auto& v : x) v = arith::mfma_operand(v, in);
     return;
   }
   for (std::int64_t r = 0; r < rows; ++r)
@@ -63,40 +63,48 @@ void quantize_activations(std::vector<float>& x, std::int64_t rows, std::int64_t
 
 void gemm(const float* x, std::int64_t N, std::int64_t K, const float* w, std::int64_t O, const GemmSpec& spec,
           float* y) {
-  const std::int64_t blocks = (K + kKBlock - 1) / kKBlock;
-  const std::int64_t per_split = (blocks + kSplits - 1) / kSplits;
+  // Split-K: kSplits equal ranges of whole MFMA k-steps (kKStep elements).
+  const std::int64_t per_split = (K + kSplits * kKStep - 1) / (kSplits * kKStep) * kKStep;
 #pragma omp parallel for schedule(static)
   for (std::int64_t n = 0; n < N; ++n) {
     const float* xn = x + n * K;
     for (std::int64_t o = 0; o < O; ++o) {
       const float* wo = w + o * K;
-      float split_sum[kSplits] = {0, 0, 0, 0};
-      float total = 0;
-      for (std::int64_t b = 0; b < blocks; ++b) {
-        const std::int64_t k0 = b * kKBlock, k1 = std::min(K, k0 + kKBlock);
-        float part = 0;
-        if (spec.acc == Fmt::f32)
-          for (std::int64_t k = k0; k < k1; ++k) part += xn[k] * wo[k];
-        else
-          for (std::int64_t k = k0; k < k1; ++k) part = arith::fma_fmt(xn[k], wo[k], part, spec.acc);
-        if (spec.atomic) {
-          float& s = split_sum[b / per_split];
-          s = arith::add_fmt(s, part, spec.acc);
-        } else {
+      // Σ x·w over [k0, k1) in blocks of kKBlock, each block's partial added to the running
+      // sum in the accumulator format.
+      auto range = [&](std::int64_t k0, std::int64_t k1) {
+        float total = 0;
+        for (std::int64_t b0 = k0; b0 < k1; b0 += kKBlock) {
+          const std::int64_t b1 = std::min(k1, b0 + kKBlock);
+          float part = 0;
+          if (spec.acc == Fmt::f32)
+            for (std::int64_t k = b0; k < b1; ++k) part += xn[k] * wo[k];
+          else
+            for (std::int64_t k = b0; k < b1; ++k) part = arith::fma_fmt(xn[k], wo[k], part, spec.acc);
           total = arith::add_fmt(total, part, spec.acc);
         }
+        return total;
+      };
+      if (!spec.atomic) {
+        y[n * O + o] = arith::round_fmt(range(0, K), spec.out);
+        continue;
       }
-      if (spec.atomic) {
-        // The order in which the split-K partials arrive: a permutation picked per element.
-        std::int64_t order[kSplits] = {0, 1, 2, 3};
-        std::uint64_t h = arith::mix64(spec.seed ^ static_cast<std::uint64_t>(n * O + o));
-        for (std::int64_t i = kSplits - 1; i > 0; --i) {
-          std::swap(order[i], order[static_cast<std::int64_t>(h % static_cast<std::uint64_t>(i + 1))]);
-          h = arith::mix64(h);
-        }
-        for (auto i : order) total = arith::add_fmt(total, split_sum[i], Fmt::f32);  // atomicAdd on an fp32 output
+      // Every split converts its partial to the output format and atomically adds it into the
+      // output (packed 16-bit atomics for 16-bit outputs) in the order the splits finish: a
+      // permutation picked per element. Each add rounds to the output format, so three or
+      // more partials give order-dependent bits.
+      std::int64_t order[kSplits] = {0, 1, 2, 3};
+      std::uint64_t h = arith::mix64(spec.seed ^ static_cast<std::uint64_t>(n * O + o));
+      for (std::int64_t i = kSplits - 1; i > 0; --i) {
+        std::swap(order[i], order[static_cast<std::int64_t>(h % static_cast<std::uint64_t>(i + 1))]);
+        h = arith::mix64(h);
       }
-      y[n * O + o] = arith::round_fmt(total, spec.out);
+      float out = 0;
+      for (auto i : order) {
+        const std::int64_t k0 = std::min(K, i * per_split), k1 = std::min(K, k0 + per_split);
+        out = arith::add_fmt(out, arith::round_fmt(range(k0, k1), spec.out), spec.out);
+      }
+      y[n * O + o] = out;
     }
   }
 }

@@ -2,10 +2,13 @@
 // The emu model of the candidate's GEMM kernels:
 //   y[n, o] = Σ_k x[n,k] · w[o,k]
 // Operands are rounded to the input format (fp8: power-of-two 128x128 block scales for the
-// weights, per-row 1x128 group scales for the activations, as DeepSeek's FP8 GEMMs), the sum
-// runs over K in blocks of kKBlock (one MFMA/tile step) in the accumulator format; with
-// atomic reduction the K range is split into kSplits partial sums that are added in an order
-// that depends on the run seed (split-K with atomicAdd), else in index order.
+// weights, per-row 1x128 group scales for the activations, as DeepSeek's FP8 GEMMs; fp16:
+// subnormals flushed, as gfx90a's fp16 MFMA does), the sum runs over K in blocks of kKBlock
+// (one tile step) in the accumulator format. Fixed reduction: the blocks are added in index
+// order and the sum rounded once to the output format. Atomic reduction (split-K): K is cut
+// into kSplits equal ranges of whole kKStep-element MFMA steps, each range's partial is
+// rounded to the output format and atomically added into the output, in an order that
+// depends on the run seed.
 #include <cstdint>
 #include <vector>
 
@@ -14,6 +17,7 @@
 namespace tdiff::emu {
 
 inline constexpr std::int64_t kKBlock = 32;
+inline constexpr std::int64_t kKStep = 8;  // k depth of one MFMA instruction (fp16/bf16 32x32x8)
 inline constexpr std::int64_t kSplits = 4;
 
 struct GemmSpec {

@@ -1,0 +1,235 @@
+#include "bisect/audit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "bisect/isolate.h"
+#include "bisect/mixed_run.h"
+#include "core/case_file.h"
+#include "core/error.h"
+#include "emu/arith.h"
+#include "emu/emu_backend.h"
+#include "refcpu/refcpu_backend.h"
+
+namespace tdiff {
+
+namespace {
+
+bool is_selection(OpKind k) { return k == OpKind::moe_select || k == OpKind::idx_topk; }
+
+bool touches(const std::vector<OpKind>& kinds, OpKind k) {
+  return kinds.empty() || std::find(kinds.begin(), kinds.end(), k) != kinds.end();
+}
+
+// One stage in isolation: its outputs against the reference's.
+std::vector<TensorDiff> isolated_diffs(const CaseSession& session, const Stage& s, Backend& candidate, RunContext& ctx,
+                                       const InputHook& hook) {
+  std::vector<Tensor> in = reference_inputs(session, s);
+  std::vector<Tensor> ref;
+  for (const auto& t : s.outputs) ref.push_back(read_reference(session.path, s.name, t));
+  if (hook) hook(s, in, ref);
+  std::vector<const Tensor*> ptrs;
+  for (const auto& t : in) ptrs.push_back(&t);
+  const std::vector<Tensor> out = candidate.run(s, ptrs, ctx);
+  // The indexer's top-k reads the scores it selects on: exact ties there are not mismatches.
+  const Tensor* scores = s.kind == OpKind::idx_topk ? &in[0] : nullptr;
+  std::vector<TensorDiff> rows;
+  const CompareOptions copt;
+  for (std::size_t k = 0; k < out.size(); ++k)
+    rows.push_back(diff_tensor(s.name + "/" + s.outputs[k], ref[k], out[k], copt, scores));
+  return rows;
+}
+
+// The floor of a per-tensor error in the geometric mean: far below any float32 effect, so an
+// exact tensor does not send the mean to zero.
+constexpr double kErrorFloor = 1e-16;
+
+LocalError pool(std::vector<TensorDiff> rows) {
+  LocalError e;
+  double log_sum = 0;
+  for (const auto& d : rows) {
+    if (d.routing) {
+      e.selection_tokens += d.routing->tokens - d.routing->equal_tokens;
+      e.selection_flips += d.routing->flips;
+      ++e.selection_tensors;
+    } else if (d.kind == TensorKind::values || d.kind == TensorKind::logits) {
+      log_sum += std::log(std::max(d.metrics.rel_l2, kErrorFloor));
+      e.nonfinite += d.metrics.new_nonfinite;
+      ++e.float_tensors;
+    }
+  }
+  e.rel_l2 = e.float_tensors ? std::exp(log_sum / static_cast<double>(e.float_tensors)) : 0.0;
+  e.rows = std::move(rows);
+  return e;
+}
+
+std::uint64_t fingerprint(const Tensor& t) {
+  const auto* p = reinterpret_cast<const unsigned char*>(t.raw());
+  std::uint64_t h = arith::mix64(static_cast<std::uint64_t>(t.nbytes()));
+  std::size_t i = 0;
+  for (; i + 8 <= t.nbytes(); i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = arith::mix64(h ^ w);
+  }
+  for (; i < t.nbytes(); ++i) h = arith::mix64(h ^ p[i]);
+  return h;
+}
+
+}  // namespace
+
+LocalError local_error(const CaseSession& session, Backend& candidate, const std::vector<OpKind>& kinds, RunContext& ctx,
+                       const InputHook& inputs) {
+  std::vector<TensorDiff> rows;
+  for (const Stage& s : session.stages) {
+    if (!touches(kinds, s.kind) || s.kind == OpKind::window_mask || s.kind == OpKind::cmp_mask) continue;
+    for (auto& d : isolated_diffs(session, s, candidate, ctx, inputs)) rows.push_back(std::move(d));
+  }
+  return pool(std::move(rows));
+}
+
+FullRun full_run(CaseSession& session, Backend& candidate, RunContext& ctx) {
+  refcpu::RefCpuBackend reference;
+  FullRun fr;
+  MixedRunOptions mo;
+  mo.compare = "lm_head";
+  mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      const std::string key = s.name + "/" + s.outputs[k];
+      fr.fingerprint[key] = fingerprint(out[k]);
+      if (is_selection(s.kind)) fr.selections[key] = out[k];
+    }
+  };
+  const std::vector<bool> all(session.stages.size(), true);
+  MixedRunResult r = run_mixed(session, candidate, reference, all, ctx, mo);
+  for (auto& d : r.diff.rows)
+    if (d.kind == TensorKind::logits) fr.logits = std::move(d);
+  return fr;
+}
+
+RunToRun run_to_run(const FullRun& a, const FullRun& b, const std::vector<Stage>& stages) {
+  RunToRun r;
+  for (const Stage& s : stages)
+    for (const auto& t : s.outputs) {
+      const std::string key = s.name + "/" + t;
+      auto ia = a.fingerprint.find(key), ib = b.fingerprint.find(key);
+      if (ia == a.fingerprint.end() || ib == b.fingerprint.end()) continue;
+      ++r.tensors;
+      if (ia->second == ib->second) continue;
+      ++r.tensors_differ;
+      if (r.first_differing.empty()) r.first_differing = key;
+    }
+  for (const auto& [key, ta] : a.selections) {
+    auto ib = b.selections.find(key);
+    if (ib == b.selections.end()) continue;
+    const RoutingMetrics m = routing_metrics(ta, ib->second);
+    r.selection_tokens += m.tokens - m.equal_tokens;
+  }
+  return r;
+}
+
+double audit_factor(const AuditSide& bad, const AuditSide& good, bool selection) {
+  auto ratio = [](double b, double g) {
+    if (g > 0) return b / g;
+    return b > 0 ? INFINITY : 1.0;
+  };
+  if (selection)
+    return ratio(static_cast<double>(bad.local.selection_tokens), static_cast<double>(good.local.selection_tokens));
+  if (bad.local.nonfinite > 0 && good.local.nonfinite == 0) return INFINITY;
+  return ratio(bad.local.rel_l2, good.local.rel_l2);
+}
+
+AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  AuditResult result;
+  result.policy = base.describe();
+  std::vector<KnobInfo> knobs;
+  if (opt.knobs.empty()) knobs = knob_catalog();
+  for (const auto& name : opt.knobs) knobs.push_back(knob_info(name));  // InputError when unknown
+
+  auto say = [&](const std::string& what) {
+    if (opt.progress) opt.progress(what);
+  };
+  auto same_as_base = [&](const Policy& p) {
+    for (const auto& s : session.stages)
+      if (!(p.resolve(s.name) == base.resolve(s.name))) return false;
+    return true;
+  };
+  RunContext ctx = session.context();
+
+  // Isolated stage results by (stage, resolved numerics): the good side usually equals the
+  // base policy at every stage and is computed once.
+  std::map<std::string, std::vector<std::pair<Numerics, std::vector<TensorDiff>>>> cache;
+  auto local = [&](const Policy& p, const std::vector<OpKind>& kinds) {
+    emu::EmuBackend cand(p, opt.seed_a);
+    std::vector<TensorDiff> rows;
+    for (const Stage& s : session.stages) {
+      if (!touches(kinds, s.kind)) continue;
+      const Numerics n = p.resolve(s.name);
+      auto& entries = cache[s.name];
+      auto it = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.first == n; });
+      if (it == entries.end()) {
+        entries.emplace_back(n, isolated_diffs(session, s, cand, ctx, {}));
+        it = entries.end() - 1;
+      }
+      rows.insert(rows.end(), it->second.begin(), it->second.end());
+    }
+    return pool(std::move(rows));
+  };
+
+  // Full runs of the base policy with both seeds, shared by every row whose setting is the base's.
+  FullRun base_a, base_b;
+  RunToRun base_r2r;
+  if (opt.full_runs) {
+    say("full runs of the base policy");
+    emu::EmuBackend ca(base, opt.seed_a), cb(base, opt.seed_b);
+    base_a = full_run(session, ca, ctx);
+    base_b = full_run(session, cb, ctx);
+    base_r2r = run_to_run(base_a, base_b, session.stages);
+  }
+  auto full = [&](const Policy& p, AuditSide& side) {
+    if (!opt.full_runs) return;
+    side.ran_full = true;
+    if (same_as_base(p)) {
+      side.full = base_a;
+      side.r2r = base_r2r;
+      return;
+    }
+    emu::EmuBackend ca(p, opt.seed_a), cb(p, opt.seed_b);
+    side.full = full_run(session, ca, ctx);
+    const FullRun b = full_run(session, cb, ctx);
+    side.r2r = run_to_run(side.full, b, session.stages);
+  };
+
+  for (const KnobInfo& k : knobs) {
+    AuditRow row;
+    row.knob = k;
+    row.selection = std::all_of(k.kinds.begin(), k.kinds.end(), is_selection);
+    for (const auto& s : session.stages) row.touched += touches(k.kinds, s.kind) ? 1 : 0;
+    Policy bad = base, good = base;
+    bad.add_set(k.name + "=" + k.bad);
+    good.add_set(k.name + "=" + k.good);
+    row.bad.setting = k.bad;
+    row.good.setting = k.good;
+    say(fmt::format("{}: {} stages in isolation", k.name, row.touched));
+    row.bad.local = local(bad, k.kinds);
+    row.good.local = local(good, k.kinds);
+    if (opt.full_runs) say(fmt::format("{}: full runs", k.name));
+    full(bad, row.bad);
+    full(good, row.good);
+    // Full runs keep only what the report shows.
+    row.bad.full.fingerprint.clear();
+    row.good.full.fingerprint.clear();
+    row.factor = audit_factor(row.bad, row.good, row.selection);
+    result.rows.push_back(std::move(row));
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace tdiff
