@@ -1,8 +1,10 @@
 #include "bisect/mixed_run.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
+#include "bisect/stage_cache.h"
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/pattern.h"
@@ -36,12 +38,21 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   // backend (deterministic) from clean inputs. Clean stages can be read from the case file.
   std::set<std::string> clean = {"inputs/ids", "inputs/mask", "inputs/pos"};
   ExecutorHooks hooks;
+  std::vector<bool> from_cache(stages.size(), false);
   hooks.cached = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
-    if (on_candidate[i] || !opt.reuse_reference || !have_ref.count(s.name)) return false;
-    for (const auto& in : s.inputs)
-      if (!clean.count(in.key())) return false;
-    for (const auto& t : s.outputs) out.push_back(read_reference(session.path, s.name, t));
-    ++result.reused;
+    bool inputs_clean = true;
+    for (const auto& in : s.inputs) inputs_clean = inputs_clean && clean.count(in.key());
+    if (!on_candidate[i] && inputs_clean && opt.reuse_reference && have_ref.count(s.name)) {
+      for (const auto& t : s.outputs) out.push_back(read_reference(session.path, s.name, t));
+      ++result.reused;
+      return true;
+    }
+    if (!opt.cache) return false;
+    const std::vector<Tensor>* hit = opt.cache->find(i, on_candidate);
+    if (!hit) return false;
+    out = *hit;
+    from_cache[i] = true;
+    ++result.cached;
     return true;
   };
   hooks.on_stage = [&](const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
@@ -52,6 +63,8 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     for (const auto& in : s.inputs) inputs_clean = inputs_clean && clean.count(in.key());
     if (inputs_clean)
       for (const auto& t : s.outputs) clean.insert(s.name + "/" + t);
+    else if (opt.cache && !from_cache[i])
+      opt.cache->put(i, on_candidate, out);
     if (opt.on_outputs) opt.on_outputs(s, out);
     if (!pattern_matches(opt.compare, s.name)) return;
     if (!have_ref.count(s.name))
@@ -70,8 +83,9 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   const auto t0 = std::chrono::steady_clock::now();
   TensorMap env;
   put_inputs(session.info.batch, env);
-  execute(stages, [&](const Stage& s) -> Backend& {
-    return on_candidate[static_cast<std::size_t>(&s - stages.data())] ? candidate : reference;
+  const std::vector<Stage> head(stages.begin(), stages.begin() + static_cast<std::ptrdiff_t>(std::min(opt.end, stages.size())));
+  execute(head, [&](const Stage& s) -> Backend& {
+    return on_candidate[static_cast<std::size_t>(&s - head.data())] ? candidate : reference;
   }, ctx, env, hooks);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;

@@ -3,6 +3,7 @@
 // on the reference, tensors converted at every boundary; every stage output compared with the
 // case's /reference as it is produced. A plain candidate run is the mixed run with every stage
 // on the candidate.
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -13,10 +14,14 @@
 
 namespace tdiff {
 
+class StageCache;
+
 struct MixedRunOptions {
   std::string compare;       // stages whose outputs are diffed (globs; empty: all)
   CompareOptions diff;       // metric options (stage_order is filled in)
   bool reuse_reference = true;  // reference stages whose inputs are unchanged read /reference instead of recomputing
+  std::size_t end = SIZE_MAX;   // run stages [0, end) only (nothing after a watched stage matters)
+  StageCache* cache = nullptr;  // outputs of earlier mixed runs with the same upstream assignment (bisect/stage_cache.h)
   std::function<void(const Stage&, std::size_t index)> progress;
   // Every stage's outputs, for callers that keep or store them.
   std::function<void(const Stage&, const std::vector<Tensor>&)> on_outputs;
@@ -24,7 +29,9 @@ struct MixedRunOptions {
 
 struct MixedRunResult {
   CompareResult diff;  // metrics only; the caller judges (thresholds)
-  std::size_t on_candidate = 0, on_reference = 0, reused = 0;  // stage counts
+  std::size_t on_candidate = 0, on_reference = 0;  // stage counts
+  std::size_t reused = 0;  // reference stages read from the case's /reference
+  std::size_t cached = 0;  // stages taken from MixedRunOptions::cache
   double seconds = 0;
 };
 

@@ -14,7 +14,9 @@ void setup_info(CLI::App& app);
 void setup_golden(CLI::App& app);
 void setup_run(CLI::App& app);
 void setup_compare(CLI::App& app);
+void setup_bisect(CLI::App& app);
 void setup_determinism(CLI::App& app);
 void setup_ci(CLI::App& app);
+void setup_audit(CLI::App& app);
 
 }  // namespace tdiff::cli

@@ -28,8 +28,10 @@ int main(int argc, char** argv) {
   cli::setup_golden(app);
   cli::setup_run(app);
   cli::setup_compare(app);
+  cli::setup_bisect(app);
   cli::setup_determinism(app);
   cli::setup_ci(app);
+  cli::setup_audit(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

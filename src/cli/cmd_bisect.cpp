@@ -1,0 +1,194 @@
+// tdiff bisect: which candidate stage makes the watched output fail (bisect/bisect.h).
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bisect/bisect.h"
+#include "cli/candidate.h"
+#include "cli/command.h"
+#include "cli/report_options.h"
+#include "cli/shell.h"
+#include "core/env_record.h"
+#include "core/error.h"
+#include "emu/arith.h"
+#include "refcpu/refcpu_backend.h"
+#include "report/bisect_report.h"
+
+namespace tdiff::cli {
+
+namespace {
+
+struct BisectCmd {
+  std::string case_path;
+  CandidateOptions cand;
+  ReportOptions report;
+  std::string watch = "logits";
+  std::string floor = "fixed";
+  std::string mode = "search";
+  bool attribute = false;
+  std::string attribute_by = "class";
+  std::size_t max_culprits = 8;
+};
+
+std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
+  std::vector<std::string> keys;
+  for (const auto& s : stages)
+    for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
+  return keys;
+}
+
+std::uint64_t seed_from(const std::string& run_id) {
+  std::uint64_t h = 0;
+  for (unsigned char ch : run_id) h = arith::mix64(h ^ ch);
+  return h;
+}
+
+std::string flags(const BisectCmd& c) {
+  std::string s;
+  if (c.watch != "logits") s += " --watch " + shell_quote(c.watch);
+  if (c.floor != "fixed") s += " --floor " + shell_quote(c.floor);
+  if (c.mode != "search") s += " --mode " + c.mode;
+  if (c.attribute) s += " --attribute" + (c.attribute_by != "class" ? " --attribute-by " + c.attribute_by : "");
+  if (c.max_culprits != 8) s += fmt::format(" --max-culprits {}", c.max_culprits);
+  return s;
+}
+
+void run_bisect(BisectCmd c) {
+  CaseSession session = open_session(c.case_path, c.cand.model_dir);
+  if (reference_stages(c.case_path).empty())
+    input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  const Policy policy = c.cand.make_policy(session);
+  const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
+  const std::string run_id = c.report.run_id.empty() ? make_run_id("bisect") : c.report.run_id;
+  if (c.cand.seed == 0) c.cand.seed = seed_from(run_id);
+  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed);
+  std::unique_ptr<Backend> floor;
+  std::string floor_label;
+  if (c.floor != "none") {
+    Policy fp = Policy::load(c.floor);
+    fp.validate(session.stages);
+    floor = make_candidate(c.cand.backend, fp, c.cand.seed);
+    floor_label = fmt::format("{} under {}", c.cand.backend, fp.describe());
+  }
+  refcpu::RefCpuBackend reference;
+  const auto ref_attrs = h5_read_attrs(c.case_path, "/reference");
+  const auto tie = ref_attrs.find("tie_rule");
+  RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));
+
+  BisectOptions bo;
+  bo.watch = c.watch;
+  bo.thresholds = thresholds;
+  bo.max_culprits = c.max_culprits;
+  const bool tty = isatty(2) != 0;
+  bo.on_probe = [&](const Probe& p) {
+    if (tty) fmt::print(stderr, "\r\033[Kbisect step {} {}: {} {}", p.step, p.phase, p.split, verdict_name(p.verdict()));
+  };
+  Bisector bisector(session, *candidate, reference, ctx, bo);
+  if (floor) bisector.set_floor(*floor);
+
+  BisectReport rep;
+  rep.mode = c.mode;
+  rep.candidate = fmt::format("{} under {}", c.cand.backend, policy.describe());
+  rep.floor = floor_label;
+  rep.watch = bisector.watch();
+  rep.stages = bisector.stage_count();
+  rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
+  if (c.mode == "search") rep.search = bisector.search();
+  else rep.isolation = bisector.isolate();
+  if (c.attribute)
+    rep.attribution = bisector.attribute(c.attribute_by == "kind" ? Grouping::op_kind : Grouping::stage_class);
+  if (tty) fmt::print(stderr, "\r\033[K");
+  rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);  // relaxed by the floor
+  rep.trace = bisector.trace();
+  rep.totals = bisector.totals();
+  rep.notes = bisector.notes();
+
+  RunInfo& info = rep.info;
+  info.case_name = std::filesystem::path(c.case_path).stem().string();
+  info.run_id = run_id;
+  info.title = fmt::format("tdiff bisect {}: {}", std::filesystem::path(c.case_path).filename().string(), rep.candidate);
+  info.command = fmt::format("tdiff bisect {}{}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), flags(c),
+                             c.report.flags()) + " --run-id " + shell_quote(run_id);
+  info.thresholds = thresholds.defaults;
+  EnvRecord env = capture_env(c.cand.backend, policy.describe(), process_command_line());
+  env.extra["seed"] = std::to_string(c.cand.seed);
+  env.extra["floor"] = floor_label.empty() ? "none" : floor_label;
+  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+
+  // The per-stage comparison of the all-candidate run (or of the isolated stages).
+  const CompareResult* run_diff = nullptr;
+  if (rep.search || rep.attribution) run_diff = &bisector.full_run();
+  else if (rep.isolation) run_diff = &rep.isolation->diff;
+  if (c.report.all_rows && run_diff) {
+    TerminalOptions topt;
+    topt.color = want_color(stdout);
+    topt.all_rows = true;
+    print_terminal(stdout, *run_diff, info, topt);
+    fmt::print("\n");
+  }
+  print_bisect_terminal(stdout, rep, want_color(stdout));
+  if (!c.report.no_reports) {
+    const std::string dir = report_dir(info, c.report.out_dir);
+    if (run_diff) {
+      RunInfo run_info = info;
+      run_info.title = (rep.isolation && !rep.search ? "isolated stages: " : "all-candidate run: ") + rep.candidate;
+      write_reports(dir, *run_diff, run_info);
+      rep.has_run_report = true;
+    }
+    write_bisect_reports(dir, rep);
+    fmt::print("reports   {}/bisect.html (and bisect.json, trace.csv{}{}{})\n", dir, rep.isolation ? ", isolation.csv" : "",
+               rep.attribution ? ", attribution.csv" : "", rep.has_run_report ? ", report.html" : "");
+  }
+
+  CaseUpdate update(c.case_path);
+  update.put_env(run_id, env);
+  const std::string g = "/runs/" + run_id;
+  update.writer().set_attr(g, "command", "bisect");
+  update.writer().set_attr(g, "backend", c.cand.backend);
+  update.writer().set_attr(g, "policy", policy.describe());
+  update.writer().set_attr(g, "watch", rep.watch.key());
+  update.writer().set_attr(g, "outcome", rep.outcome());
+  std::vector<std::string> culprits;
+  if (rep.search)
+    for (const auto& x : rep.search->culprits) culprits.push_back(x.stage);
+  update.writer().set_attr(g, "culprits", fmt::format("{}", fmt::join(culprits, " ")));
+  update.writer().set_attr(g, "trace_csv", render_trace_csv(rep));
+  update.commit();
+  exit_code() = rep.exit_code();
+}
+
+}  // namespace
+
+void setup_bisect(CLI::App& app) {
+  auto c = std::make_shared<BisectCmd>();
+  auto* cmd = app.add_subcommand("bisect", "Find the candidate stage(s) that make the watched output fail");
+  cmd->footer(
+      "Examples:\n"
+      "  tdiff bisect case.h5 --set 'L02.attn.core:qk_accum=fp16'       # a fault on top of fixed: names L02.attn.core\n"
+      "  tdiff bisect case.h5 --policy naive --attribute                 # culprits and the error share per operator class\n"
+      "  tdiff bisect case.h5 --policy naive --mode isolate              # every stage on the reference's inputs, ranked\n"
+      "  tdiff bisect case.h5 --set 'L01.moe.router:matmul_accum=fp16' --watch L02.moe.select/idx --floor none\n"
+      "Search: stages 1..k on the candidate and the rest on the reference; the smallest k that makes the watched\n"
+      "output FAIL names the first culprit; pinning culprits to the reference and searching again gives the culprit\n"
+      "set. The watched output FAILs when its error exceeds floor_k (--threshold floor_k=3) times the error of the\n"
+      "floor run (--floor, default the fixed policy on the same backend), in rmse or in the median token's rmse.\n"
+      "Exit code: 0 nothing crosses the threshold, 1 a culprit found (isolate: a stage fails), 2 usage or input error.");
+  cmd->add_option("case", c->case_path, "case file with a reference (tdiff golden)")->required();
+  c->cand.add_to(cmd);
+  cmd->add_option("--watch", c->watch, "watched output: logits (default), STAGE or STAGE/tensor");
+  cmd->add_option("--floor", c->floor, "noise-floor policy on the same backend (preset or file), or none (default fixed)");
+  cmd->add_option("--mode", c->mode, "search (default): mixed runs; isolate: each stage on the reference's inputs")
+      ->check(CLI::IsMember({"search", "isolate"}));
+  cmd->add_flag("--attribute", c->attribute, "also swap each operator class alone and report its share of the error");
+  cmd->add_option("--attribute-by", c->attribute_by, "group stages by class (stage_class, default) or kind (operator kind)")
+      ->check(CLI::IsMember({"class", "kind"}));
+  cmd->add_option("--max-culprits", c->max_culprits, "stop the culprit set after this many stages (default 8)")
+      ->check(CLI::PositiveNumber);
+  c->report.add_to(cmd);
+  cmd->callback([c] { run_bisect(*c); });
+}
+
+}  // namespace tdiff::cli

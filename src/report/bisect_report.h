@@ -1,0 +1,51 @@
+#pragma once
+// Reports of a bisection (bisect/bisect.h): the terminal summary, bisect.html (the search
+// trace, the culprits, the isolation ranking and the attribution table), bisect.json and
+// CSV files (trace.csv, isolation.csv, attribution.csv). The all-candidate run's per-stage
+// comparison goes to the usual report files (report.h) beside them.
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bisect/bisect.h"
+#include "report/report.h"
+
+namespace tdiff {
+
+struct BisectReport {
+  RunInfo info;             // case, run id, title, command, environment
+  std::string mode;         // "search" | "isolate"
+  std::string candidate;    // "emu under fixed + L02.attn.core:qk_accum=fp16"
+  std::string floor;        // "emu under fixed", or "" without a floor
+  Watch watch;
+  std::size_t stages = 0;   // N: the stages up to the watched one
+  Thresholds watch_thresholds;  // as they apply to the watched tensor
+  std::vector<Probe> trace;
+  std::optional<SearchResult> search;
+  std::optional<IsolationResult> isolation;
+  std::optional<AttributionResult> attribution;
+  BisectTotals totals;
+  std::vector<std::string> notes;
+  bool has_run_report = false;  // report.html of the all-candidate run sits beside bisect.html
+
+  std::string outcome() const;  // one line: the culprits, or "nothing crosses the threshold"
+  int exit_code() const;        // 0 nothing found, 1 a culprit (or an isolated stage FAILs)
+};
+
+// The rule the watched tensor is judged by, in one sentence.
+std::string watch_rule(const BisectReport& r);
+std::string grouping_name(Grouping g);  // "operator class" | "operator kind"
+
+void print_bisect_terminal(std::FILE* out, const BisectReport& r, bool color = false);
+std::string render_bisect_html(const BisectReport& r);
+std::string render_bisect_json(const BisectReport& r);
+// step,phase,prefix,pinned,group,split,tensor,rmse,row_median,floor_rmse,floor_row_median,vs_floor,cosine,max_abs,verdict,reason,computed,reused,cached,seconds
+std::string render_trace_csv(const BisectReport& r);
+std::string render_isolation_csv(const IsolationResult& r);
+std::string render_attribution_csv(const AttributionResult& r);
+// Writes bisect.html, bisect.json, trace.csv and, when present, isolation.csv and
+// attribution.csv into `dir`; returns the paths written.
+std::vector<std::string> write_bisect_reports(const std::string& dir, const BisectReport& r);
+
+}  // namespace tdiff

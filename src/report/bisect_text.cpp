@@ -1,0 +1,298 @@
+// A bisection on the terminal, in CSV and in JSON.
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/version.h"
+#include "report/bisect_report.h"
+#include "report/summary.h"
+
+namespace tdiff {
+
+namespace {
+
+using report::num;
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string full(double v) { return num(v, "{}"); }
+
+nlohmann::json number(double v) {
+  if (std::isfinite(v)) return v;
+  return num(v);
+}
+
+bool exact(const TensorDiff& d) { return d.kind == TensorKind::exact || d.kind == TensorKind::routing; }
+
+std::string stage_list(const std::vector<Culprit>& c) {
+  std::vector<std::string> names;
+  for (const auto& x : c) names.push_back(x.stage);
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+nlohmann::json watched_json(const WatchedError& w) {
+  nlohmann::json j = {{"tensor", w.diff.key()},        {"verdict", verdict_name(w.diff.verdict)},
+                      {"reason", w.diff.reason},        {"error", number(w.error())},
+                      {"rmse", number(w.diff.metrics.rmse)}, {"cosine", number(w.diff.metrics.cosine)},
+                      {"max_abs", number(w.diff.metrics.max_abs)}, {"rel_l2", number(w.diff.metrics.rel_l2)},
+                     };
+  if (w.has_floor) {
+    j["identical_to_floor"] = w.identical;
+    j["companion_error"] = number(w.companion_error);
+    j["floor_error"] = number(w.floor_error);
+    j["vs_floor"] = number(w.vs_floor());
+  }
+  if (w.diff.logits) {
+    j["top1_agree"] = number(w.diff.logits->top1_agree);
+    j["kl_mean"] = number(w.diff.logits->kl_mean);
+    j["kl_max"] = number(w.diff.logits->kl_max);
+  }
+  return j;
+}
+
+std::string fit(const std::string& s, std::size_t w) { return s.size() <= w ? s : s.substr(0, w - 1) + "~"; }
+
+}  // namespace
+
+std::string grouping_name(Grouping g) { return g == Grouping::stage_class ? "operator class" : "operator kind"; }
+
+std::string BisectReport::outcome() const {
+  if (isolation) {
+    int fails = 0;
+    for (const auto& s : isolation->ranked) fails += s.worst.verdict == Verdict::fail;
+    if (!fails) return "nothing crosses the threshold: every stage's local error passes";
+    return fmt::format("{} stage{} fail{} on the reference's own inputs; worst {}", fails, fails == 1 ? "" : "s",
+                       fails == 1 ? "s" : "", isolation->ranked.front().stage);
+  }
+  if (!search) return "no search";
+  if (!search->full_fails) return "nothing crosses the threshold: the all-candidate run passes on " + watch.key();
+  const auto& c = search->culprits;
+  std::string s = fmt::format("first culprit {} ({}); culprit set {{{}}}", c.front().stage, c.front().cls, stage_list(c));
+  if (search->passes_after) s += fmt::format(": with {} on the reference the candidate passes", c.size() == 1 ? "it" : "them");
+  else if (search->capped) s += fmt::format(": stopped after {} culprits, the candidate still fails", c.size());
+  return s;
+}
+
+int BisectReport::exit_code() const {
+  if (isolation) {
+    for (const auto& s : isolation->ranked)
+      if (s.worst.verdict == Verdict::fail) return 1;
+    return 0;
+  }
+  return search && !search->culprits.empty() ? 1 : 0;
+}
+
+std::string watch_rule(const BisectReport& r) {
+  const Thresholds& t = r.watch_thresholds;
+  std::string atol = t.floor_atol > 0 ? fmt::format(" + {:g}", t.floor_atol) : "";
+  if (r.floor.empty())
+    return fmt::format("FAIL when {} crosses its thresholds (cosine < {:g}, max_abs >= {:g}, ...) or holds a new NaN/Inf",
+                       r.watch.key(), t.cosine_fail, t.max_abs_fail);
+  return fmt::format(
+      "FAIL when {} has {} > {:g} x the floor's{} (floor: {} on the same split, or the all-floor run where that is "
+      "smaller; equal bits to the floor pass), crosses a threshold the floor passes, or holds a new NaN/Inf",
+      r.watch.key(), r.trace.empty() || !exact(r.trace.front().watched.diff) ? "rmse" : "a mismatch share", t.floor_k,
+      atol, r.floor);
+}
+
+void print_bisect_terminal(std::FILE* out, const BisectReport& r, bool color) {
+  auto paint = [&](Verdict v) {
+    const std::string n = verdict_name(v);
+    if (!color) return n;
+    return (v == Verdict::fail ? "\033[1;31m" : v == Verdict::warn ? "\033[33m" : "\033[32m") + n + "\033[0m";
+  };
+  fmt::print(out, "bisect    {}\n", r.candidate);
+  fmt::print(out, "watch     {} (stage {} of the model: {} stages can matter)\n", r.watch.key(), r.watch.index + 1, r.stages);
+  fmt::print(out, "rule      {}\n", watch_rule(r));
+  for (const auto& n : r.notes) fmt::print(out, "note      {}\n", n);
+  if (!r.trace.empty()) {
+    const bool floor = !r.floor.empty();
+    fmt::print(out, "\n{:>4}  {:<6}  {:<52} {:>9} {:>9} {:>8}  {}\n", "step", "phase", "stages on the candidate", "error",
+               floor ? "floor" : "", floor ? "ratio" : "", "verdict");
+    for (const auto& p : r.trace) {
+      const WatchedError& w = p.watched;
+      fmt::print(out, "{:>4}  {:<6}  {:<52} {:>9} {:>9} {:>8}  {}\n", p.step, p.phase, fit(p.split, 52),
+                 exact(w.diff) ? fmt::format("{:.2g}%", 100 * w.error()) : num(w.error(), "{:.2e}"),
+                 !floor ? "" : exact(w.diff) ? fmt::format("{:.2g}%", 100 * w.budget_base()) : num(w.budget_base(), "{:.2e}"),
+                 floor ? num(w.vs_floor(), "{:.4g}") : "",
+                 paint(p.verdict()));
+      if (p.verdict() == Verdict::fail && !w.diff.reason.empty()) fmt::print(out, "{:14}{}\n", "", w.diff.reason);
+    }
+  }
+  if (r.search)
+    for (const auto& c : r.search->culprits)
+      fmt::print(out, "\nculprit   {} ({}, stage {}): {} -> {}", c.stage, c.cls, c.index + 1,
+                 c.pass_step ? fmt::format("PASS with stages 1-{} (step {})", c.index, c.pass_step) : "PASS with no stage on the candidate",
+                 fmt::format("FAIL with 1-{} (step {})", c.index + 1, c.fail_step));
+  if (r.search && !r.search->culprits.empty()) fmt::print(out, "\n");
+  if (r.isolation) {
+    fmt::print(out, "\nisolation: every stage on the reference's own inputs, ranked by local error ({} stages)\n",
+               r.isolation->ranked.size());
+    fmt::print(out, "{:>4}  {:<34} {:>9} {:>9} {:>10}  {}\n", "rank", "tensor", "cosine", "error", r.floor.empty() ? "rel_l2" : "ratio", "verdict");
+    std::size_t shown = 0;
+    for (const auto& s : r.isolation->ranked) {
+      if (shown >= 10 && s.worst.verdict != Verdict::fail) break;
+      ++shown;
+      const TensorDiff& d = s.worst;
+      fmt::print(out, "{:>4}  {:<34} {:>9} {:>9} {:>10}  {}\n", shown, fit(d.key(), 34),
+                 exact(d) ? "exact" : report::cosine_text(d.metrics.cosine),
+                 exact(d) ? "" : num(d.metrics.rmse, "{:.2e}"), num(s.score, "{:.3g}"), paint(d.verdict));
+      if (d.verdict == Verdict::fail) fmt::print(out, "{:6}{}\n", "", d.reason);
+    }
+  }
+  if (r.attribution) {
+    const AttributionResult& a = *r.attribution;
+    fmt::print(out, "\nattribution by {}: each alone on the candidate, the rest on the reference ({} {})\n",
+               grouping_name(a.by), r.watch.key(), exact(r.trace.front().watched.diff) ? "mismatch share" : "rmse");
+    fmt::print(out, "{:<24} {:>6} {:>10} {:>7} {:>9} {:>9}  {}\n", "class", "stages", "error", "share", "alone/all",
+               r.floor.empty() ? "" : "vs floor", "verdict");
+    for (const auto& c : a.rows)
+      fmt::print(out, "{:<24} {:>6} {:>10} {:>6.1f}% {:>9} {:>9}  {}\n", fit(c.group, 24), c.stages,
+                 num(c.watched.error(), "{:.2e}"), 100 * c.share, num(c.vs_all, "{:.3g}"),
+                 r.floor.empty() ? "" : num(c.watched.vs_floor(), "{:.3g}"), paint(c.watched.diff.verdict));
+    fmt::print(out, "all classes together: error {}; sqrt(sum of the classes' squared errors) is {} x that{}\n",
+               num(a.all_error, "{:.2e}"), num(a.quadrature, "{:.3g}"),
+               std::abs(a.quadrature - 1) > 0.25 ? " (the classes interact: near-tie routing flips, cancellation)" : "");
+  }
+  fmt::print(out, "\nresult    {}\n", r.outcome());
+  const BisectTotals& t = r.totals;
+  std::string runs = fmt::format("{} mixed run{}", t.mixed_runs, t.mixed_runs == 1 ? "" : "s");
+  if (t.floor_runs) runs += fmt::format(" + {} floor run{} (the floor on the same splits)", t.floor_runs, t.floor_runs == 1 ? "" : "s");
+  if (t.isolated_runs) runs += fmt::format(", {} isolated stage runs", t.isolated_runs);
+  fmt::print(out, "runs      {}; stages computed {}, read from the case {}, from earlier runs {}; {:.2f} s\n", runs,
+             t.computed, t.reused, t.cached, t.seconds);
+  if (!r.info.command.empty()) fmt::print(out, "reproduce {}\n", r.info.command);
+}
+
+std::string render_trace_csv(const BisectReport& r) {
+  std::string o =
+      "step,phase,prefix,pinned,group,split,tensor,error,companion_error,floor_error,ratio,cosine,"
+      "max_abs,verdict,reason,computed,reused,cached,seconds\n";
+  for (const auto& p : r.trace) {
+    std::vector<std::string> pinned;
+    for (auto i : p.pinned) pinned.push_back(std::to_string(i + 1));
+    const WatchedError& w = p.watched;
+    o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", p.step, p.phase, p.prefix,
+                     csv_field(fmt::format("{}", fmt::join(pinned, " "))), csv_field(p.group), csv_field(p.split),
+                     csv_field(w.diff.key()), full(w.error()), w.has_floor ? full(w.companion_error) : "",
+                     w.has_floor ? full(w.floor_error) : "", w.has_floor ? full(w.vs_floor()) : "", full(w.diff.metrics.cosine),
+                     full(w.diff.metrics.max_abs), verdict_name(w.diff.verdict), csv_field(w.diff.reason), p.computed,
+                     p.reused, p.cached, full(p.seconds));
+  }
+  return o;
+}
+
+std::string render_isolation_csv(const IsolationResult& r) {
+  std::string o = "rank,stage_index,stage,class,tensor,cosine,max_abs,rmse,rel_l2,floor_error,score,verdict,reason\n";
+  int rank = 0;
+  for (const auto& s : r.ranked) {
+    const TensorDiff& d = s.worst;
+    o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", ++rank, s.index + 1, csv_field(s.stage), csv_field(s.cls),
+                     csv_field(d.tensor), full(d.metrics.cosine), full(d.metrics.max_abs), full(d.metrics.rmse),
+                     full(d.metrics.rel_l2), s.floor_error ? full(*s.floor_error) : "", full(s.score),
+                     verdict_name(d.verdict), csv_field(d.reason));
+  }
+  return o;
+}
+
+std::string render_attribution_csv(const AttributionResult& a) {
+  std::string o = "group,stages,step,error,share,vs_all,vs_floor,top1_agree,kl_mean,verdict\n";
+  for (const auto& c : a.rows) {
+    const auto& l = c.watched.diff.logits;
+    o += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", csv_field(c.group), c.stages, c.step, full(c.watched.error()),
+                     full(c.share), full(c.vs_all), full(c.watched.vs_floor()), l ? full(l->top1_agree) : "", l ? full(l->kl_mean) : "",
+                     verdict_name(c.watched.diff.verdict));
+  }
+  return o;
+}
+
+std::string render_bisect_json(const BisectReport& r) {
+  nlohmann::json j;
+  j["tdiff_version"] = TDIFF_VERSION;
+  j["case"] = r.info.case_name;
+  j["run_id"] = r.info.run_id;
+  j["command"] = r.info.command;
+  j["mode"] = r.mode;
+  j["candidate"] = r.candidate;
+  j["floor"] = r.floor;
+  j["watch"] = {{"tensor", r.watch.key()}, {"stage_index", r.watch.index + 1}, {"stages", r.stages}};
+  j["rule"] = watch_rule(r);
+  j["notes"] = r.notes;
+  j["outcome"] = r.outcome();
+  j["exit_code"] = r.exit_code();
+  const BisectTotals& t = r.totals;
+  j["totals"] = {{"mixed_runs", t.mixed_runs}, {"floor_runs", t.floor_runs}, {"isolated_runs", t.isolated_runs},
+                 {"computed", t.computed},     {"reused", t.reused},         {"cached", t.cached},
+                 {"seconds", t.seconds}};
+  nlohmann::json trace = nlohmann::json::array();
+  for (const auto& p : r.trace) {
+    std::vector<std::size_t> pinned;  // stage numbers, 1-based like stage_index
+    for (auto i : p.pinned) pinned.push_back(i + 1);
+    trace.push_back({{"step", p.step},       {"phase", p.phase},     {"prefix", p.prefix},
+                     {"pinned", pinned},   {"group", p.group},     {"split", p.split},
+                     {"watched", watched_json(p.watched)},           {"computed", p.computed},
+                     {"reused", p.reused},   {"cached", p.cached},   {"seconds", p.seconds}});
+  }
+  j["trace"] = trace;
+  if (r.search) {
+    nlohmann::json c = nlohmann::json::array();
+    for (const auto& x : r.search->culprits)
+      c.push_back({{"stage", x.stage}, {"class", x.cls}, {"stage_index", x.index + 1}, {"pass_step", x.pass_step},
+                   {"fail_step", x.fail_step}});
+    j["search"] = {{"full_fails", r.search->full_fails}, {"culprits", c}, {"passes_after", r.search->passes_after},
+                   {"capped", r.search->capped}};
+  }
+  if (r.isolation) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& s : r.isolation->ranked) {
+      nlohmann::json e = {{"stage", s.stage}, {"class", s.cls}, {"stage_index", s.index + 1}, {"tensor", s.worst.tensor},
+                          {"verdict", verdict_name(s.worst.verdict)}, {"reason", s.worst.reason},
+                          {"rmse", number(s.worst.metrics.rmse)}, {"rel_l2", number(s.worst.metrics.rel_l2)},
+                          {"cosine", number(s.worst.metrics.cosine)}, {"score", number(s.score)}};
+      if (s.floor_error) e["floor_error"] = number(*s.floor_error);
+      rows.push_back(e);
+    }
+    j["isolation"] = {{"ranked", rows}, {"seconds", r.isolation->seconds}};
+  }
+  if (r.attribution) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& c : r.attribution->rows)
+      rows.push_back({{"group", c.group}, {"stages", c.stages}, {"step", c.step}, {"share", number(c.share)},
+                      {"vs_all", number(c.vs_all)}, {"watched", watched_json(c.watched)}});
+    j["attribution"] = {{"by", grouping_name(r.attribution->by)}, {"all_error", number(r.attribution->all_error)},
+                        {"quadrature", number(r.attribution->quadrature)}, {"rows", rows}};
+  }
+  j["env"] = nlohmann::json::object();
+  for (const auto& [k, v] : r.info.env) j["env"][k] = v;
+  return j.dump(2) + "\n";
+}
+
+std::vector<std::string> write_bisect_reports(const std::string& dir, const BisectReport& r) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) input_error("cannot create report folder {}: {}", dir, ec.message());
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"bisect.html", render_bisect_html(r)}, {"bisect.json", render_bisect_json(r)}, {"trace.csv", render_trace_csv(r)}};
+  if (r.isolation) files.emplace_back("isolation.csv", render_isolation_csv(*r.isolation));
+  if (r.attribution) files.emplace_back("attribution.csv", render_attribution_csv(*r.attribution));
+  std::vector<std::string> paths;
+  for (const auto& [name, content] : files) {
+    paths.push_back((std::filesystem::path(dir) / name).string());
+    write_file_atomic(paths.back(), content);
+  }
+  return paths;
+}
+
+}  // namespace tdiff

@@ -1,0 +1,104 @@
+// tdiff bisect through the binary: exit codes (0 nothing crosses the threshold, 1 a culprit,
+// 2 an input error), the terminal trace, the report files and the run's record in the case.
+#include <nlohmann/json.hpp>
+
+#include "cli_support.h"
+
+namespace tdiff {
+namespace {
+
+using testing::CliResult;
+using testing::count_lines;
+using testing::slurp;
+
+class CliBisect : public testing::CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("m"))).code, 0);
+    ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 1 --len 32 --seed 2 -o '{}'", path("m"), path("c.h5")))
+                  .code,
+              0);
+    ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
+  }
+  std::string c() const { return "'" + path("c.h5") + "'"; }
+};
+
+TEST_F(CliBisect, FaultIsNamedExitsOneAndWritesTheReports) {
+  const CliResult r = run(fmt::format("bisect {} --set 'L01.attn.q_a:matmul_input=fp8' --seed 7 -o '{}'", c(), path("rep")));
+  ASSERT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("first culprit L01.attn.q_a (attn.q_a)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("culprit   L01.attn.q_a"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  1  full"), std::string::npos) << "the trace lists every mixed run";
+  EXPECT_NE(r.out.find("  2  search"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verify"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mixed runs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reproduce tdiff bisect"), std::string::npos) << r.out;
+  for (const char* f : {"bisect.html", "bisect.json", "trace.csv", "report.html", "report.csv", "report.json", "junit.xml"})
+    EXPECT_TRUE(std::filesystem::exists(path(std::string("rep/") + f))) << f;
+
+  const auto j = nlohmann::json::parse(slurp(path("rep/bisect.json")));
+  EXPECT_EQ(j["search"]["culprits"][0]["stage"], "L01.attn.q_a");
+  EXPECT_EQ(j["search"]["passes_after"], true);
+  EXPECT_EQ(j["exit_code"], 1);
+  EXPECT_LE(j["totals"]["mixed_runs"].get<int>(), 10);  // ceil(log2 153) + 2
+  EXPECT_EQ(j["trace"].size(), j["totals"]["mixed_runs"].get<std::size_t>());
+
+  const std::string csv = slurp(path("rep/trace.csv"));
+  EXPECT_EQ(csv.rfind("step,phase,prefix,pinned,group,split,tensor,error", 0), 0u) << csv;
+  EXPECT_EQ(count_lines(csv), j["trace"].size() + 1);
+
+  const std::string html = slurp(path("rep/bisect.html"));
+  for (const char* s : {"Search trace", "Culprits", "L01.attn.q_a", "<svg", "report.html"})
+    EXPECT_NE(html.find(s), std::string::npos) << s;
+
+  // The bisection is recorded in the case.
+  const std::string info = run(fmt::format("info {}", c())).out;
+  EXPECT_NE(info.find("bisect-"), std::string::npos) << info;
+}
+
+TEST_F(CliBisect, NothingCrossesTheThresholdExitsZero) {
+  const CliResult r = run(fmt::format("bisect {} --no-reports", c()));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("nothing crosses the threshold"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 mixed run"), std::string::npos) << r.out;
+}
+
+TEST_F(CliBisect, IsolateAndAttribute) {
+  const CliResult iso = run(fmt::format("bisect {} --set 'L01.attn.q_a:matmul_input=fp8' --mode isolate -o '{}'", c(), path("iso")));
+  EXPECT_EQ(iso.code, 1) << iso.out << iso.err;
+  EXPECT_NE(iso.out.find("isolation"), std::string::npos) << iso.out;
+  EXPECT_NE(iso.out.find("   1  L01.attn.q_a/out"), std::string::npos) << iso.out;
+  EXPECT_TRUE(std::filesystem::exists(path("iso/isolation.csv")));
+
+  const CliResult att = run(fmt::format("bisect {} --policy naive --mode isolate --attribute --attribute-by kind -o '{}'",
+                                        c(), path("att")));
+  EXPECT_EQ(att.code, 1) << att.out << att.err;
+  EXPECT_NE(att.out.find("attribution by operator kind"), std::string::npos) << att.out;
+  const std::string csv = slurp(path("att/attribution.csv"));
+  EXPECT_EQ(csv.rfind("group,stages,step,error,share", 0), 0u) << csv;
+  EXPECT_NE(csv.find("attention,"), std::string::npos) << csv;
+  EXPECT_NE(slurp(path("att/bisect.html")).find("Attribution by operator kind"), std::string::npos);
+}
+
+TEST_F(CliBisect, InputErrorsExitTwoWithOneLine) {
+  for (const std::string args : {"--watch L99.attn.core", "--watch lm_head/nope", "--floor nosuchpolicy",
+                                 "--set 'L99.attn.core:qk_accum=fp16'", "--mode fast"}) {
+    const CliResult r = run(fmt::format("bisect {} {} --no-reports", c(), args));
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+    EXPECT_LE(count_lines(r.err), 3u) << args << "\n" << r.err;
+  }
+  const CliResult watch = run(fmt::format("bisect {} --watch L99.attn.core --no-reports", c()));
+  EXPECT_NE(watch.err.find("L99.attn.core"), std::string::npos) << watch.err;
+
+  // A case without a reference.
+  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 1 --len 8 --seed 3 -o '{}'", path("m"), path("bare.h5")))
+                .code,
+            0);
+  const CliResult bare = run(fmt::format("bisect '{}' --no-reports", path("bare.h5")));
+  EXPECT_EQ(bare.code, 2) << bare.out << bare.err;
+  EXPECT_NE(bare.err.find("tdiff golden"), std::string::npos) << bare.err;
+}
+
+}  // namespace
+}  // namespace tdiff

@@ -1,0 +1,367 @@
+// The bisector (bisect/bisect.h) on the tiny model: every knob of the fault catalog injected
+// at one stage on top of `fixed` is named exactly, or reported as crossing no threshold; two
+// faults give a culprit set of both; isolation, attribution and the watched output.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bisect/bisect.h"
+#include "bisect/stage_cache.h"
+#include "core/case_file.h"
+#include "core/error.h"
+#include "core/executor.h"
+#include "core/policy.h"
+#include "core/synth.h"
+#include "emu/emu_backend.h"
+#include "refcpu/refcpu_backend.h"
+#include "report/bisect_report.h"
+
+namespace tdiff {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::uint64_t kRunSeed = 7;
+
+// Writes a case of one prompt x 32 random tokens and its float64 reference.
+void make_case(const std::string& model, const std::string& path, std::uint64_t seed) {
+  CaseInfo info = case_for_model(model);
+  const PromptSet prompts = random_prompts(1, 32, info.config.vocab_size, seed);
+  info.batch = pad_prompts(prompts, 0, false, info.config.vocab_size);
+  info.seed = seed;
+  info.prompts = prompts.lines;
+  add_weight_checksums(info);
+  create_case(path, info);
+  CaseSession s = open_session(path);
+  RunContext ctx = s.context();
+  refcpu::RefCpuBackend ref;
+  CaseUpdate update(path);
+  TensorMap env;
+  put_inputs(s.info.batch, env);
+  ExecutorHooks hooks;
+  hooks.on_stage = [&](const Stage& st, std::size_t, const std::vector<Tensor>& out) {
+    for (std::size_t k = 0; k < out.size(); ++k) update.put_reference(st.name, st.outputs[k], out[k]);
+  };
+  execute(s.stages, [&](const Stage&) -> Backend& { return ref; }, ctx, env, hooks);
+  update.commit();
+}
+
+struct Outcome {
+  std::optional<SearchResult> search;
+  std::optional<IsolationResult> isolation;
+  std::optional<AttributionResult> attribution;
+  std::vector<Probe> trace;
+  BisectTotals totals;
+  std::string outcome;
+
+  std::string dump() const {
+    std::string s = outcome + "\n";
+    for (const auto& p : trace)
+      s += fmt::format("  {} {} {}: error {:.3e} floor {:.3e} ratio {:.4g} {} {}\n", p.step, p.phase, p.split,
+                       p.watched.error(), p.watched.companion_error, p.watched.vs_floor(), verdict_name(p.verdict()),
+                       p.watched.diff.reason);
+    return s;
+  }
+};
+
+class BisectTiny : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / fmt::format("tdiff-bisect-{}", ::getpid()));
+    fs::remove_all(*dir_);
+    fs::create_directories(*dir_);
+    model_ = new std::string((*dir_ / "tiny").string());
+    write_synth_model(synth_preset("tiny"), 1, *model_);
+    // Near-tie routers make the floor jump when the fixed policy flips an expert choice; a
+    // case without such flips keeps the floor the smooth rounding noise the gate is built
+    // for. The first of a few seeds whose all-fixed run flips no selection (seed 2 today).
+    for (std::uint64_t seed : {2, 3, 6, 8, 1, 4, 5, 7}) {
+      if (case_) break;
+      const std::string path = (*dir_ / fmt::format("c{}.h5", seed)).string();
+      make_case(*model_, path, seed);
+      CaseSession s = open_session(path, *model_);
+      RunContext ctx = s.context();
+      refcpu::RefCpuBackend ref;
+      emu::EmuBackend floor(Policy::preset("fixed"), kRunSeed);
+      Bisector b(s, floor, ref, ctx, {});
+      b.set_floor(floor);
+      bool flips = false;
+      for (const auto& row : b.floor_diff()->rows) flips = flips || (row.routing && row.routing->mismatch_share > 0);
+      if (!flips) case_ = new std::string(path);
+    }
+    ASSERT_TRUE(case_) << "every case flips a routing choice under fixed";
+    session_ = new CaseSession(open_session(*case_, *model_));
+  }
+  static void TearDownTestSuite() {
+    delete session_;
+    delete case_;
+    delete model_;
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  static Policy fixed_with(const std::vector<std::string>& sets) {
+    Policy p = Policy::preset("fixed");
+    for (const auto& s : sets) p.add_set(s);
+    p.validate(session_->stages);
+    return p;
+  }
+
+  enum class Mode { search, isolate, attribute, attribute_by_kind };
+  // `floor`: the floor policy ("" for none).
+  static Outcome bisect(const Policy& policy, Mode mode = Mode::search, const std::string& watch = "logits",
+                        const std::string& floor = "fixed") {
+    RunContext ctx = session_->context();
+    refcpu::RefCpuBackend ref;
+    emu::EmuBackend cand(policy, kRunSeed);
+    std::optional<emu::EmuBackend> fl;
+    BisectOptions opt;
+    opt.watch = watch;
+    Bisector b(*session_, cand, ref, ctx, opt);
+    if (!floor.empty()) b.set_floor(fl.emplace(Policy::preset(floor), kRunSeed));
+    Outcome o;
+    BisectReport rep;
+    rep.watch = b.watch();
+    if (mode == Mode::search) o.search = rep.search = b.search();
+    if (mode == Mode::isolate) o.isolation = rep.isolation = b.isolate();
+    if (mode == Mode::attribute) o.attribution = rep.attribution = b.attribute(Grouping::stage_class);
+    if (mode == Mode::attribute_by_kind) o.attribution = rep.attribution = b.attribute(Grouping::op_kind);
+    o.trace = b.trace();
+    o.totals = b.totals();
+    o.outcome = rep.outcome();
+    return o;
+  }
+
+  static std::size_t index_of(const std::string& stage) {
+    const auto& st = session_->stages;
+    for (std::size_t i = 0; i < st.size(); ++i)
+      if (st[i].name == stage) return i;
+    throw std::logic_error("no stage " + stage);
+  }
+  static int budget(std::size_t n) { return static_cast<int>(std::ceil(std::log2(static_cast<double>(n)))) + 2; }
+
+  static fs::path* dir_;
+  static std::string* model_;
+  static std::string* case_;
+  static CaseSession* session_;
+};
+fs::path* BisectTiny::dir_ = nullptr;
+std::string* BisectTiny::model_ = nullptr;
+std::string* BisectTiny::case_ = nullptr;
+CaseSession* BisectTiny::session_ = nullptr;
+
+// The acceptance test of the bisector: for every knob, its known-bad setting at one stage
+// picked at random (a generator seeded by the knob's name, so a failure reproduces) among
+// the stages the knob touches, everything else `fixed`. Either bisect names exactly that
+// stage in at most ceil(log2 N) + 2 mixed runs and the candidate passes with it pinned, or
+// the all-candidate run passes (the fault moves the logits by less than the floor gate
+// allows) and the outcome says "nothing crosses the threshold". Prints one line per knob.
+TEST_F(BisectTiny, EveryCatalogKnobIsNamedExactlyOrCrossesNoThreshold) {
+  const auto& stages = session_->stages;
+  const int max_runs = budget(stages.size());
+  std::vector<std::string> found, below;
+  std::printf("knob               injected at               result\n");
+  for (const auto& knob : knob_catalog()) {
+    std::vector<std::size_t> touched;
+    for (std::size_t i = 0; i < stages.size(); ++i)
+      if (std::find(knob.kinds.begin(), knob.kinds.end(), stages[i].kind) != knob.kinds.end()) touched.push_back(i);
+    ASSERT_FALSE(touched.empty()) << knob.name << " touches no stage of the tiny model";
+    std::mt19937_64 rng(std::hash<std::string>{}(knob.name) ^ 0x5eed);
+    const std::string stage = stages[touched[rng() % touched.size()]].name;
+    const std::string set = fmt::format("{}:{}={}", stage, knob.name, knob.bad);
+    const Outcome o = bisect(fixed_with({set}));
+    const Probe& full = o.trace.front();
+    if (!o.search->full_fails) {
+      EXPECT_EQ(o.totals.mixed_runs, 1) << set;
+      EXPECT_NE(o.outcome.find("nothing crosses the threshold"), std::string::npos) << o.outcome;
+      EXPECT_LE(full.watched.vs_floor(), 3.0) << set;
+      below.push_back(knob.name);
+      std::printf("%-18s %-25s nothing crosses the threshold (logits rmse %.4g x the floor's)\n", knob.name.c_str(),
+                  stage.c_str(), full.watched.vs_floor());
+      continue;
+    }
+    ASSERT_EQ(o.search->culprits.size(), 1u) << set << "\n" << o.dump();
+    EXPECT_EQ(o.search->culprits[0].stage, stage) << set << "\n" << o.dump();
+    EXPECT_TRUE(o.search->passes_after) << set << "\n" << o.dump();
+    EXPECT_LE(o.totals.mixed_runs, max_runs) << set << "\n" << o.dump();
+    found.push_back(knob.name);
+    std::printf("%-18s %-25s found in %d mixed runs (logits rmse %.4g x the floor's)\n", knob.name.c_str(),
+                stage.c_str(), o.totals.mixed_runs, full.watched.vs_floor());
+  }
+  std::printf("found exactly: %s\nbelow every threshold: %s\n", fmt::format("{}", fmt::join(found, " ")).c_str(),
+              fmt::format("{}", fmt::join(below, " ")).c_str());
+  RecordProperty("found", fmt::format("{}", fmt::join(found, " ")));
+  RecordProperty("below_threshold", fmt::format("{}", fmt::join(below, " ")));
+}
+
+// fp8 GEMM operands (matmul_input=fp8, 3 mantissa bits) at one projection are far above the
+// bf16 floor: the search must find each of these stages, within the run budget.
+TEST_F(BisectTiny, Fp8OperandsAtOneGemmAreNamedExactly) {
+  for (const std::string stage : {"L00.attn.q_a", "L01.attn.q_a", "L02.moe.experts"}) {
+    const Outcome o = bisect(fixed_with({stage + ":matmul_input=fp8"}));
+    ASSERT_TRUE(o.search->full_fails) << stage << "\n" << o.dump();
+    ASSERT_EQ(o.search->culprits.size(), 1u) << o.dump();
+    EXPECT_EQ(o.search->culprits[0].stage, stage) << o.dump();
+    EXPECT_EQ(o.search->culprits[0].index, index_of(stage));
+    EXPECT_TRUE(o.search->passes_after);
+    EXPECT_LE(o.totals.mixed_runs, budget(session_->stages.size())) << o.dump();
+    EXPECT_NE(o.outcome.find("first culprit " + stage), std::string::npos) << o.outcome;
+    // Every split that keeps the culprit on the reference passes with a ratio of exactly 1:
+    // before the culprit the candidate and the floor compute the same bits.
+    for (const auto& p : o.trace)
+      if (p.prefix <= o.search->culprits[0].index || !p.pinned.empty()) {
+        EXPECT_EQ(p.verdict(), Verdict::pass) << p.split;
+        EXPECT_EQ(p.watched.vs_floor(), 1.0) << p.split;
+      }
+  }
+}
+
+// Each fault alone fails the logits several times over the floor. (Not every pair does: with
+// one strong fault pinned, the other's effect depends on which near-tie routing choices the
+// rest of the run makes; L00.attn.q_a with L02.moe.experts, say, leaves the second at 2.7 x.)
+TEST_F(BisectTiny, TwoFaultsGiveACulpritSetOfBoth) {
+  const Outcome o = bisect(fixed_with({"L01.attn.q_a:matmul_input=fp8", "L02.moe.shared:matmul_input=fp8"}));
+  ASSERT_TRUE(o.search->full_fails);
+  ASSERT_EQ(o.search->culprits.size(), 2u) << o.dump();
+  EXPECT_EQ(o.search->culprits[0].stage, "L01.attn.q_a");
+  EXPECT_EQ(o.search->culprits[1].stage, "L02.moe.shared");
+  EXPECT_TRUE(o.search->passes_after) << o.dump();
+  // The second search starts behind the first culprit: no split is run twice.
+  const std::size_t n = session_->stages.size();
+  const std::size_t after = n - index_of("L01.attn.q_a") - 1;
+  EXPECT_LE(o.totals.mixed_runs, budget(n) + budget(after) - 1) << o.dump();
+  EXPECT_NE(o.outcome.find("culprit set {L01.attn.q_a, L02.moe.shared}"), std::string::npos) << o.outcome;
+}
+
+TEST_F(BisectTiny, FixedAgainstItsOwnFloorCrossesNothing) {
+  const Outcome o = bisect(fixed_with({}));
+  EXPECT_FALSE(o.search->full_fails) << o.dump();
+  EXPECT_TRUE(o.search->culprits.empty());
+  EXPECT_EQ(o.totals.mixed_runs, 1);
+  EXPECT_EQ(o.trace.front().watched.vs_floor(), 1.0);
+  EXPECT_NE(o.outcome.find("nothing crosses the threshold"), std::string::npos);
+}
+
+TEST_F(BisectTiny, WatchedIntermediateStageLimitsTheSearch) {
+  // The fault upstream of the watched stage is found within that stage's own budget ...
+  const Outcome o = bisect(fixed_with({"L01.attn.q_a:matmul_input=fp8"}), Mode::search, "L01.attn.q_b/out");
+  ASSERT_TRUE(o.search->full_fails) << o.dump();
+  ASSERT_EQ(o.search->culprits.size(), 1u) << o.dump();
+  EXPECT_EQ(o.search->culprits[0].stage, "L01.attn.q_a");
+  EXPECT_LE(o.totals.mixed_runs, budget(index_of("L01.attn.q_b") + 1));
+  for (const auto& p : o.trace) EXPECT_EQ(p.watched.diff.key(), "L01.attn.q_b/out");
+  // ... and a fault downstream of it cannot matter.
+  const Outcome later = bisect(fixed_with({"L02.moe.experts:matmul_input=fp8"}), Mode::search, "L01.attn.q_b");
+  EXPECT_FALSE(later.search->full_fails) << later.dump();
+}
+
+TEST(BisectWatch, UnknownWatchIsAnInputError) {
+  const auto stages = build_stages(synth_preset("tiny"));
+  EXPECT_THROW(resolve_watch(stages, "L99.attn.core"), InputError);
+  EXPECT_THROW(resolve_watch(stages, "lm_head/nope"), InputError);
+  const Watch w = resolve_watch(stages, "logits");
+  EXPECT_EQ(w.key(), "lm_head/logits");
+  EXPECT_EQ(w.index, stages.size() - 1);
+  EXPECT_EQ(resolve_watch(stages, "L00.hc_attn.sinkhorn").key(), "L00.hc_attn.sinkhorn");
+  EXPECT_EQ(resolve_watch(stages, "L00.hc_attn.sinkhorn").tensor, "");
+}
+
+TEST_F(BisectTiny, WithoutAFloorTheThresholdsAloneJudge) {
+  // fp32 everywhere passes the default thresholds; fp8 at one projection fails them.
+  Policy fp32 = Policy::preset("fp32");
+  const Outcome ok = bisect(fp32, Mode::search, "logits", "");
+  EXPECT_FALSE(ok.search->full_fails) << ok.dump();
+  EXPECT_EQ(ok.totals.floor_runs, 0);
+  fp32.add_set("L00.attn.q_a:matmul_input=fp8");
+  const Outcome bad = bisect(fp32, Mode::search, "logits", "");
+  ASSERT_EQ(bad.search->culprits.size(), 1u) << bad.dump();
+  EXPECT_EQ(bad.search->culprits[0].stage, "L00.attn.q_a");
+}
+
+TEST_F(BisectTiny, IsolationRanksTheFaultyStageFirst) {
+  const Outcome o = bisect(fixed_with({"L01.attn.q_a:matmul_input=fp8"}), Mode::isolate);
+  const auto& ranked = o.isolation->ranked;
+  ASSERT_EQ(ranked.size(), session_->stages.size());
+  EXPECT_EQ(ranked[0].stage, "L01.attn.q_a");
+  EXPECT_EQ(ranked[0].worst.verdict, Verdict::fail) << ranked[0].worst.reason;
+  // Every other stage computes what the floor computes: ratio 1, PASS.
+  for (std::size_t i = 1; i < ranked.size(); ++i) {
+    EXPECT_EQ(ranked[i].score, 1.0) << ranked[i].stage;
+    EXPECT_EQ(ranked[i].worst.verdict, Verdict::pass) << ranked[i].stage << ": " << ranked[i].worst.reason;
+  }
+  EXPECT_EQ(o.totals.mixed_runs, 0);
+  EXPECT_EQ(o.totals.isolated_runs, static_cast<int>(session_->stages.size()));
+}
+
+TEST_F(BisectTiny, AttributionPutsASingleFaultInItsOwnKind) {
+  const Outcome o = bisect(fixed_with({"L02.moe.experts:matmul_input=fp8"}), Mode::attribute_by_kind);
+  const AttributionResult& a = *o.attribution;
+  ASSERT_FALSE(a.rows.empty());
+  EXPECT_EQ(a.rows[0].group, "moe_experts");
+  EXPECT_GT(a.rows[0].share, 0.5);
+  std::size_t stages = 0;
+  for (std::size_t i = 0; i < a.rows.size(); ++i) {
+    stages += a.rows[i].stages;
+    if (i) {
+      EXPECT_LE(a.rows[i].share, a.rows[i - 1].share);
+    }
+  }
+  EXPECT_EQ(stages, session_->stages.size()) << "every stage in exactly one group";
+}
+
+TEST_F(BisectTiny, AttributionUnderNaiveCoversEveryClass) {
+  const Outcome o = bisect(Policy::preset("naive"), Mode::attribute);
+  const AttributionResult& a = *o.attribution;
+  EXPECT_GT(a.all_error, 0);
+  EXPECT_GT(a.rows.front().share, 0);
+  double sum = 0;
+  std::printf("attribution under naive (logits rmse %.4g):\n", a.all_error);
+  for (const auto& c : a.rows) {
+    sum += c.share;
+    std::printf("  %-22s %3zu stages  rmse %.3e  share %5.1f%%  alone/all %.3g  vs floor %.3g  %s\n", c.group.c_str(),
+                c.stages, c.watched.error(), 100 * c.share, c.vs_all, c.watched.vs_floor(),
+                verdict_name(c.watched.diff.verdict));
+  }
+  std::printf("  classes in quadrature: %.3g x the all-candidate error\n", a.quadrature);
+  EXPECT_NEAR(sum, 1.0, 1e-9);
+  // Classes whose stages are computed alike under naive and the reference (integer logic
+  // such as masks) leave the logits untouched.
+  for (const auto& c : a.rows)
+    if (c.group == "mask.window") {
+      EXPECT_EQ(c.watched.error(), 0.0);
+    }
+}
+
+// The stage cache gives back the same outputs as a recomputation.
+TEST_F(BisectTiny, StageCacheReplaysARunBitForBit) {
+  RunContext ctx = session_->context();
+  refcpu::RefCpuBackend ref;
+  emu::EmuBackend cand(Policy::preset("fixed"), kRunSeed);
+  StageCache cache(session_->stages);
+  std::vector<bool> split(session_->stages.size(), false);
+  for (std::size_t i = 0; i < split.size() / 2; ++i) split[i] = true;
+  MixedRunOptions mo;
+  mo.cache = &cache;
+  const MixedRunResult first = run_mixed(*session_, cand, ref, split, ctx, mo);
+  const MixedRunResult again = run_mixed(*session_, cand, ref, split, ctx, mo);
+  EXPECT_EQ(first.cached, 0u);
+  EXPECT_EQ(again.cached + again.reused, session_->stages.size());
+  ASSERT_EQ(first.diff.rows.size(), again.diff.rows.size());
+  for (std::size_t i = 0; i < first.diff.rows.size(); ++i) {
+    EXPECT_EQ(first.diff.rows[i].metrics.rmse, again.diff.rows[i].metrics.rmse) << first.diff.rows[i].key();
+    EXPECT_EQ(first.diff.rows[i].metrics.n_diff, again.diff.rows[i].metrics.n_diff) << first.diff.rows[i].key();
+  }
+  // Another split shares the cached prefix only where the upstream assignment is the same.
+  split.back() = true;
+  const MixedRunResult other = run_mixed(*session_, cand, ref, split, ctx, mo);
+  EXPECT_EQ(other.cached + other.reused, session_->stages.size() - 1);
+}
+
+}  // namespace
+}  // namespace tdiff
