@@ -1,0 +1,163 @@
+// Hyper-connection kernels against emu (ulps of the output format) and refcpu (float64):
+// hc_mix, hc_sinkhorn (20 iterations; comb's columns sum to 1), hc_pre, hc_post, hc_head,
+// under fixed and each hyper-connection knob. N = 13 tokens, n = 4 streams, D = 96.
+#include <map>
+
+#include "emu/hyper_connection.h"
+#include "emu/numerics.h"
+#include "hip/hyper_connection.h"
+#include "kernel_test_util.h"
+#include "refcpu/hyper_connection.h"
+
+namespace tdiff::gputest {
+namespace {
+
+constexpr std::int64_t kN = 13, kHc = 4, kD = 96, kFlat = kHc * kD, kM = (2 + kHc) * kHc, kIters = 20;
+constexpr float kEps = 1e-6f, kHcEps = 1e-6f;
+
+struct Inputs {
+  std::vector<float> X, fn, base, scale, y, fn_head, base_head, scale_head;
+};
+
+Inputs make_inputs(std::mt19937_64& rng, const Numerics& num) {
+  Inputs in;
+  const auto sf = emu::fmt_of(num.stream), st = emu::fmt_of(num.storage), f32 = arith::Fmt::f32;
+  in.X = random_values(rng, kN * kFlat, -2.0f, 2.0f, sf);
+  in.fn = random_values(rng, kM * kFlat, -0.1f, 0.1f, f32);
+  in.base = random_values(rng, kM, -1.0f, 1.0f, f32);
+  in.scale = random_values(rng, 3, 0.5f, 2.0f, f32);
+  in.y = random_values(rng, kN * kD, -2.0f, 2.0f, st);
+  in.fn_head = random_values(rng, kHc * kFlat, -0.1f, 0.1f, f32);
+  in.base_head = random_values(rng, kHc, -1.0f, 1.0f, f32);
+  in.scale_head = random_values(rng, 1, 0.5f, 2.0f, f32);
+  return in;
+}
+
+struct Check {
+  std::string what;
+  UlpStats u;
+  double err_hip, err_emu;
+  arith::Fmt f;  // the output's format
+};
+
+Check compare(const std::string& what, const std::vector<float>& hip, const std::vector<float>& emu,
+              const std::vector<double>& ref, arith::Fmt f) {
+  return {what, ulp_stats(hip, emu, f), rel_error(hip, ref), rel_error(emu, ref), f};
+}
+
+std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vector<float>* comb_out) {
+  const Inputs in = make_inputs(rng, num);
+  const auto sk = emu::fmt_of(num.sinkhorn), st = emu::fmt_of(num.storage), sf = emu::fmt_of(num.stream);
+  const auto Xd = to_double(in.X), fnd = to_double(in.fn), based = to_double(in.base), scaled = to_double(in.scale);
+  GpuStream s;
+  DeviceIn<float> d_X(in.X, s.s), d_fn(in.fn, s.s), d_base(in.base, s.s), d_scale(in.scale, s.s), d_y(in.y, s.s);
+  std::vector<Check> checks;
+
+  // hc_mix
+  std::vector<float> mix_emu(kN * kM);
+  std::vector<double> mix_ref(mix_emu.size());
+  emu::hc_mix(in.X.data(), kN, kFlat, fnd.data(), kM, kEps, num, mix_emu.data());
+  refcpu::hc_mix(Xd.data(), kN, kFlat, fnd.data(), kM, kEps, mix_ref.data());
+  DeviceOut<float> d_mix(mix_emu.size(), s.s);
+  hip::hc_mix(d_X.get(), kN, kFlat, d_fn.get(), kM, kEps, num, d_mix.get(), s.s);
+  checks.push_back(compare("hc_mix", d_mix.read(s.s), mix_emu, mix_ref, sk));
+
+  // hc_sinkhorn, on emu's mix for all three (the stage's input is the reference's)
+  std::vector<float> pre_e(kN * kHc), post_e(pre_e.size()), comb_e(kN * kHc * kHc);
+  std::vector<double> pre_r(pre_e.size()), post_r(pre_e.size()), comb_r(comb_e.size());
+  emu::hc_sinkhorn(mix_emu.data(), kN, kHc, based.data(), scaled.data(), kHcEps, kIters, num, pre_e.data(),
+                   post_e.data(), comb_e.data());
+  const auto mixd = to_double(mix_emu);
+  refcpu::hc_sinkhorn(mixd.data(), kN, kHc, based.data(), scaled.data(), kHcEps, kIters, pre_r.data(), post_r.data(),
+                      comb_r.data());
+  DeviceIn<float> d_mix_in(mix_emu, s.s);
+  DeviceOut<float> d_pre(pre_e.size(), s.s), d_post(post_e.size(), s.s), d_comb(comb_e.size(), s.s);
+  hip::hc_sinkhorn(d_mix_in.get(), kN, kHc, d_base.get(), d_scale.get(), kHcEps, kIters, num, d_pre.get(), d_post.get(),
+                   d_comb.get(), s.s);
+  const auto comb_h = d_comb.read(s.s);
+  checks.push_back(compare("hc_sinkhorn.pre", d_pre.read(s.s), pre_e, pre_r, sk));
+  checks.push_back(compare("hc_sinkhorn.post", d_post.read(s.s), post_e, post_r, sk));
+  checks.push_back(compare("hc_sinkhorn.comb", comb_h, comb_e, comb_r, sk));
+  if (comb_out) *comb_out = comb_h;
+
+  // hc_pre with emu's pre weights
+  std::vector<float> x_e(kN * kD);
+  std::vector<double> x_r(x_e.size());
+  emu::hc_collapse(in.X.data(), pre_e.data(), kN, kHc, kD, st, x_e.data());
+  const auto pred = to_double(pre_e);
+  refcpu::hc_collapse(Xd.data(), pred.data(), kN, kHc, kD, x_r.data());
+  DeviceIn<float> d_w(pre_e, s.s);
+  DeviceOut<float> d_x(x_e.size(), s.s);
+  hip::hc_pre(d_X.get(), d_w.get(), kN, kHc, kD, st, d_x.get(), s.s);
+  checks.push_back(compare("hc_pre", d_x.read(s.s), x_e, x_r, st));
+
+  // hc_post with emu's post and comb
+  std::vector<float> Xo_e(kN * kFlat);
+  std::vector<double> Xo_r(Xo_e.size());
+  emu::hc_post(in.X.data(), in.y.data(), post_e.data(), comb_e.data(), kN, kHc, kD, sf, Xo_e.data());
+  const auto yd = to_double(in.y), postd = to_double(post_e), combd = to_double(comb_e);
+  refcpu::hc_post(Xd.data(), yd.data(), postd.data(), combd.data(), kN, kHc, kD, Xo_r.data());
+  DeviceIn<float> d_post_in(post_e, s.s), d_comb_in(comb_e, s.s);
+  DeviceOut<float> d_Xo(Xo_e.size(), s.s);
+  hip::hc_post(d_X.get(), d_y.get(), d_post_in.get(), d_comb_in.get(), kN, kHc, kD, sf, d_Xo.get(), s.s);
+  checks.push_back(compare("hc_post", d_Xo.read(s.s), Xo_e, Xo_r, sf));
+
+  // hc_head
+  const auto fnhd = to_double(in.fn_head), bhd = to_double(in.base_head), shd = to_double(in.scale_head);
+  std::vector<float> preh_e(kN * kHc), yh_e(kN * kD);
+  std::vector<double> preh_r(preh_e.size()), yh_r(yh_e.size());
+  emu::hc_head_weights(in.X.data(), kN, kHc, kD, fnhd.data(), bhd.data(), shd.data(), kEps, kHcEps, num, preh_e.data());
+  emu::hc_collapse(in.X.data(), preh_e.data(), kN, kHc, kD, st, yh_e.data());
+  refcpu::hc_head_weights(Xd.data(), kN, kHc, kD, fnhd.data(), bhd.data(), shd.data(), kEps, kHcEps, preh_r.data());
+  refcpu::hc_collapse(Xd.data(), preh_r.data(), kN, kHc, kD, yh_r.data());
+  DeviceIn<float> d_fnh(in.fn_head, s.s), d_bh(in.base_head, s.s), d_sh(in.scale_head, s.s);
+  DeviceOut<float> d_yh(yh_e.size(), s.s), d_preh(preh_e.size(), s.s);
+  hip::hc_head(d_X.get(), kN, kHc, kD, d_fnh.get(), d_bh.get(), d_sh.get(), kEps, kHcEps, num, st, d_yh.get(),
+               d_preh.get(), s.s);
+  checks.push_back(compare("hc_head.preh", d_preh.read(s.s), preh_e, preh_r, sk));
+  checks.push_back(compare("hc_head.y", d_yh.read(s.s), yh_e, yh_r, st));
+  return checks;
+}
+
+TEST(HipHyperConnection, MatchesEmuAndReferencePerKnob) {
+  auto rng = test_rng();
+  std::map<std::string, Numerics> settings;
+  settings["fixed"] = Numerics{};
+  settings["sinkhorn=bf16"].sinkhorn = DType::bf16;
+  settings["sinkhorn=fp16"].sinkhorn = DType::f16;
+  settings["hc_eps=off"].hc_eps = false;
+  settings["norm_stats=bf16"].norm_stats = DType::bf16;
+  settings["stream=bf16"].stream = DType::bf16;
+  std::map<std::string, std::map<std::string, Check>> results;
+  for (const auto& [name, num] : settings) {
+    std::vector<float> comb;
+    auto draw = rng;  // the same inputs for every setting
+    for (const Check& c : run_all(num, draw, &comb)) {
+      results[name].emplace(c.what, c);
+      std::printf("%-17s %-16s vs emu: max %.0f ulp, %zu of %zu differ | vs refcpu: hip %.3e emu %.3e\n", name.c_str(),
+                  c.what.c_str(), c.u.max_ulps, c.u.differ, c.u.count, c.err_hip, c.err_emu);
+      // Sums and products in emu's order are bit-identical; the sigmoid/exp of the maps may
+      // move a float32 rounding (device expf in double vs glibc) by one ulp of the format.
+      EXPECT_LE(c.u.max_ulps, 1.0) << name << " " << c.what;
+      EXPECT_NEAR(c.err_hip, c.err_emu, 2 * unit_ulp(c.f)) << name << " " << c.what;
+    }
+    if (name == "fixed")  // the last normalisation is over columns: each sums to 1
+      for (std::int64_t t = 0; t < kN; ++t)
+        for (std::int64_t u = 0; u < kHc; ++u) {
+          double sum = 0;
+          for (std::int64_t v = 0; v < kHc; ++v) sum += comb[(t * kHc + v) * kHc + u];
+          EXPECT_NEAR(sum, 1.0, 1e-5) << "token " << t << " column " << u;
+        }
+  }
+  // fixed: within a few bf16 ulps of each output's scale.
+  for (const auto& [what, c] : results["fixed"]) EXPECT_LE(c.err_hip, 2 * unit_ulp(arith::Fmt::bf16)) << what;
+  // The 16-bit Sinkhorn format costs accuracy in the maps, as emu says.
+  for (const char* bad : {"sinkhorn=bf16", "sinkhorn=fp16"})
+    for (const char* what : {"hc_mix", "hc_sinkhorn.comb", "hc_head.preh"}) {
+      EXPECT_GT(results[bad].at(what).err_hip, results["fixed"].at(what).err_hip) << bad << " " << what;
+      EXPECT_GT(results[bad].at(what).err_emu, results["fixed"].at(what).err_emu) << bad << " " << what;
+    }
+}
+
+}  // namespace
+}  // namespace tdiff::gputest
