@@ -5,11 +5,14 @@
 #include "cli/shell.h"
 #include "core/error.h"
 #include "emu/emu_backend.h"
+#if defined(TDIFF_WITH_HIP)
+#include "hip/hip_backend.h"
+#endif
 
 namespace tdiff::cli {
 
 void CandidateOptions::add_to(CLI::App* cmd) {
-  cmd->add_option("--backend", backend, "candidate backend: emu (CPU model of the HIP numerics)")
+  cmd->add_option("--backend", backend, "candidate backend: emu (CPU model of the HIP numerics) or hip (GPU; where built with TDIFF_HIP)")
       ->check(CLI::IsMember({"emu", "hip"}));
   cmd->add_option("--policy", policy, "numerics policy: naive, fixed, fp32, or a .toml/.json policy file");
   cmd->add_option("--set", sets, "override a knob: 'PATTERN:knob=value' or 'knob=value' (repeatable)");
@@ -33,6 +36,9 @@ std::string CandidateOptions::flags() const {
 
 std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed) {
   if (backend == "emu") return std::make_unique<emu::EmuBackend>(policy, seed);
+#if defined(TDIFF_WITH_HIP)
+  if (backend == "hip") return std::make_unique<hip::HipBackend>(policy, seed);
+#endif
   input_error("backend '{}' is not built into this tdiff (configure with -DTDIFF_HIP=AMD or NVIDIA)", backend);
 }
 

@@ -45,6 +45,15 @@ class Backend {
   // Computes the stage's outputs (in the order of stage.outputs) from its inputs (in the
   // order of stage.inputs). Float outputs are returned as f64 host tensors.
   virtual std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) = 0;
+
+  // Asynchronous backends (hip) return outputs whose host data is still being copied from the
+  // device; finish() waits for every pending copy. The executor defers reading such outputs
+  // (taps, other backends) until it has called finish(), and calls it at the end of a run.
+  virtual bool deferred_outputs() const { return false; }
+  virtual void finish() {}
+  // No later stage reads `key` ("<stage>/<tensor>", an output of this backend): a backend
+  // that keeps device copies of its outputs may free that one.
+  virtual void release(const std::string& key) {}
 };
 
 }  // namespace tdiff

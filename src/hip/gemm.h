@@ -1,0 +1,51 @@
+#pragma once
+// GEMM kernels, emu/gemm.h on the GPU:  y[m, o] = Σ_k x[m, k] · w[o, k]
+//   x [M, K] (row stride ldx), w [O, K] (row-major), y [M, O] (row stride ldy), all float32
+//   holding already-quantized operands (quantize_* below). The sum runs over K in blocks of
+//   32 (one LDS tile step; emu::kKBlock), products summed sequentially inside a block in the
+//   accumulator format, block partials added in order. Fixed reduction: y = round_out(total).
+//   Atomic reduction (split-K): K cut into 4 ranges of whole 8-deep MFMA steps, each range's
+//   partial rounded to `out` and atomically added (CAS, rounded to `out` per add) into y,
+//   which the launcher zeroes first; the order is whatever order the workgroups arrive in.
+// Tiles of 64x64 outputs per workgroup, 4x4 per thread, x and w tiles staged through LDS.
+// Grouped form (blockIdx.z = group g): x/w/y offset by g·{x,w,y}_stride elements; with a
+// row list, group g covers list[starts[g] .. starts[g+1]) and its row i reads x row
+// list[..+i] / a_div and writes y row list[..+i] (the routed experts: tokens gathered per
+// expert). All pointers are device pointers; launch errors throw std::runtime_error.
+#include <cstdint>
+
+#include "emu/arith.h"
+#include "hip/stream_fwd.h"
+
+namespace tdiff::hip {
+
+struct GemmSpec {
+  arith::Fmt in = arith::Fmt::bf16;   // operand format (operands are already rounded to it)
+  arith::Fmt acc = arith::Fmt::f32;   // accumulator
+  arith::Fmt out = arith::Fmt::bf16;  // stored result
+  bool atomic = false;                // split-K with real atomics
+};
+
+struct GemmGroups {
+  std::int64_t count = 1;
+  std::int64_t x_stride = 0, w_stride = 0, y_stride = 0;  // element offsets per group
+  const std::int32_t* d_rows = nullptr;    // row list (null: rows 0..M-1 in every group)
+  const std::int32_t* d_starts = nullptr;  // [count + 1] offsets into the row list
+  std::int32_t a_div = 1;                  // x row = list entry / a_div
+  std::int64_t y_rows = 0;                 // atomic mode zeroes y_rows x ldy from y (0: M rows per group)
+};
+
+// M is the row count (with a row list: the largest group's size bound).
+void gemm(const float* d_x, std::int64_t ldx, const float* d_w, float* d_y, std::int64_t ldy, std::int64_t M,
+          std::int64_t K, std::int64_t O, const GemmSpec& spec, hipStream_t stream, const GemmGroups& groups = {});
+
+// dst = src rounded as an MMA operand of `in` (fp16: subnormals flushed). fp8: 1x128 groups
+// along each row (restarting every `segment` columns; 0 = cols), dynamic float scale
+// amax/448, v = round_f8(v/s)·s. dst may equal src.
+void quantize_activations(const float* d_src, float* d_dst, std::int64_t rows, std::int64_t cols, std::int64_t segment,
+                          arith::Fmt in, hipStream_t stream);
+// In place: a weight [rows, cols] as an operand of `in`; fp8: 128x128 blocks with power-of-two
+// scales 2^ceil(log2(amax/448)).
+void quantize_weight(float* d_w, std::int64_t rows, std::int64_t cols, arith::Fmt in, hipStream_t stream);
+
+}  // namespace tdiff::hip

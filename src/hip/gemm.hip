@@ -1,0 +1,241 @@
+// GEMM kernels (gemm.h).
+#include "hip/vendor.h"  // first: the device memcpy that emu/arith.h uses
+#include "hip/gemm.h"
+
+#include <algorithm>
+
+#include "hip/kernel_common.h"
+
+namespace tdiff::hip {
+
+namespace {
+
+constexpr int kTile = 64;           // output rows and columns per workgroup
+constexpr int kKTile = 32;          // emu::kKBlock
+constexpr int kThreads = 256;       // 16 x 16 threads, 4 x 4 outputs each
+constexpr std::int64_t kSplits = 4;  // emu::kSplits
+constexpr std::int64_t kKStep = 8;   // emu::kKStep
+
+struct Args {
+  const float* x;
+  const float* w;
+  float* y;
+  std::int64_t ldx, ldy, M, K, O;
+  std::int64_t x_stride, w_stride, y_stride;
+  const std::int32_t* rows;
+  const std::int32_t* starts;
+  std::int32_t a_div;
+  std::int64_t per_split;  // atomic: K range of one split
+  Fmt acc, out;
+};
+
+// kExact: the operands are 16-bit or fp8 values, whose products are exact in float, so an
+// FMA gives the same bits as emu's rounded product plus sum. kF32: accumulator float32.
+template <bool kExact, bool kF32, bool kAtomic>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
+  __shared__ float xs[kKTile][kTile + 4];
+  __shared__ float ws[kKTile][kTile + 4];
+  __shared__ std::int64_t x_row[kTile], y_row[kTile];
+
+  const std::int64_t g = kAtomic ? blockIdx.z / kSplits : blockIdx.z;
+  const std::int64_t split = kAtomic ? blockIdx.z % kSplits : 0;
+  std::int64_t rows = a.M, first = 0;
+  if (a.rows) first = a.starts[g], rows = a.starts[g + 1] - first;
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
+  if (row0 >= rows) return;
+  const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+
+  if (tid < kTile) {
+    const std::int64_t r = row0 + tid;
+    if (r < rows) {
+      if (a.rows) {
+        const std::int64_t e = a.rows[first + r];
+        x_row[tid] = e / a.a_div, y_row[tid] = e;
+      } else {
+        x_row[tid] = r, y_row[tid] = r;
+      }
+    } else {
+      x_row[tid] = -1, y_row[tid] = -1;
+    }
+  }
+  const float* x = a.x + g * a.x_stride;
+  const float* w = a.w + g * a.w_stride;
+  float* y = a.y + g * a.y_stride;
+
+  std::int64_t k0 = 0, k1 = a.K;
+  if (kAtomic) {
+    k0 = std::min(a.K, split * a.per_split);
+    k1 = std::min(a.K, k0 + a.per_split);
+  }
+  float total[4][4] = {};
+  __syncthreads();
+  for (std::int64_t b0 = k0; b0 < k1; b0 += kKTile) {
+    for (int i = tid; i < kKTile * kTile; i += kThreads) {
+      const int r = i / kKTile, kk = i % kKTile;
+      const std::int64_t k = b0 + kk;
+      const bool kin = k < k1;
+      const std::int64_t xr = x_row[r];
+      xs[kk][r] = (kin && xr >= 0) ? x[xr * a.ldx + k] : 0.0f;
+      const std::int64_t o = col0 + r;
+      ws[kk][r] = (kin && o < a.O) ? w[o * a.K + k] : 0.0f;
+    }
+    __syncthreads();
+    float part[4][4] = {};
+#pragma unroll 8
+    for (int kk = 0; kk < kKTile; ++kk) {
+      float xv[4], wv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xv[i] = xs[kk][ty * 4 + i], wv[i] = ws[kk][tx * 4 + i];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (kF32) part[i][j] = kExact ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]);
+          else part[i][j] = arith::round_fmt(kExact ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]), a.acc);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) total[i][j] = kF32 ? total[i][j] + part[i][j] : arith::add_fmt(total[i][j], part[i][j], a.acc);
+    __syncthreads();
+  }
+  if (kAtomic && k0 >= k1) return;  // an empty split adds nothing
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::int64_t yr = y_row[ty * 4 + i];
+    if (yr < 0) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::int64_t o = col0 + tx * 4 + j;
+      if (o >= a.O) continue;
+      const float v = arith::round_fmt(total[i][j], a.out);
+      if (kAtomic) atomic_add_fmt(&y[yr * a.ldy + o], v, a.out);
+      else y[yr * a.ldy + o] = v;
+    }
+  }
+}
+
+template <bool kExact, bool kF32>
+void launch(const Args& a, dim3 grid, bool atomic, hipStream_t stream) {
+  if (atomic) gemm_kernel<kExact, kF32, true><<<grid, kThreads, 0, stream>>>(a);
+  else gemm_kernel<kExact, kF32, false><<<grid, kThreads, 0, stream>>>(a);
+}
+
+__global__ void operand_kernel(const float* src, float* dst, std::int64_t n, Fmt in) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = arith::mfma_operand(src[i], in);
+}
+
+// Block max of |v| (max is exact and order-free, so any tree gives the same bits).
+template <int kN>
+__device__ float block_amax(float v) {
+  __shared__ float red[kN];
+  red[threadIdx.x] = fabsf(v);
+  __syncthreads();
+  for (int s = kN / 2; s > 0; s /= 2) {
+    if (static_cast<int>(threadIdx.x) < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+// One workgroup of 128 threads per (row, 128-column group).
+__global__ void act_fp8_kernel(const float* src, float* dst, std::int64_t cols, std::int64_t segment,
+                               std::int64_t groups_per_segment) {
+  const std::int64_t row = blockIdx.y;
+  const std::int64_t seg = blockIdx.x / groups_per_segment, grp = blockIdx.x % groups_per_segment;
+  const std::int64_t c0 = seg * segment + grp * 128;
+  const std::int64_t c1 = std::min(std::min(cols, (seg + 1) * segment), c0 + 128);
+  const std::int64_t c = c0 + threadIdx.x;
+  const float v = c < c1 ? src[row * cols + c] : 0.0f;
+  const float amax = block_amax<128>(v);
+  const float s = amax > 0 ? amax / 448.0f : 1.0f;
+  if (c < c1) dst[row * cols + c] = arith::round_f8(v / s) * s;
+}
+
+// One workgroup of 256 threads per 128x128 block.
+__global__ void weight_fp8_kernel(float* w, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * 128, c0 = static_cast<std::int64_t>(blockIdx.x) * 128;
+  float m = 0;
+  for (int i = threadIdx.x; i < 128 * 128; i += 256) {
+    const std::int64_t r = r0 + i / 128, c = c0 + i % 128;
+    if (r < rows && c < cols) m = fmaxf(m, fabsf(w[r * cols + c]));
+  }
+  const float amax = block_amax<256>(m);
+  float s = 1.0f;
+  if (amax > 0) {
+    // emu: exp2(ceil(log2(amax / 448))) with a float log2; log2 in double rounded to float
+    // is that correctly rounded float log2.
+    const float l = static_cast<float>(log2(static_cast<double>(amax / 448.0f)));
+    s = ldexpf(1.0f, static_cast<int>(ceilf(l)));
+  }
+  for (int i = threadIdx.x; i < 128 * 128; i += 256) {
+    const std::int64_t r = r0 + i / 128, c = c0 + i % 128;
+    if (r < rows && c < cols) {
+      float& v = w[r * cols + c];
+      v = arith::round_f8(v / s) * s;
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(const float* d_x, std::int64_t ldx, const float* d_w, float* d_y, std::int64_t ldy, std::int64_t M,
+          std::int64_t K, std::int64_t O, const GemmSpec& spec, hipStream_t stream, const GemmGroups& groups) {
+  if (M <= 0 || O <= 0) return;
+  Args a{d_x, d_w, d_y, ldx, ldy, M, K, O, groups.x_stride, groups.w_stride, groups.y_stride,
+         groups.d_rows, groups.d_starts, groups.a_div, 0, spec.acc, spec.out};
+  if (spec.atomic) {
+    a.per_split = (K + kSplits * kKStep - 1) / (kSplits * kKStep) * kKStep;
+    // Zero every element the groups write: y_rows x ldy from d_y when given, else the M rows
+    // of every group.
+    const std::int64_t span = groups.y_rows ? groups.y_rows * ldy : (groups.count - 1) * groups.y_stride + M * ldy;
+    if (hipMemsetAsync(d_y, 0, static_cast<std::size_t>(span) * sizeof(float), stream) != hipSuccess)
+      check_kernel("gemm: zeroing the split-K output");
+  }
+  const dim3 grid(blocks_for(O, kTile), blocks_for(M, kTile),
+                  static_cast<unsigned>(groups.count * (spec.atomic ? kSplits : 1)));
+  const bool exact = spec.in != Fmt::f32;
+  const bool f32 = spec.acc == Fmt::f32;
+  if (exact && f32) launch<true, true>(a, grid, spec.atomic, stream);
+  else if (exact) launch<true, false>(a, grid, spec.atomic, stream);
+  else if (f32) launch<false, true>(a, grid, spec.atomic, stream);
+  else launch<false, false>(a, grid, spec.atomic, stream);
+  check_kernel("gemm");
+}
+
+void quantize_activations(const float* d_src, float* d_dst, std::int64_t rows, std::int64_t cols, std::int64_t segment,
+                          Fmt in, hipStream_t stream) {
+  const std::int64_t n = rows * cols;
+  if (n == 0) return;
+  if (in != Fmt::f8) {
+    if (in == Fmt::f32 && d_src == d_dst) return;
+    operand_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(d_src, d_dst, n, in);
+    check_kernel("quantize_activations");
+    return;
+  }
+  if (segment <= 0 || segment > cols) segment = cols;
+  const std::int64_t per_seg = (segment + 127) / 128;
+  const dim3 grid(static_cast<unsigned>(per_seg * ((cols + segment - 1) / segment)), static_cast<unsigned>(rows));
+  act_fp8_kernel<<<grid, 128, 0, stream>>>(d_src, d_dst, cols, segment, per_seg);
+  check_kernel("quantize_activations fp8");
+}
+
+void quantize_weight(float* d_w, std::int64_t rows, std::int64_t cols, Fmt in, hipStream_t stream) {
+  const std::int64_t n = rows * cols;
+  if (n == 0 || in == Fmt::f32) return;
+  if (in != Fmt::f8) {
+    operand_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(d_w, d_w, n, in);
+    check_kernel("quantize_weight");
+    return;
+  }
+  const dim3 grid(blocks_for(cols, 128), blocks_for(rows, 128));
+  weight_fp8_kernel<<<grid, 256, 0, stream>>>(d_w, rows, cols);
+  check_kernel("quantize_weight fp8");
+}
+
+}  // namespace tdiff::hip

@@ -1,0 +1,96 @@
+#pragma once
+// The hip backend: every stage kind as GPU kernels under a numerics policy, with the same
+// knobs and meanings as emu (emu is the specification of the arithmetic). Tensors stay on the
+// device between stages (keyed "<stage>/<tensor>"); each output is converted to float64 on
+// the device and copied into a pinned host tensor on a copy stream, so the host copies
+// overlap the next stages; finish() waits for them. Inputs produced elsewhere (refcpu in a
+// mixed run, the case inputs) are uploaded; a host tensor the backend itself returned is
+// recognised by identity and not uploaded again.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/policy.h"
+#include "emu/arith.h"
+#include "hip/device.h"
+#include "refcpu/refcpu_backend.h"
+
+namespace tdiff::hip {
+
+class HipBackend final : public Backend {
+ public:
+  // run_seed: identity of the run for unstable top-k ties (atomic orders come from the GPU).
+  HipBackend(Policy policy, std::uint64_t run_seed);
+  ~HipBackend() override;
+  std::string name() const override { return "hip"; }
+  std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
+  bool deferred_outputs() const override { return true; }
+  void finish() override;
+  void release(const std::string& key) override;
+
+  const DeviceInfo& device() const { return info_; }
+  // Which stages' outputs are copied to the host (default: all). A stage left out returns
+  // undefined host tensors: only for runs where this backend runs every stage and nothing
+  // reads those outputs on the host (the capture-overhead benchmark).
+  void set_capture(std::function<bool(const Stage&)> capture) { capture_ = std::move(capture); }
+  // Per-stage device time (events around each stage), read after finish().
+  void set_timing(bool on) { timing_ = on; }
+  std::vector<std::pair<std::string, double>> stage_ms() const;
+  void clear_timing();
+
+ private:
+  struct DevTensor {
+    std::shared_ptr<DeviceBuffer> buf;
+    Shape shape;
+    DType dtype = DType::f32;  // f32 (float values), i64, u8
+    arith::Fmt fmt = arith::Fmt::f32;  // the format the values are already rounded to
+    Tensor host;               // the host tensor this copy mirrors (identity check; kept alive)
+    std::int64_t numel() const { return shape_numel(shape); }
+    float* f() const { return buf->as<float>(); }
+    std::int64_t* i64() const { return buf->as<std::int64_t>(); }
+    std::uint8_t* u8() const { return buf->as<std::uint8_t>(); }
+  };
+  struct Pending {  // a host copy in flight
+    std::shared_ptr<DeviceBuffer> src, staging;
+  };
+  class StageRun;
+
+  std::vector<Tensor> run_stage(StageRun& r);
+  const DevTensor& input(const std::string& key, const Tensor* host);
+  DevTensor upload(const Tensor& host);
+  // A weight as float32 (f64 -> float as emu's to_float), rounded as a GEMM operand of `in`
+  // (fp8: block-scaled); cached per (name, format).
+  const float* weight(WeightStore& w, const std::string& name, arith::Fmt in);
+  const float* rope_freq(const ModelConfig& c, bool compress);
+  const std::int64_t* batch_span(const Batch& b, bool length);
+  Tensor publish(const Stage& s, std::size_t k, DevTensor t);
+  void sync_all(const char* when);
+
+  Policy policy_;
+  std::uint64_t run_seed_;
+  DeviceInfo info_;
+  Stream compute_ = nullptr, copy_ = nullptr;
+  DevicePool pool_;
+  std::shared_ptr<PinnedPool> pinned_;
+  std::unordered_map<std::string, DevTensor> dev_;
+  std::map<std::pair<std::string, int>, DeviceBuffer> weights_;
+  std::map<int, DeviceBuffer> freq_;
+  std::vector<std::int64_t> span_host_[2];
+  DeviceBuffer span_dev_[2];
+  std::vector<Pending> pending_;
+  std::vector<Event> event_pool_;
+  std::vector<Event> events_in_use_;
+  std::vector<std::string> since_sync_;  // stages enqueued since the last sync (fault attribution)
+  std::function<bool(const Stage&)> capture_;
+  bool timing_ = false, sync_each_ = false;
+  std::vector<std::pair<std::string, std::pair<Event, Event>>> timing_events_;
+  refcpu::RefCpuBackend exact_;  // integer logic (masks, hash routing), as emu
+};
+
+}  // namespace tdiff::hip

@@ -1,0 +1,133 @@
+// hip::gemm against emu::gemm (bit-identical in fixed mode; in atomic mode within the
+// rounding of the split-K adds) and against refcpu::linear in float64 (error within the
+// operand format's budget), on awkward shapes; grouped and gathered forms against per-group
+// emu products.
+#include "emu/gemm.h"
+#include "gpu_test.h"
+#include "hip/gemm.h"
+#include "refcpu/linear.h"
+
+namespace tdiff::gpu1 {
+namespace {
+
+struct Case {
+  Fmt in, acc;
+  bool atomic;
+};
+
+std::string fmt_name(Fmt f) { return f == Fmt::f32 ? "f32" : f == Fmt::bf16 ? "bf16" : f == Fmt::f16 ? "f16" : "f8"; }
+
+void check_dense(std::int64_t M, std::int64_t K, std::int64_t O, const Case& c) {
+  SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " O=" + std::to_string(O) + " in=" + fmt_name(c.in) +
+               " acc=" + fmt_name(c.acc) + (c.atomic ? " atomic" : " fixed"));
+  const auto seed = name_seed() ^ static_cast<std::uint64_t>(M * 1000003 + K * 1009 + O);
+  const auto x = random_values(M * K, seed, 0.05f, 1.0f, Fmt::bf16);
+  const auto w = random_values(O * K, seed + 1, 0.05f, 1.0f, Fmt::f32);
+  const Fmt out = Fmt::bf16;
+  // emu: quantize as the backend does, then the product.
+  std::vector<double> wd(w.begin(), w.end());
+  const auto wq = emu::quantize_weight(wd.data(), O, K, c.in);
+  auto xq = x;
+  emu::quantize_activations(xq, M, K, c.in);
+  std::vector<float> y_emu(static_cast<std::size_t>(M * O));
+  emu::gemm(xq.data(), M, K, wq.data(), O, emu::GemmSpec{c.in, c.acc, out, false, 0}, y_emu.data());
+
+  Dev<float> d_x(x), d_xq(M * K), d_w(w), d_y(M * O);
+  hip::quantize_activations(d_x.ptr(), d_xq.ptr(), M, K, 0, c.in, test_stream());
+  hip::quantize_weight(d_w.ptr(), O, K, c.in, test_stream());
+  hip::gemm(c.in == Fmt::f32 ? d_x.ptr() : d_xq.ptr(), K, d_w.ptr(), d_y.ptr(), O, M, K, O,
+            hip::GemmSpec{c.in, c.acc, out, c.atomic}, test_stream());
+  const auto y = d_y.get();
+  EXPECT_EQ(d_w.get(), wq) << "weight quantization differs from emu";
+  if (c.in != Fmt::f32) EXPECT_EQ(d_xq.get(), xq) << "activation quantization differs from emu";
+  if (!c.atomic) {
+    EXPECT_EQ(max_ulp_diff(y, y_emu), 0) << "fixed reduction must equal emu bit for bit";
+  } else {
+    // Four partials added in arrival order, each add rounded to bf16: at most a few bf16
+    // ulps (2^16 float ulps each) from the fixed-order emu result.
+    EXPECT_LE(max_ulp_diff(y, y_emu), 4 << 16);
+  }
+  // Against the float64 product of the unrounded inputs: the operand rounding dominates.
+  std::vector<double> xd(x.begin(), x.end()), yr(static_cast<std::size_t>(M * O));
+  refcpu::linear(xd.data(), M, K, wd.data(), O, yr.data());
+  const Error e = error_vs(y, yr);
+  const double budget = 4 * (unit_roundoff(c.in) + unit_roundoff(out) + (c.acc == Fmt::f16 ? unit_roundoff(Fmt::f16) * std::sqrt(double(K)) : 0));
+  EXPECT_EQ(e.non_finite, 0);
+  EXPECT_LE(e.rel_l2, budget) << "rel_l2 " << e.rel_l2;
+}
+
+TEST(Gemm, FixedAllFormatsAwkwardShapes) {
+  for (Fmt in : {Fmt::f32, Fmt::bf16, Fmt::f16, Fmt::f8})
+    for (Fmt acc : {Fmt::f32, Fmt::f16}) {
+      check_dense(99, 200, 77, {in, acc, false});
+      check_dense(1, 33, 5, {in, acc, false});
+    }
+  check_dense(130, 384, 260, {Fmt::f8, Fmt::f32, false});  // several 128x128 weight blocks
+}
+
+TEST(Gemm, AtomicSplitK) {
+  for (Fmt in : {Fmt::bf16, Fmt::f8}) check_dense(70, 300, 65, {in, Fmt::f32, true});
+}
+
+TEST(Gemm, AtomicDiffersBetweenLaunchesFixedDoesNot) {
+  const std::int64_t M = 256, K = 4096, O = 256;
+  const auto x = random_values(M * K, name_seed(), 0.05f, 1.0f, Fmt::bf16);
+  const auto w = random_values(O * K, name_seed() + 1, 0.05f, 1.0f, Fmt::bf16);
+  Dev<float> d_x(x), d_w(w), d_y(M * O);
+  auto once = [&](bool atomic) {
+    hip::gemm(d_x.ptr(), K, d_w.ptr(), d_y.ptr(), O, M, K, O, hip::GemmSpec{Fmt::bf16, Fmt::f32, Fmt::bf16, atomic},
+              test_stream());
+    return d_y.get();
+  };
+  const auto f0 = once(false);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(once(false), f0);
+  bool differs = false;
+  const auto a0 = once(true);
+  for (int i = 0; i < 20 && !differs; ++i) differs = once(true) != a0;
+  EXPECT_TRUE(differs) << "20 atomic split-K launches gave identical bits: the reduction order never changed";
+}
+
+// Column groups (grouped_linear) and gathered rows (routed experts) against emu per group.
+TEST(Gemm, GroupedColumnsAndGatheredRows) {
+  const std::int64_t N = 37, G = 3, per = 96, Ro = 40;
+  const auto x = random_values(N * G * per, name_seed(), 0.05f, 1.0f, Fmt::bf16);
+  const auto w = random_values(G * Ro * per, name_seed() + 1, 0.05f, 1.0f, Fmt::bf16);
+  Dev<float> d_x(x), d_w(w), d_y(N * G * Ro);
+  hip::GemmGroups g;
+  g.count = G, g.x_stride = per, g.w_stride = Ro * per, g.y_stride = Ro, g.y_rows = N;
+  hip::gemm(d_x.ptr(), G * per, d_w.ptr(), d_y.ptr(), G * Ro, N, per, Ro, hip::GemmSpec{}, test_stream(), g);
+  const auto y = d_y.get();
+  for (std::int64_t k = 0; k < G; ++k) {
+    std::vector<float> xg(static_cast<std::size_t>(N * per)), yg(static_cast<std::size_t>(N * Ro));
+    for (std::int64_t t = 0; t < N; ++t) std::copy_n(x.data() + t * G * per + k * per, per, xg.data() + t * per);
+    emu::gemm(xg.data(), N, per, w.data() + k * Ro * per, Ro, emu::GemmSpec{}, yg.data());
+    for (std::int64_t t = 0; t < N; ++t)
+      for (std::int64_t o = 0; o < Ro; ++o) ASSERT_EQ(y[t * G * Ro + k * Ro + o], yg[t * Ro + o]) << "group " << k;
+  }
+  // Gathered: 3 "experts", slots r of 20 tokens x 2 picks listed per expert.
+  const std::int64_t T = 20, Kp = 2, E = 3, D = 64, I = 48;
+  std::vector<std::int32_t> rows, starts{0};
+  for (std::int64_t e = 0; e < E; ++e) {
+    for (std::int64_t r = 0; r < T * Kp; ++r)
+      if ((r * 7 + r / Kp) % E == e) rows.push_back(static_cast<std::int32_t>(r));
+    starts.push_back(static_cast<std::int32_t>(rows.size()));
+  }
+  const auto z = random_values(T * D, name_seed() + 2, 0.05f, 1.0f, Fmt::bf16);
+  const auto we = random_values(E * I * D, name_seed() + 3, 0.05f, 1.0f, Fmt::bf16);
+  Dev<float> d_z(z), d_we(we), d_out(T * Kp * I);
+  Dev<std::int32_t> d_rows(rows), d_starts(starts);
+  hip::GemmGroups gg;
+  gg.count = E, gg.w_stride = I * D, gg.d_rows = d_rows.ptr(), gg.d_starts = d_starts.ptr(), gg.a_div = Kp, gg.y_rows = T * Kp;
+  hip::gemm(d_z.ptr(), D, d_we.ptr(), d_out.ptr(), I, T * Kp, D, I, hip::GemmSpec{}, test_stream(), gg);
+  const auto out = d_out.get();
+  for (std::int64_t e = 0; e < E; ++e)
+    for (auto i = starts[e]; i < starts[e + 1]; ++i) {
+      const std::int64_t r = rows[static_cast<std::size_t>(i)];
+      std::vector<float> yr(static_cast<std::size_t>(I));
+      emu::gemm(z.data() + (r / Kp) * D, 1, D, we.data() + e * I * D, I, emu::GemmSpec{}, yr.data());
+      for (std::int64_t o = 0; o < I; ++o) ASSERT_EQ(out[r * I + o], yr[o]) << "slot " << r << " expert " << e;
+    }
+}
+
+}  // namespace
+}  // namespace tdiff::gpu1

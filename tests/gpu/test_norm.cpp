@@ -1,0 +1,39 @@
+// hip::rms_norm against emu::rms_norm (bit-identical) and refcpu (float64) for both
+// statistics formats, with and without a weight, on awkward row widths.
+#include "emu/norm.h"
+#include "gpu_test.h"
+#include "hip/norm.h"
+#include "refcpu/norm.h"
+
+namespace tdiff::gpu1 {
+namespace {
+
+void check(std::int64_t rows, std::int64_t n, bool weighted, Fmt stats, Fmt out) {
+  SCOPED_TRACE("rows=" + std::to_string(rows) + " n=" + std::to_string(n) + (weighted ? " weighted" : " head"));
+  const auto x = random_values(rows * n, name_seed() ^ static_cast<std::uint64_t>(n), 0.05f, 2.0f, Fmt::bf16);
+  const auto g = random_values(n, name_seed() + 7, 0.5f, 1.5f);
+  std::vector<float> y_emu(x.size());
+  emu::rms_norm(x.data(), rows, n, weighted ? g.data() : nullptr, 1e-6f, stats, out, y_emu.data());
+  Dev<float> d_x(x), d_g(g), d_y(rows * n);
+  hip::rms_norm(d_x.ptr(), rows, n, weighted ? d_g.ptr() : nullptr, 1e-6f, stats, out, d_y.ptr(), test_stream());
+  const auto y = d_y.get();
+  EXPECT_EQ(max_ulp_diff(y, y_emu), 0);
+  std::vector<double> xd(x.begin(), x.end()), gd(g.begin(), g.end()), yr(x.size());
+  if (weighted) refcpu::rms_norm(xd.data(), rows, n, gd.data(), 1e-6, yr.data());
+  else refcpu::rms_unweighted(xd.data(), rows, n, 1e-6, yr.data());
+  const Error e = error_vs(y, yr);
+  EXPECT_LE(e.rel_l2, 2 * (unit_roundoff(out) + unit_roundoff(stats))) << e.rel_l2;
+  EXPECT_EQ(e.non_finite, 0);
+}
+
+TEST(RmsNorm, MatchesEmuAndReference) {
+  for (Fmt stats : {Fmt::f32, Fmt::f16})
+    for (bool weighted : {true, false}) {
+      check(33, 200, weighted, stats, Fmt::bf16);
+      check(5, 4096, weighted, stats, Fmt::bf16);
+      check(64, 13, weighted, stats, Fmt::f16);
+    }
+}
+
+}  // namespace
+}  // namespace tdiff::gpu1
