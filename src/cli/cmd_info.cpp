@@ -11,6 +11,7 @@
 #include "core/case_file.h"
 #include "core/error.h"
 #include "core/pattern.h"
+#include "core/policy.h"
 #include "core/stage_graph.h"
 #include "core/weights.h"
 
@@ -24,6 +25,7 @@ struct InfoOptions {
   std::string case_path;
   std::string model;
   std::string stages;  // glob; empty: no stage list
+  bool knobs = false;
 };
 
 // Prints `label` in a 10-column margin, then the text.
@@ -185,6 +187,19 @@ void info_case(const InfoOptions& o) {
   }
 }
 
+// The fault catalog as a Markdown table (the README's copy is checked against this output).
+void print_knobs() {
+  fmt::print("| knob | values | bad | fixed | in naive | operator kinds | what the bad setting does |\n");
+  fmt::print("|---|---|---|---|---|---|---|\n");
+  for (const KnobInfo& k : knob_catalog()) {
+    std::vector<std::string> kinds;
+    for (OpKind kind : k.kinds) kinds.push_back(op_kind_name(kind));
+    const std::string all = kinds.size() > 20 ? "every compute kind" : fmt::format("{}", fmt::join(kinds, ", "));
+    fmt::print("| `{}` | {} | {} | {} | {} | {} | {} |\n", k.name, fmt::join(k.values, ", "), k.bad, k.good,
+               k.in_naive ? "yes" : "no", all, k.effect);
+  }
+}
+
 }  // namespace
 
 void setup_info(CLI::App& app) {
@@ -197,12 +212,18 @@ void setup_info(CLI::App& app) {
                   "Also list the stages, optionally only those matching globs ('L0[0-2].attn.*,lm_head')")
       ->expected(0, 1)
       ->default_str("*");
+  auto* k = cmd->add_flag("--knobs", o->knobs,
+                          "Print the fault catalog: every policy knob, its bad and fixed settings, the operator kinds "
+                          "it changes and what the bad setting does (a Markdown table)");
+  k->excludes(c)->excludes(m);
   cmd->footer(
       "Examples:\n"
       "  tdiff info tiny.h5\n"
       "  tdiff info --model tiny-model --stages\n"
-      "  tdiff info --model tiny-model --stages 'L00.attn.*'\n");
+      "  tdiff info --model tiny-model --stages 'L00.attn.*'\n"
+      "  tdiff info --knobs\n");
   cmd->callback([o] {
+    if (o->knobs) return print_knobs();
     if (o->case_path.empty() && o->model.empty()) throw CLI::RequiredError("a case file or --model");
     if (!o->model.empty()) info_model(*o);
     else info_case(*o);
