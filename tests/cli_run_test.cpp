@@ -1,6 +1,9 @@
 // tdiff golden and tdiff run through the binary: the whole path on the tiny model, exit
 // codes, one-line errors, and nothing half-written on bad input.
+#include <sstream>
+
 #include "cli_support.h"
+#include "core/policy.h"
 
 namespace tdiff {
 namespace {
@@ -67,6 +70,23 @@ TEST_F(CliRun, BadInputsExitTwoWithOneLine) {
   // No temporary files left beside the case.
   for (const auto& e : std::filesystem::directory_iterator(dir_))
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+// The README's fault catalog is a copy of `tdiff info --knobs`: every line must be there, so
+// the documentation cannot drift from the knobs the code has.
+TEST_F(CliRun, ReadmeFaultCatalogMatchesInfoKnobs) {
+  const CliResult r = run("info --knobs");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream f(std::string(TDIFF_SOURCE_DIR) + "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream lines(r.out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    EXPECT_NE(readme.find(line + "\n"), std::string::npos) << "README.md lacks: " << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, static_cast<int>(knob_catalog().size()) + 2);
 }
 
 }  // namespace
