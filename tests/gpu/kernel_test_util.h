@@ -138,4 +138,18 @@ inline double unit_ulp(arith::Fmt f) {
   return f == arith::Fmt::bf16 ? 0x1p-7 : f == arith::Fmt::f16 ? 0x1p-10 : f == arith::Fmt::f8 ? 0x1p-3 : 0x1p-23;
 }
 
+// Milliseconds of one call of `launch` on stream s, after one warm-up call.
+template <class F>
+double time_ms(hip::Stream s, F&& launch) {
+  launch();
+  hip::Event a = hip::event_create(), b = hip::event_create();
+  hip::event_record(a, s);
+  launch();
+  hip::event_record(b, s);
+  hip::event_sync(b);
+  const double ms = hip::event_ms(a, b);
+  hip::event_destroy(a), hip::event_destroy(b);
+  return ms;
+}
+
 }  // namespace tdiff::gputest

@@ -159,5 +159,70 @@ TEST(HipHyperConnection, MatchesEmuAndReferencePerKnob) {
     }
 }
 
+// v4-flash dimensions (1024 tokens, D = 4096, n = 4): each kernel on emu's inputs of its stage
+// (as the stage runs on the reference's), within one ulp of emu and 1% of elements; timed.
+TEST(HipHyperConnection, FlashDimsMatchEmu) {
+  auto rng = test_rng();
+  const std::int64_t N = 1024, n = 4, D = 4096, flat = n * D, M = (2 + n) * n;
+  const Numerics num;
+  auto X = random_values(rng, N * flat, -2.0f, 2.0f, arith::Fmt::f32);
+  auto fn = random_values(rng, M * flat, -0.02f, 0.02f, arith::Fmt::f32);
+  auto base = random_values(rng, M, -1.0f, 1.0f, arith::Fmt::f32);
+  auto scale = random_values(rng, 3, 0.5f, 2.0f, arith::Fmt::f32);
+  auto y = random_values(rng, N * D, -2.0f, 2.0f, arith::Fmt::bf16);
+  const auto fnd = to_double(fn), based = to_double(base), scaled = to_double(scale);
+  std::vector<float> mix(N * M), pre(N * n), post(N * n), comb(N * n * n), x(N * D), Xo(N * flat);
+  emu::hc_mix(X.data(), N, flat, fnd.data(), M, kEps, num, mix.data());
+  emu::hc_sinkhorn(mix.data(), N, n, based.data(), scaled.data(), kHcEps, kIters, num, pre.data(), post.data(),
+                   comb.data());
+  emu::hc_collapse(X.data(), pre.data(), N, n, D, arith::Fmt::bf16, x.data());
+  emu::hc_post(X.data(), y.data(), post.data(), comb.data(), N, n, D, arith::Fmt::f32, Xo.data());
+  GpuStream s;
+  DeviceIn<float> d_X(X, s.s), d_fn(fn, s.s), d_base(base, s.s), d_scale(scale, s.s), d_y(y, s.s);
+  DeviceIn<float> e_mix(mix, s.s), e_pre(pre, s.s), e_post(post, s.s), e_comb(comb, s.s);  // emu's stage inputs
+  DeviceOut<float> d_mix(mix.size(), s.s), d_pre(pre.size(), s.s), d_post(post.size(), s.s), d_comb(comb.size(), s.s),
+      d_x(x.size(), s.s), d_Xo(Xo.size(), s.s);
+  const double ms_mix =
+      time_ms(s.s, [&] { hip::hc_mix(d_X.get(), N, flat, d_fn.get(), M, kEps, num, d_mix.get(), s.s); });
+  const double ms_sk = time_ms(s.s, [&] {
+    hip::hc_sinkhorn(e_mix.get(), N, n, d_base.get(), d_scale.get(), kHcEps, kIters, num, d_pre.get(), d_post.get(),
+                     d_comb.get(), s.s);
+  });
+  const double ms_pre =
+      time_ms(s.s, [&] { hip::hc_pre(d_X.get(), e_pre.get(), N, n, D, arith::Fmt::bf16, d_x.get(), s.s); });
+  const double ms_post = time_ms(s.s, [&] {
+    hip::hc_post(d_X.get(), d_y.get(), e_post.get(), e_comb.get(), N, n, D, arith::Fmt::f32, d_Xo.get(), s.s);
+  });
+  std::printf("hc N=1024 D=4096: mix %.3f ms, sinkhorn %.3f ms, pre %.3f ms, post %.3f ms\n", ms_mix, ms_sk, ms_pre,
+              ms_post);
+  const std::pair<const char*, UlpStats> checks[] = {
+      {"mix", ulp_stats(d_mix.read(s.s), mix, arith::Fmt::f32)},
+      {"comb", ulp_stats(d_comb.read(s.s), comb, arith::Fmt::f32)},
+      {"pre", ulp_stats(d_pre.read(s.s), pre, arith::Fmt::f32)},
+      {"post", ulp_stats(d_post.read(s.s), post, arith::Fmt::f32)},
+      {"x", ulp_stats(d_x.read(s.s), x, arith::Fmt::bf16)},
+      {"Xout", ulp_stats(d_Xo.read(s.s), Xo, arith::Fmt::f32)}};
+  for (const auto& [what, u] : checks) {
+    std::printf("  %-5s vs emu: max %.0f ulp, %zu of %zu differ\n", what, u.max_ulps, u.differ, u.count);
+    EXPECT_LE(u.max_ulps, 1.0) << what;
+    EXPECT_LE(u.differ, u.count / 100) << what;
+  }
+}
+
+// The kernels' exp (arith::expf_glibc, what exp_f32 runs on the device) against this host's
+// std::exp(float) on every 37th float of the range the algorithm handles and the edges; a
+// host check, it needs no GPU (run it alone with --gtest_filter=ArithExp.*).
+TEST(ArithExp, DeviceExpMatchesHostExpf) {
+  std::size_t checked = 0, differ = 0;
+  auto check = [&](float x) {
+    ++checked;
+    differ += arith::float_bits(arith::expf_glibc(x)) != arith::float_bits(std::exp(x));
+  };
+  for (std::uint32_t u = 0; u < 0x42b20000u; u += 37) check(arith::bits_float(u));            // +0 .. +89
+  for (std::uint32_t u = 0x80000000u; u < 0xc2d00000u; u += 37) check(arith::bits_float(u));  // −0 .. −104
+  for (float x : {0.0f, -0.0f, 88.72f, 89.0f, -103.9f, -104.0f, INFINITY, -INFINITY}) check(x);
+  std::printf("expf_glibc vs std::exp: %zu of %zu inputs differ\n", differ, checked);
+  EXPECT_EQ(differ, 0u);
+}
 }  // namespace
 }  // namespace tdiff::gputest
