@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "emu/attention.h"
 #include "emu/numerics.h"
@@ -45,9 +46,24 @@ struct AttnArgs {
   float scale, bias;
 };
 
+// The storage, qk and pv formats of the inner loops: compile-time constants for the presets'
+// combinations (round_fmt then folds to one rounding, or none), run-time values otherwise.
+template <Fmt St, Fmt Qk, Fmt Pv>
+struct FixedFormats {
+  __device__ Fmt st() const { return St; }
+  __device__ Fmt qk() const { return Qk; }
+  __device__ Fmt pv() const { return Pv; }
+};
+struct RuntimeFormats {
+  Fmt st_, qk_, pv_;
+  __device__ Fmt st() const { return st_; }
+  __device__ Fmt qk() const { return qk_; }
+  __device__ Fmt pv() const { return pv_; }
+};
+
 // kPer: channels per thread in registers (d <= kBlk·kPer); fewer registers for small heads.
-template <int kPer>
-__global__ void __launch_bounds__(kBlk* kMaxGroups) attention_kernel(AttnArgs a) {
+template <int kPer, class Formats>
+__global__ void __launch_bounds__(kBlk* kMaxGroups) attention_kernel(AttnArgs a, Formats f) {
   extern __shared__ float smem[];
   const std::int64_t d = a.d, S = a.S, n = a.n, total = S + n;
   const int G = a.groups;
@@ -68,7 +84,7 @@ __global__ void __launch_bounds__(kBlk* kMaxGroups) attention_kernel(AttnArgs a)
 
   float* qg = q_s + g * d;
   const float* q = a.q + ((b * S + i) * a.H + h) * d;
-  for (std::int64_t c = lane; c < d; c += kBlk) qg[c] = head_ok ? arith::mfma_operand(q[c], a.st) : 0.0f;
+  for (std::int64_t c = lane; c < d; c += kBlk) qg[c] = head_ok ? arith::mfma_operand(q[c], f.st()) : 0.0f;
   float acc[kPer];
 #pragma unroll
   for (int r = 0; r < kPer; ++r) acc[r] = 0.0f;
@@ -88,13 +104,14 @@ __global__ void __launch_bounds__(kBlk* kMaxGroups) attention_kernel(AttnArgs a)
     for (std::int64_t c0 = 0; c0 < d; c0 += kChunk) {
       const int cn = static_cast<int>(d - c0 < kChunk ? d - c0 : kChunk);
       __syncthreads();
-      for (int e = tid; e < jn * cn; e += static_cast<int>(blockDim.x)) {
-        const int r = e / cn, cc = e % cn;
-        kt[r * (kChunk + 1) + cc] = arith::mfma_operand(key(j0 + r)[c0 + cc], a.st);
-      }
+      // blockDim is a multiple of kChunk: thread tid stages column tid % kChunk of rows
+      // tid / kChunk, + G, + 2G, ... (coalesced along each key row).
+      if (tid % kChunk < cn)
+        for (int r = tid / kChunk; r < jn; r += static_cast<int>(blockDim.x) / kChunk)
+          kt[r * (kChunk + 1) + tid % kChunk] = arith::mfma_operand(key(j0 + r)[c0 + tid % kChunk], f.st());
       __syncthreads();
       if (used)
-        for (int cc = 0; cc < cn; ++cc) dot = arith::fma_fmt(qg[c0 + cc], kt[lane * (kChunk + 1) + cc], dot, a.qk);
+        for (int cc = 0; cc < cn; ++cc) dot = arith::fma_fmt(qg[c0 + cc], kt[lane * (kChunk + 1) + cc], dot, f.qk());
     }
     if (lane < jn) {
       float sj = -INFINITY;  // where(mask, s, −∞): never used
@@ -112,7 +129,7 @@ __global__ void __launch_bounds__(kBlk* kMaxGroups) attention_kernel(AttnArgs a)
     const float alpha = arith::round_fmt(arith::exp_f32(m - m_new), a.stats);
     if (lane < jn) {
       const float sj = sg[lane];
-      pg[lane] = sj == -INFINITY ? 0.0f : arith::mfma_operand(arith::exp_f32(sj - m_new), a.st);
+      pg[lane] = sj == -INFINITY ? 0.0f : arith::mfma_operand(arith::exp_f32(sj - m_new), f.st());
     }
     __syncthreads();
     float l_blk = 0.0f;
@@ -129,16 +146,16 @@ __global__ void __launch_bounds__(kBlk* kMaxGroups) attention_kernel(AttnArgs a)
 #pragma unroll
       for (int r = 0; r < kPer; ++r) {
         const std::int64_t c = lane + r * kBlk;
-        if (c < d) blk[r] = arith::fma_fmt(p, arith::mfma_operand(v[c], a.st), blk[r], a.pv);
+        if (c < d) blk[r] = arith::fma_fmt(p, arith::mfma_operand(v[c], f.st()), blk[r], f.pv());
       }
     }
 #pragma unroll
     for (int r = 0; r < kPer; ++r) {
       if (!a.per_block)
-        acc[r] = arith::add_fmt(arith::mul_fmt(acc[r], alpha, a.pv), blk[r], a.pv);
+        acc[r] = arith::add_fmt(arith::mul_fmt(acc[r], alpha, f.pv()), blk[r], f.pv());
       else  // FA1: normalised after every block, stored in the storage format
         acc[r] = arith::round_fmt(
-            arith::div_rn(arith::add_rn(arith::mul_rn(arith::mul_rn(acc[r], l_old), alpha), blk[r]), l), a.st);
+            arith::div_rn(arith::add_rn(arith::mul_rn(arith::mul_rn(acc[r], l_old), alpha), blk[r]), l), f.st());
     }
     m = m_new;
   }
@@ -147,7 +164,7 @@ __global__ void __launch_bounds__(kBlk* kMaxGroups) attention_kernel(AttnArgs a)
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
     const std::int64_t c = lane + r * kBlk;
-    if (c < d) o[c] = a.per_block ? acc[r] : arith::round_fmt(arith::div_rn(acc[r], l), a.st);
+    if (c < d) o[c] = a.per_block ? acc[r] : arith::round_fmt(arith::div_rn(acc[r], l), f.st());
   }
 }
 
@@ -176,12 +193,24 @@ void attention(const float* d_q, const float* d_kv, const std::uint8_t* d_win, c
   const dim3 grid(static_cast<unsigned>(S * head_groups), static_cast<unsigned>(B));
   const unsigned threads = static_cast<unsigned>(kBlk * groups);
   const std::size_t lds = lds_bytes(groups, d);
+  auto run = [&](auto per) {
+    constexpr int kPer = decltype(per)::value;
+    using arith::Fmt;
+    if (a.st == Fmt::bf16 && a.qk == Fmt::f32 && a.pv == Fmt::f32)  // fixed
+      attention_kernel<kPer><<<grid, threads, lds, stream>>>(a, FixedFormats<Fmt::bf16, Fmt::f32, Fmt::f32>{});
+    else if (a.st == Fmt::f16 && a.qk == Fmt::f16 && a.pv == Fmt::f16)  // naive
+      attention_kernel<kPer><<<grid, threads, lds, stream>>>(a, FixedFormats<Fmt::f16, Fmt::f16, Fmt::f16>{});
+    else if (a.st == Fmt::f32 && a.qk == Fmt::f32 && a.pv == Fmt::f32)  // fp32
+      attention_kernel<kPer><<<grid, threads, lds, stream>>>(a, FixedFormats<Fmt::f32, Fmt::f32, Fmt::f32>{});
+    else
+      attention_kernel<kPer><<<grid, threads, lds, stream>>>(a, RuntimeFormats{a.st, a.qk, a.pv});
+  };
   if (d <= kBlk * 4)
-    attention_kernel<4><<<grid, threads, lds, stream>>>(a);
+    run(std::integral_constant<int, 4>{});
   else if (d <= kBlk * 8)
-    attention_kernel<8><<<grid, threads, lds, stream>>>(a);
+    run(std::integral_constant<int, 8>{});
   else
-    attention_kernel<kMaxPerLane><<<grid, threads, lds, stream>>>(a);
+    run(std::integral_constant<int, kMaxPerLane>{});
   check_kernel("attention");
 }
 
