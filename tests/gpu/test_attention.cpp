@@ -1,6 +1,7 @@
 // hip::attention against emu::flash_attention_row (same rounded inputs: ulps of the storage
 // format) and refcpu::attention_row (float64: error relative to the output's scale), for the
-// fixed policy and each attention knob on its own. Awkward sizes: S = 130 (three 64-key
+// fixed policy, each attention knob on its own and the naive preset's formats (each of the
+// kernel's compile-time format combinations and the run-time one). Awkward sizes: S = 130 (three 64-key
 // blocks, the last partial), n = 37 compressed entries, d = 72 (two LDS chunks, the second
 // partial), a padded row, queries that see no key at all.
 #include <map>
@@ -83,6 +84,7 @@ std::map<std::string, Numerics> attention_settings() {
   with("storage=fp16", [](Numerics& n) { n.storage = DType::f16; });
   with("storage=fp16+additive", [](Numerics& n) { n.storage = DType::f16, n.mask_style = MaskStyle::additive; });
   with("storage=fp32", [](Numerics& n) { n.storage = DType::f32; });
+  with("naive formats (fp16 x3)", [](Numerics& n) { n.storage = n.qk_accum = n.pv_accum = DType::f16; });
   return m;
 }
 
