@@ -159,6 +159,27 @@ TEST(HipHyperConnection, MatchesEmuAndReferencePerKnob) {
     }
 }
 
+// hc_mix's scalar path: fn not 16-byte aligned (one float in) and a flat width that is no
+// multiple of 4 (n = 3 streams of 33); exact against emu like the vector path.
+TEST(HipHyperConnection, MixUnalignedWeightsMatchEmu) {
+  auto rng = test_rng();
+  const std::int64_t N = 7, n = 3, D = 33, flat = n * D, M = (2 + n) * n;
+  const Numerics num;
+  auto X = random_values(rng, N * flat, -2.0f, 2.0f, arith::Fmt::f32);
+  auto fn = random_values(rng, M * flat, -0.1f, 0.1f, arith::Fmt::f32);
+  std::vector<float> mix(N * M);
+  const auto fnd = to_double(fn);
+  emu::hc_mix(X.data(), N, flat, fnd.data(), M, kEps, num, mix.data());
+  std::vector<float> fn_shifted(1, 0.0f);
+  fn_shifted.insert(fn_shifted.end(), fn.begin(), fn.end());
+  GpuStream s;
+  DeviceIn<float> d_X(X, s.s), d_fn(fn_shifted, s.s);
+  DeviceOut<float> d_mix(mix.size(), s.s);
+  hip::hc_mix(d_X.get(), N, flat, d_fn.get() + 1, M, kEps, num, d_mix.get(), s.s);
+  const UlpStats u = ulp_stats(d_mix.read(s.s), mix, arith::Fmt::f32);
+  EXPECT_EQ(u.max_ulps, 0.0);
+}
+
 // v4-flash dimensions (1024 tokens, D = 4096, n = 4): each kernel on emu's inputs of its stage
 // (as the stage runs on the reference's), within one ulp of emu and 1% of elements; timed.
 TEST(HipHyperConnection, FlashDimsMatchEmu) {
