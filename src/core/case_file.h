@@ -99,7 +99,4 @@ class CaseUpdate {
   H5Writer writer_;
 };
 
-// The direct children of an HDF5 group, sorted (defined in h5io.cpp; belongs in h5io.h).
-std::vector<std::string> h5_list_children(const std::string& file, const std::string& group);
-
 }  // namespace tdiff

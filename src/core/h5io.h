@@ -18,6 +18,8 @@ bool h5_exists(const std::string& file, const std::string& path);
 // bf16 is stored as uint16 with the attribute dtype="bf16" (HDF5 has no bf16 type).
 Tensor h5_read(const std::string& file, const std::string& path);
 std::map<std::string, std::string> h5_read_attrs(const std::string& file, const std::string& path);
+// The direct children of an HDF5 group, sorted.
+std::vector<std::string> h5_list_children(const std::string& file, const std::string& group);
 
 // An HDF5 file open for writing. Writes go to a temporary file beside `path`; commit()
 // renames it over `path` (atomic); destruction without commit() removes the temporary, so an
