@@ -6,7 +6,7 @@
 //   accumulator format, block partials added in order. Fixed reduction: y = round_out(total).
 //   Atomic reduction (split-K): K cut into 4 ranges of whole 8-deep MFMA steps, each range's
 //   partial rounded to `out` and atomically added (CAS, rounded to `out` per add) into y,
-//   which the launcher zeroes first; the order is whatever order the workgroups arrive in.
+//   which the launcher zeroes first (unless told the caller did); the order is whatever order the workgroups arrive in.
 // Tiles of 64x64 outputs per workgroup, 4x4 per thread, x and w tiles staged through LDS.
 // Grouped form (blockIdx.z = group g): x/w/y offset by g·{x,w,y}_stride elements; with a
 // row list, group g covers list[starts[g] .. starts[g+1]) and its row i reads x row
@@ -33,6 +33,7 @@ struct GemmGroups {
   const std::int32_t* d_starts = nullptr;  // [count + 1] offsets into the row list
   std::int32_t a_div = 1;                  // x row = list entry / a_div
   std::int64_t y_rows = 0;                 // atomic mode zeroes y_rows x ldy from y (0: M rows per group)
+  bool zero_output = true;                 // false: the caller zeroed y (atomic mode)
 };
 
 // M is the row count (with a row list: the largest group's size bound).

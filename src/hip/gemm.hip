@@ -10,9 +10,8 @@ namespace tdiff::hip {
 
 namespace {
 
-constexpr int kTile = 64;           // output rows and columns per workgroup
-constexpr int kKTile = 32;          // emu::kKBlock
-constexpr int kThreads = 256;       // 16 x 16 threads, 4 x 4 outputs each
+constexpr int kKTile = 32;           // emu::kKBlock
+constexpr int kThreads = 256;
 constexpr std::int64_t kSplits = 4;  // emu::kSplits
 constexpr std::int64_t kKStep = 8;   // emu::kKStep
 
@@ -29,34 +28,38 @@ struct Args {
   Fmt acc, out;
 };
 
-// kExact: the operands are 16-bit or fp8 values, whose products are exact in float, so an
-// FMA gives the same bits as emu's rounded product plus sum. kF32: accumulator float32.
-template <bool kExact, bool kF32, bool kAtomic>
+// A BM x BN output tile per workgroup of 256 threads, TM x TN outputs per thread; x and w
+// tiles of 32 k-steps staged through LDS (k-major, so a thread reads its TM / TN operands
+// contiguously). kExact: the operands are 16-bit or fp8 values, whose products are exact in
+// float, so an FMA gives the same bits as emu's rounded product plus sum. kF32: accumulator
+// float32.
+template <int BM, int BN, int TM, int TN, bool kExact, bool kF32, bool kAtomic>
 __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
-  __shared__ float xs[kKTile][kTile + 4];
-  __shared__ float ws[kKTile][kTile + 4];
-  __shared__ std::int64_t x_row[kTile], y_row[kTile];
+  static_assert((BM / TM) * (BN / TN) == kThreads && TN % 4 == 0, "one output block per thread");
+  __shared__ float xs[kKTile][BM + 4];
+  __shared__ float ws[kKTile][BN + 4];
+  __shared__ std::int64_t x_row[BM], y_row[BM];
 
   const std::int64_t g = kAtomic ? blockIdx.z / kSplits : blockIdx.z;
   const std::int64_t split = kAtomic ? blockIdx.z % kSplits : 0;
   std::int64_t rows = a.M, first = 0;
   if (a.rows) first = a.starts[g], rows = a.starts[g + 1] - first;
-  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * BM;
   if (row0 >= rows) return;
-  const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
-  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * BN;
+  const int tid = threadIdx.x, tx = tid % (BN / TN), ty = tid / (BN / TN);
 
-  if (tid < kTile) {
-    const std::int64_t r = row0 + tid;
+  for (int i = tid; i < BM; i += kThreads) {
+    const std::int64_t r = row0 + i;
     if (r < rows) {
       if (a.rows) {
         const std::int64_t e = a.rows[first + r];
-        x_row[tid] = e / a.a_div, y_row[tid] = e;
+        x_row[i] = e / a.a_div, y_row[i] = e;
       } else {
-        x_row[tid] = r, y_row[tid] = r;
+        x_row[i] = r, y_row[i] = r;
       }
     } else {
-      x_row[tid] = -1, y_row[tid] = -1;
+      x_row[i] = -1, y_row[i] = -1;
     }
   }
   const float* x = a.x + g * a.x_stride;
@@ -68,47 +71,55 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
     k0 = std::min(a.K, split * a.per_split);
     k1 = std::min(a.K, k0 + a.per_split);
   }
-  float total[4][4] = {};
+  // A thread's rows and columns: runs of 4 spread over the tile (float4-friendly, no LDS
+  // bank conflicts between neighbouring threads), or TM consecutive rows when TM < 4.
+  auto row_of = [&](int i) { return TM % 4 == 0 ? (i / 4) * (BM * 4 / TM) + ty * 4 + i % 4 : ty * TM + i; };
+  auto col_of = [&](int j) { return (j / 4) * (BN * 4 / TN) + tx * 4 + j % 4; };
+  float total[TM][TN] = {};
   __syncthreads();
   for (std::int64_t b0 = k0; b0 < k1; b0 += kKTile) {
-    for (int i = tid; i < kKTile * kTile; i += kThreads) {
+    for (int i = tid; i < kKTile * BM; i += kThreads) {
       const int r = i / kKTile, kk = i % kKTile;
-      const std::int64_t k = b0 + kk;
-      const bool kin = k < k1;
-      const std::int64_t xr = x_row[r];
-      xs[kk][r] = (kin && xr >= 0) ? x[xr * a.ldx + k] : 0.0f;
-      const std::int64_t o = col0 + r;
-      ws[kk][r] = (kin && o < a.O) ? w[o * a.K + k] : 0.0f;
+      const std::int64_t k = b0 + kk, xr = x_row[r];
+      xs[kk][r] = (k < k1 && xr >= 0) ? x[xr * a.ldx + k] : 0.0f;
+    }
+    for (int i = tid; i < kKTile * BN; i += kThreads) {
+      const int c = i / kKTile, kk = i % kKTile;
+      const std::int64_t k = b0 + kk, o = col0 + c;
+      ws[kk][c] = (k < k1 && o < a.O) ? w[o * a.K + k] : 0.0f;
     }
     __syncthreads();
-    float part[4][4] = {};
-#pragma unroll 8
+    // emu: the products of one 32-deep block summed in order into a fresh partial.
+    float part[TM][TN] = {};
+#pragma unroll 4
     for (int kk = 0; kk < kKTile; ++kk) {
-      float xv[4], wv[4];
+      float xv[TM], wv[TN];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) xv[i] = xs[kk][ty * 4 + i], wv[i] = ws[kk][tx * 4 + i];
+      for (int i = 0; i < TM; ++i) xv[i] = xs[kk][row_of(i)];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < TN; ++j) wv[j] = ws[kk][col_of(j)];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (kF32) part[i][j] = kExact ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]);
-          else part[i][j] = arith::round_fmt(kExact ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]), a.acc);
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const float v = kExact ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]);
+          part[i][j] = kF32 ? v : arith::round_fmt(v, a.acc);
         }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < TM; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) total[i][j] = kF32 ? total[i][j] + part[i][j] : arith::add_fmt(total[i][j], part[i][j], a.acc);
+      for (int j = 0; j < TN; ++j) total[i][j] = kF32 ? total[i][j] + part[i][j] : arith::add_fmt(total[i][j], part[i][j], a.acc);
     __syncthreads();
   }
   if (kAtomic && k0 >= k1) return;  // an empty split adds nothing
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::int64_t yr = y_row[ty * 4 + i];
+  for (int i = 0; i < TM; ++i) {
+    const std::int64_t yr = y_row[row_of(i)];
     if (yr < 0) continue;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const std::int64_t o = col0 + tx * 4 + j;
+    for (int j = 0; j < TN; ++j) {
+      const std::int64_t o = col0 + col_of(j);
       if (o >= a.O) continue;
       const float v = arith::round_fmt(total[i][j], a.out);
       if (kAtomic) atomic_add_fmt(&y[yr * a.ldy + o], v, a.out);
@@ -117,10 +128,18 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
   }
 }
 
+// Tile shapes: 128x128 for large products, 32x128 for short ones (the routed experts see a
+// few dozen rows per expert).
+template <int BM, int BN, int TM, int TN, bool kExact, bool kF32>
+void launch_tile(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream) {
+  const dim3 grid(blocks_for(a.O, BN), blocks_for(a.M, BM), static_cast<unsigned>(groups * (atomic ? kSplits : 1)));
+  if (atomic) gemm_kernel<BM, BN, TM, TN, kExact, kF32, true><<<grid, kThreads, 0, stream>>>(a);
+  else gemm_kernel<BM, BN, TM, TN, kExact, kF32, false><<<grid, kThreads, 0, stream>>>(a);
+}
 template <bool kExact, bool kF32>
-void launch(const Args& a, dim3 grid, bool atomic, hipStream_t stream) {
-  if (atomic) gemm_kernel<kExact, kF32, true><<<grid, kThreads, 0, stream>>>(a);
-  else gemm_kernel<kExact, kF32, false><<<grid, kThreads, 0, stream>>>(a);
+void launch(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream) {
+  if (a.M >= 96) launch_tile<128, 128, 8, 8, kExact, kF32>(a, groups, atomic, stream);
+  else launch_tile<32, 128, 2, 8, kExact, kF32>(a, groups, atomic, stream);
 }
 
 __global__ void operand_kernel(const float* src, float* dst, std::int64_t n, Fmt in) {
@@ -194,17 +213,17 @@ void gemm(const float* d_x, std::int64_t ldx, const float* d_w, float* d_y, std:
     // Zero every element the groups write: y_rows x ldy from d_y when given, else the M rows
     // of every group.
     const std::int64_t span = groups.y_rows ? groups.y_rows * ldy : (groups.count - 1) * groups.y_stride + M * ldy;
-    if (hipMemsetAsync(d_y, 0, static_cast<std::size_t>(span) * sizeof(float), stream) != hipSuccess)
+    if (groups.zero_output && hipMemsetAsync(d_y, 0, static_cast<std::size_t>(span) * sizeof(float), stream) != hipSuccess)
       check_kernel("gemm: zeroing the split-K output");
   }
-  const dim3 grid(blocks_for(O, kTile), blocks_for(M, kTile),
-                  static_cast<unsigned>(groups.count * (spec.atomic ? kSplits : 1)));
-  const bool exact = spec.in != Fmt::f32;
+  // Products of two 16-bit operands are exact in float; fp8 activations carry a float scale
+  // (amax/448), so their products are not, and take the rounded-product path.
+  const bool exact = spec.in == Fmt::bf16 || spec.in == Fmt::f16;
   const bool f32 = spec.acc == Fmt::f32;
-  if (exact && f32) launch<true, true>(a, grid, spec.atomic, stream);
-  else if (exact) launch<true, false>(a, grid, spec.atomic, stream);
-  else if (f32) launch<false, true>(a, grid, spec.atomic, stream);
-  else launch<false, false>(a, grid, spec.atomic, stream);
+  if (exact && f32) launch<true, true>(a, groups.count, spec.atomic, stream);
+  else if (exact) launch<true, false>(a, groups.count, spec.atomic, stream);
+  else if (f32) launch<false, true>(a, groups.count, spec.atomic, stream);
+  else launch<false, false>(a, groups.count, spec.atomic, stream);
   check_kernel("gemm");
 }
 

@@ -564,8 +564,12 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       if (!routed) {
         float* gu = r.scratch(N * 2 * I);
         float* h = r.scratch(N * I);
-        gemm(z, D, r.weight(0, mi), gu, 2 * I, N, D, I, gu_spec, cs);
-        gemm(z, D, r.weight(1, mi), gu + I, 2 * I, N, D, I, gu_spec, cs);
+        // gate and up side by side in one [N, 2I] buffer (zeroed once for atomic split-K)
+        GemmGroups side;
+        side.zero_output = false;
+        if (atomic) memset_async(gu, 0, static_cast<std::size_t>(N * 2 * I) * 4, cs);
+        gemm(z, D, r.weight(0, mi), gu, 2 * I, N, D, I, gu_spec, cs, side);
+        gemm(z, D, r.weight(1, mi), gu + I, 2 * I, N, D, I, gu_spec, cs, side);
         swiglu(gu, N, I, clip, limit, st, h, cs);
         gemm(operand(h, N, I, mi), I, r.weight(2, mi), y.f(), D, N, I, D, down_spec, cs);
         emit(std::move(y));

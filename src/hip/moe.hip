@@ -10,9 +10,9 @@ namespace {
 
 __device__ inline std::int64_t global_id() { return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 
-// exp/log1p in double rounded to float: the correctly rounded values of the host's expf and
-// log1pf (the device's single-precision versions may be an ulp off).
-__device__ inline float exp_f(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
+// expf as the host computes it (arith::exp_f32: glibc's algorithm on the device); log1p in
+// double rounded to float, the correctly rounded value (glibc's log1pf is within an ulp).
+__device__ inline float exp_f(float x) { return arith::exp_f32(x); }
 __device__ inline float log1p_f(float x) { return static_cast<float>(log1p(static_cast<double>(x))); }
 
 __global__ void scores_kernel(const float* logit, std::int64_t n, Fmt f, float* score) {

@@ -35,7 +35,7 @@ Outputs run_all(CaseSession& session, Backend& backend) {
   return out;
 }
 
-std::string case_for(const std::string& preset) {
+testing::CachedCase case_for(const std::string& preset) {
   return testing::cached_golden_case("gpu-" + preset, [&](const std::filesystem::path& dir) {
            ModelConfig c = synth_preset(preset);
            std::vector<std::vector<std::int64_t>> prompts;
@@ -46,7 +46,7 @@ std::string case_for(const std::string& preset) {
              prompts.push_back(ids);
            }
            testing::build_golden_case(dir, c, 11, prompts, len);
-         }).path;
+         });
 }
 
 struct Agreement {
@@ -75,7 +75,8 @@ Agreement agree(const Tensor& a, const Tensor& b) {
 }
 
 void compare_with_emu(const std::string& preset) {
-  CaseSession session = open_session(case_for(preset));
+  const auto cached = case_for(preset);
+  CaseSession session = open_session(cached.path, cached.model);
   const Policy policy = Policy::preset("fixed");
   emu::EmuBackend emu_b(policy, 1);
   hip::HipBackend hip_b(policy, 1);
@@ -107,7 +108,8 @@ TEST(Model, HipMatchesEmuTiny) { compare_with_emu("tiny"); }
 TEST(Model, HipMatchesEmuSmall) { compare_with_emu("small"); }
 
 TEST(Model, FixedRepeatsAtomicDiffers) {
-  CaseSession session = open_session(case_for("small"));
+  const auto cached = case_for("small");
+  CaseSession session = open_session(cached.path, cached.model);
   auto differing = [&](const std::string& preset) {
     hip::HipBackend a(Policy::preset(preset), 1), b(Policy::preset(preset), 1);
     const Outputs x = run_all(session, a), y = run_all(session, b);

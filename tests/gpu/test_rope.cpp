@@ -1,5 +1,7 @@
-// hip::rope_tables / rope_rotate against emu (bit-identical) for every angle format and YaRN
-// frequencies, against refcpu in float64, and two invariants: a rotation keeps each pair's
+// hip::rope_tables / rope_rotate against emu for every angle format and YaRN frequencies (the
+// angles bit-identical; cos/sin within one float ulp: the device's cos/sin of the same float
+// angle against glibc's cosf/sinf, which are not correctly rounded everywhere; the rotation
+// bit-identical given the same tables), against refcpu in float64, and two invariants: a rotation keeps each pair's
 // norm, and the inverse undoes it.
 #include "core/config.h"
 #include "emu/rope.h"
@@ -25,8 +27,8 @@ TEST(Rope, TablesAndRotationMatchEmuAndReference) {
       Dev<float> d_freq(freq), d_c(P * half), d_s(P * half);
       hip::rope_tables(d_pos.ptr(), P, d_freq.ptr(), half, angle, d_c.ptr(), d_s.ptr(), test_stream());
       const auto c = d_c.get(), s = d_s.get();
-      EXPECT_EQ(max_ulp_diff(c, c_emu), 0);
-      EXPECT_EQ(max_ulp_diff(s, s_emu), 0);
+      EXPECT_LE(max_ulp_diff(c, c_emu), 1);
+      EXPECT_LE(max_ulp_diff(s, s_emu), 1);
       if (angle == RopeAngle::f32) {  // against the float64 tables (the float32 angle dominates)
         const auto fr = refcpu::rope_frequencies(table, r);
         std::vector<double> cr(c.size()), sr(c.size());
@@ -40,7 +42,8 @@ TEST(Rope, TablesAndRotationMatchEmuAndReference) {
       for (std::int64_t i = 0; i < rows; ++i) trow[static_cast<std::size_t>(i)] = i / 3;
       for (bool inverse : {false, true}) {
         std::vector<float> y_emu(x.size());
-        emu::rope_rotate(x.data(), rows, width, r, c_emu.data(), s_emu.data(), trow.data(), inverse, Fmt::f32, y_emu.data());
+        // emu rotates with the device's tables, so the rotation itself must match bit for bit.
+        emu::rope_rotate(x.data(), rows, width, r, c.data(), s.data(), trow.data(), inverse, Fmt::f32, y_emu.data());
         Dev<float> d_x(x), d_y(rows * width);
         hip::rope_rotate(d_x.ptr(), rows, width, r, d_c.ptr(), d_s.ptr(), 3, P, inverse, Fmt::f32, d_y.ptr(), test_stream());
         const auto y = d_y.get();
