@@ -1,6 +1,7 @@
 // Synthetic models (core/synth.h): determinism, loadability, no degenerate tensors, and the
 // magnitudes that make attention and routing look like a trained model's.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <unistd.h>
 
@@ -140,6 +141,46 @@ TEST_F(SynthTest, TensorValuesDoNotDependOnOtherTensors) {
   }
   EXPECT_FALSE(b.has("model.layers.2.input_layernorm.weight"));
   EXPECT_EQ(b.metadata().at("format"), "pt");
+}
+
+TEST_F(SynthTest, LargeTensorsAreDrawnInParallelBlocksWithTheSameBytes) {
+  // A vocabulary of 270000 x 64 gives an embedding of 17.3M elements: above the 2^24-element
+  // block size, so it is drawn in two independent blocks on two threads. The bytes must not
+  // depend on the thread count, the file must equal synth_weight, the blocks must differ, and
+  // --outliers must still land in the rows and channels it names (one id in the second block).
+  ModelConfig c = synth_preset("tiny");
+  c.vocab_size = 270000;
+  c.truncate_layers(1);
+  omp_set_num_threads(1);
+  write_synth_model(c, 9, path("one"));
+  omp_set_num_threads(4);
+  write_synth_model(c, 9, path("four"));
+  SynthOptions opt;
+  opt.outliers = true;
+  write_synth_model(c, 9, path("outl"), {}, opt);
+  EXPECT_EQ(file_sha256(path("one/model.safetensors")), file_sha256(path("four/model.safetensors")));
+  const auto specs = expected_weights(c);
+  const std::string emb = "model.embed_tokens.weight";
+  const Tensor mem = synth_weight(c, emb, specs.at(emb), 9);
+  SafetensorsFile f(path("four/model.safetensors")), o(path("outl/model.safetensors"));
+  const Tensor disk = f.tensor(emb), witho = o.tensor(emb);
+  ASSERT_EQ(mem.nbytes(), disk.nbytes());
+  EXPECT_EQ(0, std::memcmp(mem.raw(), disk.raw(), mem.nbytes()));
+  const auto* v = reinterpret_cast<const float*>(disk.raw());
+  const std::int64_t block = std::int64_t{1} << 24;
+  EXPECT_NE(0, std::memcmp(v, v + block, 1000 * sizeof(float)));  // the second block is its own stream
+  const SynthOutliers so = synth_outliers(c, 9);
+  int placed = 0;
+  for (std::int64_t id : so.token_ids)
+    for (std::int64_t ch : so.channels) {
+      const std::int64_t at = id * c.hidden_size + ch;
+      EXPECT_GE(std::fabs(witho.value(at)), 90.0) << id << " " << ch;
+      placed += at >= block;
+    }
+  EXPECT_GT(placed, 0) << "no outlier in the second block: the test does not cover it";
+  std::int64_t changed = 0;
+  for (std::int64_t i = 0; i < disk.numel(); ++i) changed += disk.value(i) != witho.value(i);
+  EXPECT_EQ(changed, static_cast<std::int64_t>(so.token_ids.size() * so.channels.size()));
 }
 
 TEST_F(SynthTest, LoadsAndNothingIsDegenerate) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <random>
@@ -188,14 +189,20 @@ Init init_for(const ModelConfig& c, const std::string& name, const WeightSpec& s
   throw std::logic_error("synth: no initialisation rule for weight " + name);
 }
 
+// Float tensors above kBlock elements are drawn in independent blocks of kBlock elements, block b
+// from its own stream (seed, "name#b"), so the tens of GB of a V4-Flash-sized model are generated
+// on every core at once; smaller tensors (all of tiny and small) are one stream, as they always were.
+constexpr std::int64_t kBlock = std::int64_t{1} << 24;
+
 // Produces a tensor's values in order, in chunks of any size (the same values whatever the
-// chunking, so streaming to disk and synth_weight agree).
+// chunking, so streaming to disk and synth_weight agree); blocked tensors block by block.
 class WeightGen {
  public:
   WeightGen(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed,
             const SynthOptions& opt)
       : init_(init_for(c, name, spec)), rng_(seed, name), experts_(c.n_routed_experts),
-        row_(spec.shape.empty() ? 1 : spec.shape.back()), std_(portable_std(init_.std)) {
+        row_(spec.shape.empty() ? 1 : spec.shape.back()), std_(portable_std(init_.std)),
+        blocked_(init_.kind == Init::normal && shape_numel(spec.shape) > kBlock), seed_(seed), name_(name) {
     if (init_.kind == Init::tid2eid && row_ > experts_)
       throw std::logic_error("synth: tid2eid row wider than the expert count");
     if (opt.outliers && name == "model.embed_tokens.weight") outliers_ = synth_outliers(c, seed);
@@ -203,6 +210,17 @@ class WeightGen {
   DType dtype() const { return init_.kind == Init::tid2eid ? DType::i64 : DType::f32; }
   // Elements per indivisible group (a tid2eid row).
   std::int64_t group() const { return init_.kind == Init::tid2eid ? row_ : 1; }
+  bool blocked() const { return blocked_; }
+
+  // Block b (elements [b kBlock, b kBlock + n)) of a blocked tensor; independent of every other
+  // block, so blocks may be generated concurrently (const: no shared state).
+  void fill_block(std::int64_t b, std::byte* out, std::int64_t n) const {
+    Rng rng(seed_, fmt::format("{}#{}", name_, b));
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = static_cast<float>(std::max(init_.floor, init_.mean + std_ * rng.normal()));
+    place_outliers(v, b * kBlock);
+    std::memcpy(out, v.data(), static_cast<std::size_t>(n) * 4);
+  }
 
   void fill(std::byte* out, std::int64_t n) {
     if (init_.kind == Init::tid2eid) {
@@ -220,9 +238,14 @@ class WeightGen {
       std::memcpy(out, ids.data(), static_cast<std::size_t>(n) * 8);
       return;
     }
+    if (blocked_) {  // whole blocks, as write_model_file asks for them
+      for (std::int64_t done = 0; done < n; done += kBlock, pos_ += kBlock)
+        fill_block(pos_ / kBlock, out + done * 4, std::min(kBlock, n - done));
+      return;
+    }
     std::vector<float> v(static_cast<std::size_t>(n));
     for (auto& x : v) x = static_cast<float>(std::max(init_.floor, init_.mean + std_ * rng_.normal()));
-    place_outliers(v);
+    place_outliers(v, pos_);
     std::memcpy(out, v.data(), static_cast<std::size_t>(n) * 4);
     pos_ += n;
   }
@@ -230,10 +253,10 @@ class WeightGen {
  private:
   // Embedding rows of the outlier token ids: the outlier channels take their massive values
   // (the random draws stay consumed, so every other value is as without --outliers).
-  void place_outliers(std::vector<float>& v) const {
+  void place_outliers(std::vector<float>& v, std::int64_t pos) const {
     for (std::size_t i = 0; i < outliers_.token_ids.size(); ++i)
       for (std::size_t k = 0; k < outliers_.channels.size(); ++k) {
-        const std::int64_t at = outliers_.token_ids[i] * row_ + outliers_.channels[k] - pos_;
+        const std::int64_t at = outliers_.token_ids[i] * row_ + outliers_.channels[k] - pos;
         if (at < 0 || at >= static_cast<std::int64_t>(v.size())) continue;
         // +-10% per token id, from the id and channel alone (chunking never changes it).
         const std::uint64_t h = splitmix64(static_cast<std::uint64_t>(outliers_.token_ids[i] * 131 + outliers_.channels[k]));
@@ -256,6 +279,9 @@ class WeightGen {
   std::int64_t experts_;
   std::int64_t row_;
   double std_;
+  bool blocked_;
+  std::uint64_t seed_;
+  std::string name_;
   SynthOutliers outliers_;  // empty unless --outliers and this is the embedding
   std::int64_t pos_ = 0;    // elements produced so far
 };
@@ -271,6 +297,20 @@ void write_all(int fd, const void* p, std::size_t n, const std::string& path) {
       input_error("{}: write failed ({})", path, errno_text());
     }
     c += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void pwrite_all(int fd, const void* p, std::size_t n, std::uint64_t offset, const std::string& path) {
+  const auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, c, n, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      input_error("{}: write failed ({})", path, errno_text());
+    }
+    c += w;
+    offset += static_cast<std::uint64_t>(w);
     n -= static_cast<std::size_t>(w);
   }
 }
@@ -314,22 +354,68 @@ void write_model_file(const ModelConfig& c, std::uint64_t seed, const fs::path& 
   try {
     write_all(fd, len, 8, ps);
     write_all(fd, text.data(), text.size(), ps);
-    constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements per chunk
-    std::vector<std::byte> buf;
+    // Work items: a whole unblocked tensor (one stream, written in chunks) or one block of a
+    // blocked tensor; items run on all threads, each writing at its own offset.
+    struct Item {
+      std::size_t spec;
+      std::int64_t block;  // -1: the whole (unblocked) tensor
+      std::uint64_t offset;
+    };
+    std::vector<std::pair<std::string, WeightSpec>> list(specs.begin(), specs.end());
+    std::vector<Item> items;
+    std::uint64_t at_byte = 8 + text.size();
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const auto& spec = list[i].second;
+      const std::int64_t total = shape_numel(spec.shape);
+      const std::size_t es = spec.integer ? 8 : 4;
+      if (!spec.integer && total > kBlock)
+        for (std::int64_t b = 0; b * kBlock < total; ++b)
+          items.push_back({i, b, at_byte + static_cast<std::uint64_t>(b * kBlock) * es});
+      else
+        items.push_back({i, -1, at_byte});
+      at_byte += static_cast<std::uint64_t>(total) * es;
+    }
+    constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements per chunk of an unblocked tensor
     std::uint64_t done = 0;
-    for (const auto& [name, spec] : specs) {
-      WeightGen gen(c, name, spec, seed, opt);
-      const std::int64_t total = shape_numel(spec.shape), step = std::max(kChunk / gen.group(), std::int64_t{1}) * gen.group();
-      const std::size_t es = dtype_size(gen.dtype());
-      for (std::int64_t at = 0; at < total; at += step) {
-        const std::int64_t n = std::min(step, total - at);
-        buf.resize(static_cast<std::size_t>(n) * es);
-        gen.fill(buf.data(), n);
-        write_all(fd, buf.data(), buf.size(), ps);
-        done += buf.size();
-        if (progress) progress(done, offset);
+    std::exception_ptr failure;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::size_t w = 0; w < items.size(); ++w) {
+      try {
+        const Item& item = items[w];
+        const auto& [name, spec] = list[item.spec];
+        WeightGen gen(c, name, spec, seed, opt);
+        const std::int64_t total = shape_numel(spec.shape);
+        const std::size_t es = dtype_size(gen.dtype());
+        std::vector<std::byte> buf;
+        auto wrote = [&](std::size_t bytes) {
+#pragma omp critical(tdiff_synth_progress)
+          {
+            done += bytes;
+            if (progress) progress(done, offset);
+          }
+        };
+        if (item.block >= 0) {
+          const std::int64_t n = std::min(kBlock, total - item.block * kBlock);
+          buf.resize(static_cast<std::size_t>(n) * es);
+          gen.fill_block(item.block, buf.data(), n);
+          pwrite_all(fd, buf.data(), buf.size(), item.offset, ps);
+          wrote(buf.size());
+          continue;
+        }
+        const std::int64_t step = std::max(kChunk / gen.group(), std::int64_t{1}) * gen.group();
+        for (std::int64_t at = 0; at < total; at += step) {
+          const std::int64_t n = std::min(step, total - at);
+          buf.resize(static_cast<std::size_t>(n) * es);
+          gen.fill(buf.data(), n);
+          pwrite_all(fd, buf.data(), buf.size(), item.offset + static_cast<std::uint64_t>(at) * es, ps);
+          wrote(buf.size());
+        }
+      } catch (...) {
+#pragma omp critical(tdiff_synth_failure)
+        if (!failure) failure = std::current_exception();
       }
     }
+    if (failure) std::rethrow_exception(failure);
     if (::fsync(fd) != 0) input_error("{}: fsync failed ({})", ps, errno_text());
   } catch (...) {
     ::close(fd);
