@@ -127,6 +127,24 @@ TEST_F(RefCpuModel, BitIdenticalForAnyThreadCountAndAcrossRuns) {
   }
 }
 
+// A weight cache smaller than the model (as for a V4-Flash-sized layer) evicts converted
+// weights between stages and converts them again when needed: the same bits.
+TEST_F(RefCpuModel, ASmallWeightCacheGivesTheSameBits) {
+  const Batch b = batch({prompt(24, 5)}, 0, false);
+  const TensorMap full = run(b);
+  const std::size_t saved = weights_->budget();
+  weights_->set_budget(64 * 1024);  // a few of tiny's tensors at a time
+  weights_->trim();
+  const TensorMap small = run(b);
+  EXPECT_LE(weights_->cached_bytes(), std::size_t{64 * 1024});
+  weights_->set_budget(saved);
+  for (const auto& [key, t] : full) {
+    const Tensor& u = small.at(key);
+    ASSERT_EQ(t.nbytes(), u.nbytes()) << key;
+    ASSERT_EQ(0, std::memcmp(t.raw(), u.raw(), t.nbytes())) << key;
+  }
+}
+
 TEST_F(RefCpuModel, OutputsAreFiniteAndNotDegenerate) {
   const TensorMap out = run(batch({prompt(40, 5)}, 0, false));
   const Tensor& logits = out.at("lm_head/logits");

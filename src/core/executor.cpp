@@ -109,6 +109,7 @@ void execute(const std::vector<Stage>& stages, const std::function<Backend&(cons
       env[key] = std::move(out[k]);
       producer[key] = made_by;
     }
+    ctx.weights.trim();  // between stages no backend holds a reference into the weight cache
     if (!keep_all)
       for (const auto& in : s.inputs) {
         auto key = in.key();

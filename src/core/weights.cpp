@@ -1,6 +1,9 @@
 #include "core/weights.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -70,8 +73,23 @@ std::map<std::string, WeightSpec> expected_weights(const ModelConfig& c) {
   return w;
 }
 
+namespace {
+std::size_t default_weight_budget() {
+  if (const char* gb = std::getenv("TDIFF_WEIGHT_CACHE_GB")) {
+    char* end = nullptr;
+    const double v = std::strtod(gb, &end);
+    if (end == gb || *end != '\0' || !(v > 0))
+      input_error("TDIFF_WEIGHT_CACHE_GB: '{}' is not a positive number of GB", gb);
+    return static_cast<std::size_t>(v * 1e9);
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 2
+                               : std::size_t{8} << 30;
+}
+}  // namespace
+
 WeightStore::WeightStore(const std::string& dir, const ModelConfig& c)
-    : weights_(dir), specs_(expected_weights(c)) {
+    : weights_(dir), specs_(expected_weights(c)), budget_(default_weight_budget()) {
   for (const auto& [name, spec] : specs_) {
     if (!weights_.has(name)) input_error("{}: weight '{}' is missing (the config needs it)", dir, name);
     const TensorInfo& info = weights_.info(name);
@@ -93,24 +111,48 @@ WeightStore::WeightStore(const std::string& dir, const ModelConfig& c)
   }
 }
 
+const Tensor& WeightStore::remember(const std::string& name, Tensor t) {
+  bytes_ += t.nbytes();
+  Entry& e = cache_.emplace(name, Entry{std::move(t), 0}).first->second;
+  e.used = ++tick_;
+  return e.tensor;
+}
+
 const Tensor& WeightStore::f64(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = cache_.find(name);
-  if (it != cache_.end()) return it->second;
+  if (it != cache_.end()) {
+    it->second.used = ++tick_;
+    return it->second.tensor;
+  }
   if (!specs_.count(name)) throw std::logic_error("weight not in the model spec: " + name);
   Tensor t = weights_.tensor(name);
   Tensor out = t.dtype() == DType::f64 ? t.clone() : t.to(DType::f64);
   for (double v : out.span<const double>())
     if (!std::isfinite(v)) input_error("{}: weight '{}' holds a non-finite value", weights_.dir(), name);
-  return cache_.emplace(name, std::move(out)).first->second;
+  return remember(name, std::move(out));
 }
 
 const Tensor& WeightStore::i64(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = cache_.find(name);
-  if (it != cache_.end()) return it->second;
+  if (it != cache_.end()) {
+    it->second.used = ++tick_;
+    return it->second.tensor;
+  }
   Tensor t = weights_.tensor(name);
-  return cache_.emplace(name, t.dtype() == DType::i64 ? t.clone() : t.to(DType::i64)).first->second;
+  return remember(name, t.dtype() == DType::i64 ? t.clone() : t.to(DType::i64));
+}
+
+void WeightStore::trim() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (bytes_ > budget_ && !cache_.empty()) {
+    auto oldest = cache_.begin();
+    for (auto it = cache_.begin(); it != cache_.end(); ++it)
+      if (it->second.used < oldest->second.used) oldest = it;
+    bytes_ -= oldest->second.tensor.nbytes();
+    cache_.erase(oldest);
+  }
 }
 
 }  // namespace tdiff

@@ -24,14 +24,33 @@ class WeightStore {
   // a suitable dtype; throws InputError naming the file and the tensor otherwise.
   WeightStore(const std::string& dir, const ModelConfig& c);
   const ModelWeights& files() const { return weights_; }
-  // The parameter as float64 (integer tensors as i64), converted on first use.
+  // The parameter as float64 (integer tensors as i64), converted on first use. The reference
+  // stays valid until the next trim().
   const Tensor& f64(const std::string& name);
   const Tensor& i64(const std::string& name);
 
+  // Drops the least recently used converted tensors until the cache holds at most its budget.
+  // The executor calls it between stages, when no stage holds a reference: a float64 copy of a
+  // V4-Flash-sized layer is ~52 GB, so a 2-layer model would not fit in memory otherwise.
+  void trim();
+  // Budget in bytes: TDIFF_WEIGHT_CACHE_GB if set, else half of the physical memory.
+  std::size_t budget() const { return budget_; }
+  void set_budget(std::size_t bytes) { budget_ = bytes; }
+  std::size_t cached_bytes() const { return bytes_; }
+
  private:
+  struct Entry {
+    Tensor tensor;
+    std::uint64_t used = 0;  // tick of the last access
+  };
+  const Tensor& remember(const std::string& name, Tensor t);
+
   ModelWeights weights_;
   std::map<std::string, WeightSpec> specs_;
-  std::map<std::string, Tensor> cache_;
+  std::map<std::string, Entry> cache_;
+  std::uint64_t tick_ = 0;
+  std::size_t bytes_ = 0;
+  std::size_t budget_;
   std::mutex mutex_;
 };
 
