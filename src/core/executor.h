@@ -22,7 +22,9 @@ struct ExecutorHooks {
 
 // Runs stages [0, stages.size()); `backend_for` picks the backend per stage. `env` holds the
 // inputs ("inputs/*") and receives every output. Tensors no later stage reads are dropped
-// from env unless `keep_all` is set.
+// from env (and released by the backend that made them) unless `keep_all` is set. Outputs
+// of a backend with deferred_outputs() reach on_stage after its finish(): before another
+// backend runs, when 2 GiB of outputs wait, and at the end (their order is kept).
 void execute(const std::vector<Stage>& stages, const std::function<Backend&(const Stage&)>& backend_for,
              RunContext& ctx, TensorMap& env, const ExecutorHooks& hooks = {}, bool keep_all = false);
 
