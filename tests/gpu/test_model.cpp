@@ -16,13 +16,16 @@
 #include "emu/emu_backend.h"
 #include "emu_case.h"
 #include "hip/hip_backend.h"
+#include "refcpu/refcpu_backend.h"
 
 namespace tdiff {
 namespace {
 
 using Outputs = std::map<std::string, Tensor>;
 
-Outputs run_all(CaseSession& session, Backend& backend) {
+// Every output of a run; with `reference`, every third stage runs there instead (a mixed run
+// as the bisector makes: the candidate uploads the reference's tensors and vice versa).
+Outputs run_all(CaseSession& session, Backend& backend, Backend* reference = nullptr) {
   RunContext ctx = session.context();
   TensorMap env;
   put_inputs(session.info.batch, env);
@@ -31,7 +34,9 @@ Outputs run_all(CaseSession& session, Backend& backend) {
   hooks.on_stage = [&](const Stage& s, std::size_t, const std::vector<Tensor>& o) {
     for (std::size_t k = 0; k < o.size(); ++k) out[s.name + "/" + s.outputs[k]] = o[k].clone();
   };
-  execute(session.stages, [&](const Stage&) -> Backend& { return backend; }, ctx, env, hooks);
+  execute(session.stages, [&](const Stage& s) -> Backend& {
+    return reference && (&s - session.stages.data()) % 3 == 1 ? *reference : backend;
+  }, ctx, env, hooks);
   return out;
 }
 
@@ -74,16 +79,18 @@ Agreement agree(const Tensor& a, const Tensor& b) {
   return g;
 }
 
-void compare_with_emu(const std::string& preset) {
+void compare_with_emu(const std::string& preset, bool mixed = false) {
   const auto cached = case_for(preset);
   CaseSession session = open_session(cached.path, cached.model);
   const Policy policy = Policy::preset("fixed");
   emu::EmuBackend emu_b(policy, 1);
   hip::HipBackend hip_b(policy, 1);
-  const Outputs e = run_all(session, emu_b), h = run_all(session, hip_b);
+  refcpu::RefCpuBackend ref;
+  Backend* r = mixed ? &ref : nullptr;
+  const Outputs e = run_all(session, emu_b, r), h = run_all(session, hip_b, r);
   ASSERT_EQ(e.size(), h.size());
-  std::printf("hip vs emu, %s, policy fixed (%zu tensors)\n%-34s %12s %12s %10s %8s\n", preset.c_str(), e.size(), "tensor",
-              "cosine", "max_abs", "scale", "bf16ulp");
+  std::printf("hip vs emu, %s, policy fixed%s (%zu tensors)\n%-34s %12s %12s %10s %8s\n", preset.c_str(),
+              mixed ? ", every third stage on refcpu" : "", e.size(), "tensor", "cosine", "max_abs", "scale", "bf16ulp");
   double worst_cos = 1, worst_ulp = 0;
   for (const auto& s : session.stages)
     for (const auto& t : s.outputs) {
@@ -106,6 +113,8 @@ void compare_with_emu(const std::string& preset) {
 
 TEST(Model, HipMatchesEmuTiny) { compare_with_emu("tiny"); }
 TEST(Model, HipMatchesEmuSmall) { compare_with_emu("small"); }
+// Mixed runs (the bisector's): hip reads refcpu's float64 tensors and refcpu reads hip's.
+TEST(Model, MixedWithReferenceMatchesEmu) { compare_with_emu("small", true); }
 
 TEST(Model, FixedRepeatsAtomicDiffers) {
   const auto cached = case_for("small");
