@@ -70,6 +70,7 @@ void run_run(RunCmd c) {
   info.thresholds = thresholds.defaults;
   EnvRecord env = capture_env(c.cand.backend, policy.describe(), process_command_line());
   env.extra["seed"] = std::to_string(c.cand.seed);
+  for (const auto& [k, v] : candidate->environment()) env.extra[k] = v;
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
   c.report.emit(r.diff, info);
 

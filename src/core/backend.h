@@ -1,6 +1,7 @@
 #pragma once
 // A backend implements operator kinds; the executor hands it one stage at a time.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,9 @@ class Backend {
   // No later stage reads `key` ("<stage>/<tensor>", an output of this backend): a backend
   // that keeps device copies of its outputs may free that one.
   virtual void release(const std::string& key) {}
+  // Facts about the device for the run's environment record (GPU name and arch, driver and
+  // runtime versions, ...); empty for CPU backends.
+  virtual std::map<std::string, std::string> environment() const { return {}; }
 };
 
 }  // namespace tdiff

@@ -79,6 +79,21 @@ void HipBackend::finish() {
 
 void HipBackend::release(const std::string& key) { dev_.erase(key); }
 
+std::map<std::string, std::string> HipBackend::environment() const {
+#if defined(TDIFF_HIP_NV)
+  const char* platform = "CUDA (hip names mapped by src/hip/vendor.h)";
+#else
+  const char* platform = "HIP/ROCm";
+#endif
+  return {{"gpu", info_.name},
+          {"gpu_arch", info_.arch},
+          {"gpu_memory_bytes", std::to_string(info_.total_bytes)},
+          {"gpu_driver", std::to_string(info_.driver)},
+          {"gpu_runtime", std::to_string(info_.runtime)},
+          {"gpu_platform", platform},
+          {"gpu_wave_size", std::to_string(info_.wave_size)}};
+}
+
 std::vector<std::pair<std::string, double>> HipBackend::stage_ms() const {
   std::vector<std::pair<std::string, double>> out;
   for (const auto& [name, ev] : timing_events_) out.emplace_back(name, event_ms(ev.first, ev.second));

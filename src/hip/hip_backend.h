@@ -35,6 +35,8 @@ class HipBackend final : public Backend {
   void release(const std::string& key) override;
 
   const DeviceInfo& device() const { return info_; }
+  // gpu, gpu_arch, gpu_memory_bytes, gpu_driver, gpu_runtime, gpu_platform, gpu_wave_size.
+  std::map<std::string, std::string> environment() const override;
   // Which stages' outputs are copied to the host (default: all). A stage left out returns
   // undefined host tensors: only for runs where this backend runs every stage and nothing
   // reads those outputs on the host (the capture-overhead benchmark).
