@@ -210,7 +210,6 @@ class WeightGen {
   DType dtype() const { return init_.kind == Init::tid2eid ? DType::i64 : DType::f32; }
   // Elements per indivisible group (a tid2eid row).
   std::int64_t group() const { return init_.kind == Init::tid2eid ? row_ : 1; }
-  bool blocked() const { return blocked_; }
 
   // Block b (elements [b kBlock, b kBlock + n)) of a blocked tensor; independent of every other
   // block, so blocks may be generated concurrently (const: no shared state).
@@ -238,7 +237,7 @@ class WeightGen {
       std::memcpy(out, ids.data(), static_cast<std::size_t>(n) * 8);
       return;
     }
-    if (blocked_) {  // whole blocks, as write_model_file asks for them
+    if (blocked_) {  // from a block boundary on (synth_weight asks for the whole tensor)
       for (std::int64_t done = 0; done < n; done += kBlock, pos_ += kBlock)
         fill_block(pos_ / kBlock, out + done * 4, std::min(kBlock, n - done));
       return;
