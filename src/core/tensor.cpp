@@ -81,6 +81,11 @@ Tensor Tensor::to(DType dtype) const {
   const std::int64_t n = numel();
   const bool to_int = !is_float(dtype);
   const std::size_t es = dtype_size(dtype);
+  if (!to_int) {  // cannot throw: elementwise on every thread (a V4-Flash layer is 10^10 elements)
+#pragma omp parallel for schedule(static) if (n > (std::int64_t{1} << 20))
+    for (std::int64_t i = 0; i < n; ++i) store(out.data_ + static_cast<std::size_t>(i) * es, dtype, value(i));
+    return out;
+  }
   for (std::int64_t i = 0; i < n; ++i) {
     double v = value(i);
     if (to_int && !std::isfinite(v))

@@ -128,8 +128,12 @@ const Tensor& WeightStore::f64(const std::string& name) {
   if (!specs_.count(name)) throw std::logic_error("weight not in the model spec: " + name);
   Tensor t = weights_.tensor(name);
   Tensor out = t.dtype() == DType::f64 ? t.clone() : t.to(DType::f64);
-  for (double v : out.span<const double>())
-    if (!std::isfinite(v)) input_error("{}: weight '{}' holds a non-finite value", weights_.dir(), name);
+  const double* v = out.data<double>();
+  const std::int64_t n = out.numel();
+  bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (n > (std::int64_t{1} << 20))
+  for (std::int64_t i = 0; i < n; ++i) finite = finite && std::isfinite(v[i]);
+  if (!finite) input_error("{}: weight '{}' holds a non-finite value", weights_.dir(), name);
   return remember(name, std::move(out));
 }
 
