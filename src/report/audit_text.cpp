@@ -14,15 +14,7 @@ namespace tdiff {
 
 namespace {
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
+using report::csv_field;
 
 nlohmann::json number(double v) {
   if (std::isfinite(v)) return v;

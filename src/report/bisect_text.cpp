@@ -17,15 +17,7 @@ namespace {
 
 using report::num;
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
+using report::csv_field;
 
 std::string full(double v) { return num(v, "{}"); }
 

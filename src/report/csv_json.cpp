@@ -13,16 +13,7 @@ namespace tdiff {
 
 namespace {
 
-// RFC 4180: quote fields holding a comma, quote or newline; double the quotes.
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
+using report::csv_field;
 
 // Shortest text that reads back to the same double ("nan", "inf" for the others).
 std::string full(double v) { return report::num(v, "{}"); }

@@ -24,6 +24,8 @@ std::vector<StageSummary> summarize_stages(const CompareResult& r);
 // Rows ordered worst first (verdict, then relative L2 error / mismatch share); at most n,
 // and only rows with an error at all.
 std::vector<std::size_t> worst_rows(const CompareResult& r, std::size_t n);
+// RFC 4180: a CSV field, quoted when it holds a comma, quote or newline (quotes doubled).
+std::string csv_field(const std::string& s);
 // A scale-free error for ranking: rel_l2 for floats, mismatch share for exact tensors.
 double row_error(const TensorDiff& d);
 std::string error_text(const TensorDiff& d);  // "rel_l2 0.012" or "3.1% differ"
