@@ -154,20 +154,11 @@ std::string render_audit_json(const AuditResult& r, const RunInfo& info) {
 }
 
 std::vector<std::string> write_audit_reports(const std::string& dir, const AuditResult& r, const RunInfo& info) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) input_error("cannot create report folder {}: {}", dir, ec.message());
-  const std::vector<std::pair<std::string, std::string>> files = {
-      {"audit.csv", render_audit_csv(r)},
-      {"audit.json", render_audit_json(r, info)},
-      {"audit.html", render_audit_html(r, info)},
-  };
-  std::vector<std::string> paths;
-  for (const auto& [name, content] : files) {
-    paths.push_back((std::filesystem::path(dir) / name).string());
-    write_file_atomic(paths.back(), content);
-  }
-  return paths;
+  return write_report_files(dir, {
+                                     {"audit.csv", render_audit_csv(r)},
+                                     {"audit.json", render_audit_json(r, info)},
+                                     {"audit.html", render_audit_html(r, info)},
+                                 });
 }
 
 }  // namespace tdiff

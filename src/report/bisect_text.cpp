@@ -272,19 +272,11 @@ std::string render_bisect_json(const BisectReport& r) {
 }
 
 std::vector<std::string> write_bisect_reports(const std::string& dir, const BisectReport& r) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) input_error("cannot create report folder {}: {}", dir, ec.message());
   std::vector<std::pair<std::string, std::string>> files = {
       {"bisect.html", render_bisect_html(r)}, {"bisect.json", render_bisect_json(r)}, {"trace.csv", render_trace_csv(r)}};
   if (r.isolation) files.emplace_back("isolation.csv", render_isolation_csv(*r.isolation));
   if (r.attribution) files.emplace_back("attribution.csv", render_attribution_csv(*r.attribution));
-  std::vector<std::string> paths;
-  for (const auto& [name, content] : files) {
-    paths.push_back((std::filesystem::path(dir) / name).string());
-    write_file_atomic(paths.back(), content);
-  }
-  return paths;
+  return write_report_files(dir, files);
 }
 
 }  // namespace tdiff

@@ -17,21 +17,7 @@ std::string opt_num(const std::optional<double>& v, const char* spec) { return v
 
 std::string cosine_cell(const std::optional<double>& v) { return v ? report::cosine_text(*v) : "-"; }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        if (static_cast<unsigned char>(c) >= 0x20 || c == '\n' || c == '\t') out += c;
-    }
-  }
-  return out;
-}
+using report::xml_escape;
 
 std::string determinism_text(const CiRow& r) {
   if (r.runs < 2) return "not checked";

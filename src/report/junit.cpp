@@ -8,22 +8,7 @@ namespace tdiff {
 
 namespace {
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 forbids most control characters even when escaped.
-        if (static_cast<unsigned char>(c) >= 0x20 || c == '\n' || c == '\t') out += c;
-    }
-  }
-  return out;
-}
+using report::xml_escape;
 
 std::string tensor_line(const TensorDiff& d) {
   return fmt::format("{} {}: {} cosine={} max_abs={} rmse={} rel_l2={}{}", verdict_name(d.verdict), d.key(),

@@ -32,6 +32,10 @@ std::vector<std::string> write_reports(const std::string& dir, const CompareResu
 
 // Writes `content` to a temporary file beside `path` and renames it over `path`.
 void write_file_atomic(const std::string& path, const std::string& content);
+// Creates `dir` (InputError when it cannot) and writes each (file name, content) into it
+// atomically; returns the paths written.
+std::vector<std::string> write_report_files(const std::string& dir,
+                                            const std::vector<std::pair<std::string, std::string>>& files);
 
 // One row per tensor; the header starts "stage,tensor,cosine,max_abs,rmse,rel_l2,verdict"
 // (stable for users' scripts), the other metrics follow. Tensors present on one side only

@@ -42,5 +42,7 @@ std::string group_name(const std::string& stage);
 std::string num(double v, const char* spec = "{:.3g}");
 std::string cosine_text(double c);  // 7 decimals; "1" when exactly 1, "1-2.0e-09" when closer
 std::string html_escape(const std::string& s);
+// XML text and attribute values; drops the control characters XML 1.0 forbids even escaped.
+std::string xml_escape(const std::string& s);
 
 }  // namespace tdiff::report

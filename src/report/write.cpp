@@ -36,23 +36,26 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   }
 }
 
-std::vector<std::string> write_reports(const std::string& dir, const CompareResult& r, const RunInfo& info) {
+std::vector<std::string> write_report_files(const std::string& dir,
+                                            const std::vector<std::pair<std::string, std::string>>& files) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) input_error("cannot create report folder {}: {}", dir, ec.message());
-  const std::filesystem::path d(dir);
-  const std::vector<std::pair<std::string, std::string>> files = {
-      {"report.csv", render_csv(r)},
-      {"report.json", render_json(r, info)},
-      {"junit.xml", render_junit(r, info)},
-      {"report.html", render_html(r, info)},
-  };
   std::vector<std::string> paths;
   for (const auto& [name, content] : files) {
-    paths.push_back((d / name).string());
+    paths.push_back((std::filesystem::path(dir) / name).string());
     write_file_atomic(paths.back(), content);
   }
   return paths;
+}
+
+std::vector<std::string> write_reports(const std::string& dir, const CompareResult& r, const RunInfo& info) {
+  return write_report_files(dir, {
+                                     {"report.csv", render_csv(r)},
+                                     {"report.json", render_json(r, info)},
+                                     {"junit.xml", render_junit(r, info)},
+                                     {"report.html", render_html(r, info)},
+                                 });
 }
 
 }  // namespace tdiff
