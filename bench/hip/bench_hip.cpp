@@ -4,7 +4,8 @@
 // every stage output to the host (all stages tapped) and of one that copies none, and their
 // ratio (the capture overhead). Writes a JSON file with the numbers.
 //
-//   bench_hip CASE [--model DIR] [--policy fixed] [--runs 3] [-o bench_hip.json]
+//   bench_hip CASE [--model DIR] [--policy fixed] [--set PATTERN:knob=value ...] [--runs 3] [-o bench_hip.json]
+// (TDIFF_HIP_MATRIX_CORES=0 in the environment: every GEMM on the vector ALU.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +34,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::string case_path, model, policy_name = "fixed", out = "bench_hip.json";
+  std::vector<std::string> sets;
   int runs = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -45,18 +47,23 @@ int main(int argc, char** argv) {
     };
     if (a == "--model") model = next();
     else if (a == "--policy") policy_name = next();
+    else if (a == "--set") sets.push_back(next());
     else if (a == "--runs") runs = std::stoi(next());
     else if (a == "-o") out = next();
     else case_path = a;
   }
   if (case_path.empty()) {
-    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--runs 3] [-o out.json]\n");
+    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--set SPEC ...] [--runs 3] [-o out.json]\n");
     return 2;
   }
   try {
     CaseSession session = open_session(case_path, model);
     RunContext ctx = session.context();
-    hip::HipBackend hip_b(Policy::load(policy_name), 1);
+    Policy policy = Policy::load(policy_name);
+    for (const auto& spec : sets) policy.add_set(spec);
+    policy.validate(session.stages);
+    const std::string policy_label = policy.describe();
+    hip::HipBackend hip_b(policy, 1);
     auto run_once = [&](bool capture) {
       hip_b.set_capture([capture](const Stage&) { return capture; });
       TensorMap env;
@@ -93,7 +100,9 @@ int main(int argc, char** argv) {
     for (const auto& [cls, ms] : by_class) std::printf("  %-26s %10.3f ms\n", cls.c_str(), ms);
     std::printf("\n%s on %s (%s), %lld x %lld tokens, policy %s\n", case_path.c_str(), hip_b.device().name.c_str(),
                 hip_b.device().arch.c_str(), static_cast<long long>(session.info.batch.rows()),
-                static_cast<long long>(session.info.batch.seq()), policy_name.c_str());
+                static_cast<long long>(session.info.batch.seq()), policy_label.c_str());
+    const auto env = hip_b.environment();
+    std::printf("GEMMs: %s\n", env.at("gpu_gemm").c_str());
     std::printf("warm-up (weights upload + quantization): %.1f ms\n", warm);
     std::printf("prefill, all stages tapped (outputs copied to the host): %.2f ms (median of %d)\n", t_all, runs);
     std::printf("prefill, no stage tapped:                                 %.2f ms (median of %d)\n", t_none, runs);
@@ -103,7 +112,8 @@ int main(int argc, char** argv) {
     j["case"] = case_path;
     j["device"] = hip_b.device().name;
     j["arch"] = hip_b.device().arch;
-    j["policy"] = policy_name;
+    j["policy"] = policy_label;
+    j["gemm"] = env.at("gpu_gemm");
     j["tokens"] = session.info.batch.rows() * session.info.batch.seq();
     j["warmup_ms"] = warm;
     j["prefill_all_tapped_ms"] = all;

@@ -7,12 +7,19 @@
 //   Atomic reduction (split-K): K cut into 4 ranges of whole 8-deep MFMA steps, each range's
 //   partial rounded to `out` and atomically added (CAS, rounded to `out` per add) into y,
 //   which the launcher zeroes first (unless told the caller did); the order is whatever order the workgroups arrive in.
-// Tiles of 64x64 outputs per workgroup, 4x4 per thread, x and w tiles staged through LDS.
+// Vector-ALU kernel: tiles of 128x128 (32x128 for short products) per workgroup, 8x8 (2x8)
+// per thread, x and w tiles staged through LDS. Matrix-core kernel (spec.matrix_cores, for
+// bf16/fp16 operands, float accumulator, fixed reduction): the same 32-deep blocks, each
+// summed by two 16-deep matrix products into fresh accumulators and then added to the
+// total in float; inside a 16-deep product the hardware's summation order applies, so the
+// result can differ from emu's sequential sum by a few float ulps (and then by one ulp of
+// the output format where the sum lies next to a rounding boundary).
 // Grouped form (blockIdx.z = group g): x/w/y offset by g·{x,w,y}_stride elements; with a
 // row list, group g covers list[starts[g] .. starts[g+1]) and its row i reads x row
 // list[..+i] / a_div and writes y row list[..+i] (the routed experts: tokens gathered per
 // expert). All pointers are device pointers; launch errors throw std::runtime_error.
 #include <cstdint>
+#include <string>
 
 #include "emu/arith.h"
 #include "hip/stream_fwd.h"
@@ -24,7 +31,14 @@ struct GemmSpec {
   arith::Fmt acc = arith::Fmt::f32;   // accumulator
   arith::Fmt out = arith::Fmt::bf16;  // stored result
   bool atomic = false;                // split-K with real atomics
+  // 16-bit operands with a float accumulator and fixed reduction run on the matrix cores
+  // (MFMA / tensor cores) when true; false keeps the vector-ALU kernel, bit-identical to emu.
+  bool matrix_cores = false;
 };
+
+// Whether the device has the matrix instructions the matrix-core path uses (gfx90a, gfx908,
+// gfx94x; every NVIDIA architecture this project builds for).
+bool has_matrix_cores(const std::string& arch);
 
 struct GemmGroups {
   std::int64_t count = 1;

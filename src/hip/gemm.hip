@@ -128,6 +128,143 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
   }
 }
 
+// The matrix-core path (16-bit operands, float accumulator, fixed reduction): a BM x 128
+// output tile per workgroup (BM = 128, or 32 for short products and the routed experts'
+// gathered rows), split between its wavefronts as 2 x (waves/2) sub-tiles of 16x16
+// matrix-core tiles. Each 32-deep K block is summed into fresh accumulators by two 16-deep
+// matrix products and then added to the running total in float, so the block structure is
+// emu's; only the summation order inside a 16-deep product is the hardware's (gemm.h).
+// Operands are converted to 16-bit patterns on their way to LDS (exactly: they are already
+// rounded to the format), four at a time where rows are 16-byte aligned.
+constexpr int kMmaBN = 128;
+constexpr int kMmaLd = kKTile + 8;  // LDS row stride in 16-bit elements (a multiple of 8)
+
+template <bool kBf16>
+__device__ inline void stage_row4(std::uint16_t* dst, const float* src, std::int64_t k, std::int64_t K, bool valid,
+                                  bool vec4) {
+  float v[4];
+  if (valid && vec4 && k + 3 < K) {
+    const float4 q = *reinterpret_cast<const float4*>(src + k);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+    for (int j = 0; j < 4; ++j) v[j] = (valid && k + j < K) ? src[k + j] : 0.0f;
+  }
+  uint2 packed;
+  packed.x = mma::bits16(v[0], kBf16) | (static_cast<unsigned>(mma::bits16(v[1], kBf16)) << 16);
+  packed.y = mma::bits16(v[2], kBf16) | (static_cast<unsigned>(mma::bits16(v[3], kBf16)) << 16);
+  *reinterpret_cast<uint2*>(dst) = packed;
+}
+
+template <bool kBf16, int BM>
+__global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
+  constexpr int kWaves = kThreads / kWaveSize;
+  constexpr int kWavesN = kWaves / 2;
+  constexpr int kTilesM = BM / 2 / 16;
+  constexpr int kTilesN = kMmaBN / kWavesN / 16;
+  static_assert(kWaves >= 2 && kTilesM >= 1 && kTilesN >= 1, "two rows of wavefronts");
+  __shared__ std::uint16_t xs[BM * kMmaLd] __attribute__((aligned(16)));
+  __shared__ std::uint16_t ws[kMmaBN * kMmaLd] __attribute__((aligned(16)));
+  __shared__ float tile_out[kWaves][16 * 16] __attribute__((aligned(16)));
+  __shared__ std::int64_t x_row[BM], y_row[BM];
+
+  const std::int64_t g = blockIdx.z;
+  std::int64_t rows = a.M, first = 0;
+  if (a.rows) first = a.starts[g], rows = a.starts[g + 1] - first;
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * BM;
+  if (row0 >= rows) return;
+  const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * kMmaBN;
+  const int tid = threadIdx.x, wave = tid / kWaveSize, lane = tid % kWaveSize;
+  const int wm = wave / kWavesN, wn = wave % kWavesN;
+  for (int i = tid; i < BM; i += kThreads) {
+    const std::int64_t r = row0 + i;
+    if (r < rows) {
+      if (a.rows) {
+        const std::int64_t e = a.rows[first + r];
+        x_row[i] = e / a.a_div, y_row[i] = e;
+      } else {
+        x_row[i] = r, y_row[i] = r;
+      }
+    } else {
+      x_row[i] = -1, y_row[i] = -1;
+    }
+  }
+  const float* x = a.x + g * a.x_stride;
+  const float* w = a.w + g * a.w_stride;
+  float* y = a.y + g * a.y_stride;
+
+  mma::Acc total[kTilesM][kTilesN], part[kTilesM][kTilesN];
+#pragma unroll
+  for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < kTilesN; ++j) mma::zero(total[i][j]);
+  __syncthreads();
+  for (std::int64_t b0 = 0; b0 < a.K; b0 += kKTile) {
+    // Four consecutive k per thread: BM (x) and 128 (w) rows of 8 groups.
+    for (int i = tid; i < BM * (kKTile / 4); i += kThreads) {
+      const int r = i / (kKTile / 4), kq = (i % (kKTile / 4)) * 4;
+      const std::int64_t xr = x_row[r];
+      stage_row4<kBf16>(xs + r * kMmaLd + kq, x + (xr >= 0 ? xr : 0) * a.ldx, b0 + kq, a.K, xr >= 0, vec4);
+    }
+    for (int i = tid; i < kMmaBN * (kKTile / 4); i += kThreads) {
+      const int r = i / (kKTile / 4), kq = (i % (kKTile / 4)) * 4;
+      const std::int64_t o = col0 + r;
+      stage_row4<kBf16>(ws + r * kMmaLd + kq, w + (o < a.O ? o : 0) * a.K, b0 + kq, a.K, o < a.O, vec4);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+      for (int j = 0; j < kTilesN; ++j) mma::zero(part[i][j]);
+#pragma unroll
+    for (int ks = 0; ks < kKTile; ks += 16) {
+      mma::ATile<kBf16> at[kTilesM];
+      mma::BTile<kBf16> bt[kTilesN];
+#pragma unroll
+      for (int i = 0; i < kTilesM; ++i) mma::load_a<kBf16>(at[i], xs + (wm * kTilesM + i) * 16 * kMmaLd + ks, kMmaLd);
+#pragma unroll
+      for (int j = 0; j < kTilesN; ++j) mma::load_b<kBf16>(bt[j], ws + (wn * kTilesN + j) * 16 * kMmaLd + ks, kMmaLd);
+#pragma unroll
+      for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+        for (int j = 0; j < kTilesN; ++j) mma::mma<kBf16>(part[i][j], at[i], bt[j]);
+    }
+#pragma unroll
+    for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+      for (int j = 0; j < kTilesN; ++j) mma::add(total[i][j], part[i][j]);
+    __syncthreads();
+  }
+  // Out through a per-wavefront 16x16 LDS tile (the accumulator's lane layout is the vendor's).
+  float* t = tile_out[wave];
+#pragma unroll
+  for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < kTilesN; ++j) {
+      mma::store(total[i][j], t, 16);
+      __syncthreads();
+      for (int e = lane; e < 256; e += kWaveSize) {
+        const int r = (wm * kTilesM + i) * 16 + e / 16;
+        const std::int64_t yr = y_row[r], o = col0 + (wn * kTilesN + j) * 16 + e % 16;
+        if (yr >= 0 && o < a.O) y[yr * a.ldy + o] = arith::round_fmt(t[e], a.out);
+      }
+      __syncthreads();
+    }
+}
+
+template <bool kBf16>
+void launch_mma(const Args& a, std::int64_t groups, hipStream_t stream) {
+  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const bool vec4 = a.ldx % 4 == 0 && a.K % 4 == 0 && a.x_stride % 4 == 0 && a.w_stride % 4 == 0 && aligned(a.x) &&
+                    aligned(a.w);
+  if (!a.rows && a.M >= 96) {
+    const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, 128), static_cast<unsigned>(groups));
+    gemm_mma_kernel<kBf16, 128><<<grid, kThreads, 0, stream>>>(a, vec4);
+  } else {
+    const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, 32), static_cast<unsigned>(groups));
+    gemm_mma_kernel<kBf16, 32><<<grid, kThreads, 0, stream>>>(a, vec4);
+  }
+}
+
 // Tile shapes: 128x128 for large products, 32x128 for short ones (the routed experts see a
 // few dozen rows per expert).
 template <int BM, int BN, int TM, int TN, bool kExact, bool kF32>
@@ -203,6 +340,18 @@ __global__ void weight_fp8_kernel(float* w, std::int64_t rows, std::int64_t cols
 
 }  // namespace
 
+bool has_matrix_cores(const std::string& arch) {
+#if defined(TDIFF_HIP_NVIDIA)
+  // "sm_<major><minor>": bf16 tensor-core fragments need sm_80 or newer.
+  return arch.size() >= 5 && arch.compare(0, 3, "sm_") == 0 && std::stoi(arch.substr(3)) >= 80;
+#else
+  // gcnArchName, e.g. "gfx90a:sramecc+:xnack-".
+  for (const char* a : {"gfx90a", "gfx908", "gfx940", "gfx941", "gfx942"})
+    if (arch.compare(0, std::char_traits<char>::length(a), a) == 0) return true;
+  return false;
+#endif
+}
+
 void gemm(const float* d_x, std::int64_t ldx, const float* d_w, float* d_y, std::int64_t ldy, std::int64_t M,
           std::int64_t K, std::int64_t O, const GemmSpec& spec, hipStream_t stream, const GemmGroups& groups) {
   if (M <= 0 || O <= 0) return;
@@ -220,7 +369,10 @@ void gemm(const float* d_x, std::int64_t ldx, const float* d_w, float* d_y, std:
   // (amax/448), so their products are not, and take the rounded-product path.
   const bool exact = spec.in == Fmt::bf16 || spec.in == Fmt::f16;
   const bool f32 = spec.acc == Fmt::f32;
-  if (exact && f32) launch<true, true>(a, groups.count, spec.atomic, stream);
+  if (exact && f32 && spec.matrix_cores && !spec.atomic) {
+    if (spec.in == Fmt::bf16) launch_mma<true>(a, groups.count, stream);
+    else launch_mma<false>(a, groups.count, stream);
+  } else if (exact && f32) launch<true, true>(a, groups.count, spec.atomic, stream);
   else if (exact) launch<true, false>(a, groups.count, spec.atomic, stream);
   else if (f32) launch<false, true>(a, groups.count, spec.atomic, stream);
   else launch<false, false>(a, groups.count, spec.atomic, stream);

@@ -38,6 +38,10 @@ HipBackend::HipBackend(Policy policy, std::uint64_t run_seed)
   }
   const char* e = std::getenv("TDIFF_HIP_SYNC");
   sync_each_ = e && *e && std::string(e) != "0";
+  // Matrix cores for 16-bit GEMMs unless told otherwise (TDIFF_HIP_MATRIX_CORES=0 keeps the
+  // vector-ALU kernel, whose sums equal emu's bit for bit).
+  const char* m = std::getenv("TDIFF_HIP_MATRIX_CORES");
+  matrix_cores_ = has_matrix_cores(info_.arch) && !(m && std::string(m) == "0");
 }
 
 HipBackend::~HipBackend() {
@@ -91,7 +95,8 @@ std::map<std::string, std::string> HipBackend::environment() const {
           {"gpu_driver", std::to_string(info_.driver)},
           {"gpu_runtime", std::to_string(info_.runtime)},
           {"gpu_platform", platform},
-          {"gpu_wave_size", std::to_string(info_.wave_size)}};
+          {"gpu_wave_size", std::to_string(info_.wave_size)},
+          {"gpu_gemm", matrix_cores_ ? "matrix cores for 16-bit operands" : "vector ALU (bit-identical to emu)"}};
 }
 
 std::vector<std::pair<std::string, double>> HipBackend::stage_ms() const {
@@ -314,7 +319,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
   const std::int64_t B = batch.rows(), S = batch.seq(), N = B * S;
   const float eps = static_cast<float>(c.rms_norm_eps);
   Stream cs = compute_;
-  auto spec_out = [&](Fmt out) { return GemmSpec{mi, fmt_of(num.matmul_accum), out, atomic}; };
+  auto spec_out = [&](Fmt out) { return GemmSpec{mi, fmt_of(num.matmul_accum), out, atomic, matrix_cores_}; };
   // x [rows, K] in storage -> quantized GEMM operand (fp8: 1x128 groups within `segment`).
   auto operand = [&](const float* x, std::int64_t rows, std::int64_t K, Fmt in, std::int64_t segment = 0) -> const float* {
     if (in == Fmt::f32) return x;
@@ -534,7 +539,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       // fp32: an SGEMM on the stored z; 16-bit: operands, logits and scores in that format.
       const auto E = r.ctx.weights.files().info(s.weights[0]).shape.at(0), D = c.hidden_size;
       const Fmt rf = fmt_of(num.router);
-      const GemmSpec spec{rf, rf == Fmt::f32 ? Fmt::f32 : fmt_of(num.matmul_accum), rf, atomic};
+      const GemmSpec spec{rf, rf == Fmt::f32 ? Fmt::f32 : fmt_of(num.matmul_accum), rf, atomic, matrix_cores_};
       auto logit = r.out({N, E}, rf), score = r.out({N, E}, rf);
       gemm(operand(r.f(0, st), N, D, rf), D, r.weight(0, rf), logit.f(), E, N, D, E, spec, cs);
       router_scores(logit.f(), N * E, rf, score.f(), cs);

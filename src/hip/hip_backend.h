@@ -19,6 +19,7 @@
 #include "core/policy.h"
 #include "emu/arith.h"
 #include "hip/device.h"
+#include "hip/gemm.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff::hip {
@@ -35,12 +36,18 @@ class HipBackend final : public Backend {
   void release(const std::string& key) override;
 
   const DeviceInfo& device() const { return info_; }
-  // gpu, gpu_arch, gpu_memory_bytes, gpu_driver, gpu_runtime, gpu_platform, gpu_wave_size.
+  // gpu, gpu_arch, gpu_memory_bytes, gpu_driver, gpu_runtime, gpu_platform, gpu_wave_size, gpu_gemm.
   std::map<std::string, std::string> environment() const override;
   // Which stages' outputs are copied to the host (default: all). A stage left out returns
   // undefined host tensors: only for runs where this backend runs every stage and nothing
   // reads those outputs on the host (the capture-overhead benchmark).
   void set_capture(std::function<bool(const Stage&)> capture) { capture_ = std::move(capture); }
+  // 16-bit GEMMs on the matrix cores (default where the device has them, unless
+  // TDIFF_HIP_MATRIX_CORES=0) or on the vector ALU, whose sums equal emu's bit for bit. The
+  // matrix cores sum inside each 16-deep product in the hardware's order: a few float ulps,
+  // rarely one bf16 ulp, which near-tied routing can turn into a different expert.
+  void set_matrix_cores(bool on) { matrix_cores_ = on && has_matrix_cores(info_.arch); }
+  bool matrix_cores() const { return matrix_cores_; }
   // Per-stage device time (events around each stage), read after finish().
   void set_timing(bool on) { timing_ = on; }
   std::vector<std::pair<std::string, double>> stage_ms() const;
@@ -90,7 +97,7 @@ class HipBackend final : public Backend {
   std::vector<Event> events_in_use_;
   std::vector<std::string> since_sync_;  // stages enqueued since the last sync (fault attribution)
   std::function<bool(const Stage&)> capture_;
-  bool timing_ = false, sync_each_ = false;
+  bool timing_ = false, sync_each_ = false, matrix_cores_ = false;
   std::vector<std::pair<std::string, std::pair<Event, Event>>> timing_events_;
   refcpu::RefCpuBackend exact_;  // integer logic (masks, hash routing), as emu
 };

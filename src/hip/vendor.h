@@ -3,10 +3,14 @@
 // only the hip* names below; for the NVIDIA build (TDIFF_HIP_NVIDIA, nvcc) they map to CUDA,
 // for the AMD build (hipcc / clang -x hip) this is plain HIP. Debian's HIP 5.2 headers for
 // the NVIDIA platform do not compile with CUDA 13, hence this mapping of our own.
+#include <cstdint>
+#include <type_traits>
+
 #if defined(TDIFF_HIP_NVIDIA)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 using hipError_t = cudaError_t;
 using hipStream_t = cudaStream_t;
@@ -64,3 +68,102 @@ inline constexpr int kWaveSize = 64;  // host pass of the AMD build: CDNA2 wavef
 #endif
 #define TDIFF_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask))
 #endif
+
+// ---- Matrix cores: one 16x16x16 product per wavefront/warp ------------------------------
+// The GEMM's matrix-core path (gemm.hip) sees only these names. Operands are 16-bit values
+// (bf16 or fp16 bit patterns) in LDS; A is [16 rows][16 k], B is [16 columns][16 k] (the
+// weight's own row-major layout), each with a row stride in elements (a multiple of 8).
+//   mma::ATile / BTile   one operand tile, held across the lanes of a wavefront
+//   mma::Acc             a 16x16 float accumulator tile, held across the lanes
+//   load_a / load_b      LDS -> tile;   mma(c, a, b): c += A·Bᵀ (products exact, fp32 sums in
+//                        the hardware's own order inside the 16-deep step)
+//   zero(c), add(total, part): total += part element by element, rounded to float
+//   store(c, lds, ld)    the tile as float [16][ld] in LDS
+// NVIDIA: the wmma API (tensor cores, warp of 32). AMD: gfx90a's MFMA
+// v_mfma_f32_16x16x16{bf16_1k,f16} (wavefront of 64): lane l holds A[l%16][4(l/16)..+3],
+// B[4(l/16)..+3][l%16] and D[4(l/16)+j][l%16], j = 0..3. Other AMD targets have no MFMA:
+// kHasMatrixCores is false there and the host keeps the vector-ALU kernels.
+namespace tdiff::hip::mma {
+#if defined(TDIFF_HIP_NVIDIA)
+inline constexpr bool kHasMatrixCores = true;
+template <bool kBf16>
+using Elem = std::conditional_t<kBf16, __nv_bfloat16, __half>;
+template <bool kBf16>
+using ATile = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, Elem<kBf16>, nvcuda::wmma::row_major>;
+template <bool kBf16>
+using BTile = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, Elem<kBf16>, nvcuda::wmma::col_major>;
+using Acc = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+template <bool kBf16>
+__device__ inline void load_a(ATile<kBf16>& a, const std::uint16_t* p, int ld) {
+  nvcuda::wmma::load_matrix_sync(a, reinterpret_cast<const Elem<kBf16>*>(p), ld);
+}
+template <bool kBf16>
+__device__ inline void load_b(BTile<kBf16>& b, const std::uint16_t* p, int ld) {
+  nvcuda::wmma::load_matrix_sync(b, reinterpret_cast<const Elem<kBf16>*>(p), ld);
+}
+template <bool kBf16>
+__device__ inline void mma(Acc& c, const ATile<kBf16>& a, const BTile<kBf16>& b) {
+  nvcuda::wmma::mma_sync(c, a, b, c);
+}
+__device__ inline void zero(Acc& c) { nvcuda::wmma::fill_fragment(c, 0.0f); }
+__device__ inline void add(Acc& total, const Acc& part) {
+  for (int i = 0; i < total.num_elements; ++i) total.x[i] = __fadd_rn(total.x[i], part.x[i]);
+}
+__device__ inline void store(const Acc& c, float* p, int ld) {
+  nvcuda::wmma::store_matrix_sync(p, c, ld, nvcuda::wmma::mem_row_major);
+}
+// The 16-bit pattern of a float already representable in the format.
+__device__ inline std::uint16_t bits16(float v, bool bf16) {
+  return bf16 ? static_cast<std::uint16_t>(__float_as_uint(v) >> 16) : __half_as_ushort(__float2half_rn(v));
+}
+#else
+#if defined(__gfx90a__) || defined(__gfx908__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
+inline constexpr bool kHasMatrixCores = true;
+#else
+inline constexpr bool kHasMatrixCores = false;
+#endif
+typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef short i16x4 __attribute__((ext_vector_type(4)));
+typedef _Float16 f16x4 __attribute__((ext_vector_type(4)));
+template <bool kBf16>
+struct ATile {
+  std::conditional_t<kBf16, i16x4, f16x4> v;
+};
+template <bool kBf16>
+using BTile = ATile<kBf16>;
+struct Acc {
+  f32x4 v;
+};
+__device__ inline int lane16() { return static_cast<int>(threadIdx.x % kWaveSize) % 16; }
+__device__ inline int quad() { return static_cast<int>(threadIdx.x % kWaveSize) / 16; }
+template <bool kBf16>
+__device__ inline void load_a(ATile<kBf16>& a, const std::uint16_t* p, int ld) {
+  a.v = *reinterpret_cast<const decltype(a.v)*>(p + lane16() * ld + 4 * quad());
+}
+template <bool kBf16>
+__device__ inline void load_b(BTile<kBf16>& b, const std::uint16_t* p, int ld) {
+  load_a<kBf16>(b, p, ld);  // B is stored [column][k]: the same lane pattern as A
+}
+template <bool kBf16>
+__device__ inline void mma(Acc& c, const ATile<kBf16>& a, const BTile<kBf16>& b) {
+#if defined(__gfx90a__) || defined(__gfx908__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
+  if constexpr (kBf16) c.v = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a.v, b.v, c.v, 0, 0, 0);
+  else c.v = __builtin_amdgcn_mfma_f32_16x16x16f16(a.v, b.v, c.v, 0, 0, 0);
+#else
+  __builtin_trap();  // never launched: the host checks for matrix cores first
+#endif
+}
+__device__ inline void zero(Acc& c) { c.v = f32x4{0.0f, 0.0f, 0.0f, 0.0f}; }
+__device__ inline void add(Acc& total, const Acc& part) {
+  for (int j = 0; j < 4; ++j) total.v[j] = __fadd_rn(total.v[j], part.v[j]);
+}
+__device__ inline void store(const Acc& c, float* p, int ld) {
+  for (int j = 0; j < 4; ++j) p[(4 * quad() + j) * ld + lane16()] = c.v[j];
+}
+__device__ inline std::uint16_t bits16(float v, bool bf16) {
+  return bf16 ? static_cast<std::uint16_t>(__float_as_uint(v) >> 16)
+              : __builtin_bit_cast(std::uint16_t, static_cast<_Float16>(v));
+}
+#endif
+}  // namespace tdiff::hip::mma
+

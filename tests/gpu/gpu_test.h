@@ -28,6 +28,15 @@ inline hipStream_t test_stream() {
   return s;
 }
 
+// The test device's architecture name ("sm_90", "gfx90a:...").
+inline std::string device_arch() {
+  static const std::string arch = [] {
+    test_stream();
+    return hip::device_init().arch;
+  }();
+  return arch;
+}
+
 inline std::uint64_t name_seed() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::uint64_t h = 1469598103934665603ull;

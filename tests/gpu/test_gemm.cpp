@@ -1,5 +1,6 @@
-// hip::gemm against emu::gemm (bit-identical in fixed mode; in atomic mode within the
-// rounding of the split-K adds) and against refcpu::linear in float64 (error within the
+// hip::gemm against emu::gemm (bit-identical in fixed mode on the vector ALU; on the matrix
+// cores within one ulp of the output format plus the float reordering of the 16-deep
+// products; in atomic mode within the rounding of the split-K adds) and against refcpu::linear in float64 (error within the
 // operand format's budget), on awkward shapes; grouped and gathered forms against per-group
 // emu products.
 #include "emu/gemm.h"
@@ -13,13 +14,23 @@ namespace {
 struct Case {
   Fmt in, acc;
   bool atomic;
+  bool matrix_cores = false;
 };
+
+// The matrix-core result against emu's: the float sums differ only in the order inside each
+// 16-deep product (a few float roundings of Σ|x·w|), and the stored value by at most one
+// rounding of the output format on top.
+bool within_mma(float y, float e, double mag, std::int64_t K, Fmt out) {
+  const double d = std::fabs(double(y) - e);
+  return d <= 2 * unit_roundoff(out) * std::max(std::fabs(double(y)), std::fabs(double(e))) +
+                  2.0 * (double(K) / 16 + 2) * std::ldexp(1.0, -24) * mag;
+}
 
 std::string fmt_name(Fmt f) { return f == Fmt::f32 ? "f32" : f == Fmt::bf16 ? "bf16" : f == Fmt::f16 ? "f16" : "f8"; }
 
 void check_dense(std::int64_t M, std::int64_t K, std::int64_t O, const Case& c) {
   SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " O=" + std::to_string(O) + " in=" + fmt_name(c.in) +
-               " acc=" + fmt_name(c.acc) + (c.atomic ? " atomic" : " fixed"));
+               " acc=" + fmt_name(c.acc) + (c.atomic ? " atomic" : " fixed") + (c.matrix_cores ? " matrix cores" : ""));
   const auto seed = name_seed() ^ static_cast<std::uint64_t>(M * 1000003 + K * 1009 + O);
   const auto x = random_values(M * K, seed, 0.05f, 1.0f, Fmt::bf16);
   const auto w = random_values(O * K, seed + 1, 0.05f, 1.0f, Fmt::f32);
@@ -36,21 +47,36 @@ void check_dense(std::int64_t M, std::int64_t K, std::int64_t O, const Case& c) 
   hip::quantize_activations(d_x.ptr(), d_xq.ptr(), M, K, 0, c.in, test_stream());
   hip::quantize_weight(d_w.ptr(), O, K, c.in, test_stream());
   hip::gemm(c.in == Fmt::f32 ? d_x.ptr() : d_xq.ptr(), K, d_w.ptr(), d_y.ptr(), O, M, K, O,
-            hip::GemmSpec{c.in, c.acc, out, c.atomic}, test_stream());
+            hip::GemmSpec{c.in, c.acc, out, c.atomic, c.matrix_cores}, test_stream());
   const auto y = d_y.get();
   EXPECT_EQ(d_w.get(), wq) << "weight quantization differs from emu";
-  if (c.in != Fmt::f32) EXPECT_EQ(d_xq.get(), xq) << "activation quantization differs from emu";
-  if (!c.atomic) {
+  if (c.in != Fmt::f32) {
+    EXPECT_EQ(d_xq.get(), xq) << "activation quantization differs from emu";
+  }
+  auto mag_of = [&](std::int64_t m, std::int64_t o) {
+    double mag = 0;
+    for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(double(xq[m * K + k]) * wq[o * K + k]);
+    return mag;
+  };
+  const bool on_matrix_cores = c.matrix_cores && (c.in == Fmt::bf16 || c.in == Fmt::f16) && c.acc == Fmt::f32;
+  if (!c.atomic && !on_matrix_cores) {
     EXPECT_EQ(max_ulp_diff(y, y_emu), 0) << "fixed reduction must equal emu bit for bit";
+  } else if (!c.atomic) {
+    std::int64_t same = 0;
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t o = 0; o < O; ++o) {
+        same += y[m * O + o] == y_emu[m * O + o];
+        ASSERT_TRUE(within_mma(y[m * O + o], y_emu[m * O + o], mag_of(m, o), K, out))
+            << m << "," << o << ": " << y[m * O + o] << " vs emu " << y_emu[m * O + o];
+      }
+    std::printf("matrix cores %s M=%lld K=%lld O=%lld: %.4f%% of outputs equal emu's bits\n", fmt_name(c.in).c_str(),
+                static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(O), 100.0 * same / double(M * O));
   } else {
     // Four partials, each rounded to bf16 and added in arrival order with a bf16 rounding per
     // add: within 8 bf16 roundings of Σ|x·w| of the fixed-order emu result.
     for (std::int64_t m = 0; m < M; ++m)
-      for (std::int64_t o = 0; o < O; ++o) {
-        double mag = 0;
-        for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(double(xq[m * K + k]) * wq[o * K + k]);
-        ASSERT_LE(std::fabs(double(y[m * O + o]) - y_emu[m * O + o]), 8 * unit_roundoff(out) * mag) << m << "," << o;
-      }
+      for (std::int64_t o = 0; o < O; ++o)
+        ASSERT_LE(std::fabs(double(y[m * O + o]) - y_emu[m * O + o]), 8 * unit_roundoff(out) * mag_of(m, o)) << m << "," << o;
   }
   // Against the float64 product of the unrounded inputs: the operand rounding dominates.
   std::vector<double> xd(x.begin(), x.end()), yr(static_cast<std::size_t>(M * O));
@@ -68,6 +94,21 @@ TEST(Gemm, FixedAllFormatsAwkwardShapes) {
       check_dense(1, 33, 5, {in, acc, false});
     }
   check_dense(130, 384, 260, {Fmt::f8, Fmt::f32, false});  // several 128x128 weight blocks
+}
+
+// The matrix-core path: 16-bit operands, float accumulator; awkward shapes (partial tiles,
+// K not a multiple of 16 or 32) and a large one (several workgroups each way, long K).
+TEST(Gemm, MatrixCoresAgainstEmu) {
+  if (!hip::has_matrix_cores(device_arch())) GTEST_SKIP() << "no matrix cores on " << device_arch();
+  for (Fmt in : {Fmt::bf16, Fmt::f16}) {
+    check_dense(99, 200, 77, {in, Fmt::f32, false, true});
+    check_dense(1, 33, 5, {in, Fmt::f32, false, true});
+    check_dense(300, 1000, 520, {in, Fmt::f32, false, true});
+  }
+  // Combinations the matrix cores do not take fall back to the vector ALU, bit for bit.
+  check_dense(99, 200, 77, {Fmt::bf16, Fmt::f16, false, true});
+  check_dense(99, 200, 77, {Fmt::f8, Fmt::f32, false, true});
+  check_dense(70, 300, 65, {Fmt::bf16, Fmt::f32, true, true});
 }
 
 TEST(Gemm, AtomicSplitK) {
@@ -92,22 +133,33 @@ TEST(Gemm, AtomicDiffersBetweenLaunchesFixedDoesNot) {
   EXPECT_TRUE(differs) << "20 atomic split-K launches gave identical bits: the reduction order never changed";
 }
 
-// Column groups (grouped_linear) and gathered rows (routed experts) against emu per group.
-TEST(Gemm, GroupedColumnsAndGatheredRows) {
+// Column groups (grouped_linear) and gathered rows (routed experts) against emu per group,
+// on the vector ALU (bit for bit) and on the matrix cores (within_mma).
+void check_grouped(bool matrix_cores) {
+  SCOPED_TRACE(matrix_cores ? "matrix cores" : "vector ALU");
+  const hip::GemmSpec spec{Fmt::bf16, Fmt::f32, Fmt::bf16, false, matrix_cores};
+  auto expect_near = [&](float y, float e, const float* xr, const float* wr, std::int64_t K) {
+    if (!matrix_cores) return y == e;
+    double mag = 0;
+    for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(double(xr[k]) * wr[k]);
+    return within_mma(y, e, mag, K, Fmt::bf16);
+  };
   const std::int64_t N = 37, G = 3, per = 96, Ro = 40;
   const auto x = random_values(N * G * per, name_seed(), 0.05f, 1.0f, Fmt::bf16);
   const auto w = random_values(G * Ro * per, name_seed() + 1, 0.05f, 1.0f, Fmt::bf16);
   Dev<float> d_x(x), d_w(w), d_y(N * G * Ro);
   hip::GemmGroups g;
   g.count = G, g.x_stride = per, g.w_stride = Ro * per, g.y_stride = Ro, g.y_rows = N;
-  hip::gemm(d_x.ptr(), G * per, d_w.ptr(), d_y.ptr(), G * Ro, N, per, Ro, hip::GemmSpec{}, test_stream(), g);
+  hip::gemm(d_x.ptr(), G * per, d_w.ptr(), d_y.ptr(), G * Ro, N, per, Ro, spec, test_stream(), g);
   const auto y = d_y.get();
   for (std::int64_t k = 0; k < G; ++k) {
     std::vector<float> xg(static_cast<std::size_t>(N * per)), yg(static_cast<std::size_t>(N * Ro));
     for (std::int64_t t = 0; t < N; ++t) std::copy_n(x.data() + t * G * per + k * per, per, xg.data() + t * per);
     emu::gemm(xg.data(), N, per, w.data() + k * Ro * per, Ro, emu::GemmSpec{}, yg.data());
     for (std::int64_t t = 0; t < N; ++t)
-      for (std::int64_t o = 0; o < Ro; ++o) ASSERT_EQ(y[t * G * Ro + k * Ro + o], yg[t * Ro + o]) << "group " << k;
+      for (std::int64_t o = 0; o < Ro; ++o)
+        ASSERT_TRUE(expect_near(y[t * G * Ro + k * Ro + o], yg[t * Ro + o], xg.data() + t * per, w.data() + (k * Ro + o) * per, per))
+            << "group " << k << ": " << y[t * G * Ro + k * Ro + o] << " vs emu " << yg[t * Ro + o];
   }
   // Gathered: 3 "experts", slots r of 20 tokens x 2 picks listed per expert.
   const std::int64_t T = 20, Kp = 2, E = 3, D = 64, I = 48;
@@ -123,15 +175,22 @@ TEST(Gemm, GroupedColumnsAndGatheredRows) {
   Dev<std::int32_t> d_rows(rows), d_starts(starts);
   hip::GemmGroups gg;
   gg.count = E, gg.w_stride = I * D, gg.d_rows = d_rows.ptr(), gg.d_starts = d_starts.ptr(), gg.a_div = Kp, gg.y_rows = T * Kp;
-  hip::gemm(d_z.ptr(), D, d_we.ptr(), d_out.ptr(), I, T * Kp, D, I, hip::GemmSpec{}, test_stream(), gg);
+  hip::gemm(d_z.ptr(), D, d_we.ptr(), d_out.ptr(), I, T * Kp, D, I, spec, test_stream(), gg);
   const auto out = d_out.get();
   for (std::int64_t e = 0; e < E; ++e)
     for (auto i = starts[e]; i < starts[e + 1]; ++i) {
       const std::int64_t r = rows[static_cast<std::size_t>(i)];
       std::vector<float> yr(static_cast<std::size_t>(I));
       emu::gemm(z.data() + (r / Kp) * D, 1, D, we.data() + e * I * D, I, emu::GemmSpec{}, yr.data());
-      for (std::int64_t o = 0; o < I; ++o) ASSERT_EQ(out[r * I + o], yr[o]) << "slot " << r << " expert " << e;
+      for (std::int64_t o = 0; o < I; ++o)
+        ASSERT_TRUE(expect_near(out[r * I + o], yr[o], z.data() + (r / Kp) * D, we.data() + (e * I + o) * D, D))
+            << "slot " << r << " expert " << e << ": " << out[r * I + o] << " vs emu " << yr[o];
     }
+}
+
+TEST(Gemm, GroupedColumnsAndGatheredRows) {
+  check_grouped(false);
+  if (hip::has_matrix_cores(device_arch())) check_grouped(true);
 }
 
 }  // namespace

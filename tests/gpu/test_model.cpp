@@ -1,7 +1,10 @@
 // The whole model: hip against emu under `fixed` on the tiny and small presets, stage by
 // stage (cosine >= 0.99999 and max-abs within a few bf16 ulps of the stage's scale; integer
 // outputs identical), printing the agreement table; `fixed` repeats bit for bit, `atomic`
-// changes between runs.
+// changes between runs. GEMMs on the vector ALU (emu's sums bit for bit) and, separately,
+// on the matrix cores, whose different summation order inside a 16-deep product may flip a
+// near-tied routing choice: there the agreement is required up to the first selection
+// that differs, and what follows is printed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -79,42 +82,60 @@ Agreement agree(const Tensor& a, const Tensor& b) {
   return g;
 }
 
-void compare_with_emu(const std::string& preset, bool mixed = false) {
+void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix_cores = false) {
   const auto cached = case_for(preset);
   CaseSession session = open_session(cached.path, cached.model);
   const Policy policy = Policy::preset("fixed");
   emu::EmuBackend emu_b(policy, 1);
   hip::HipBackend hip_b(policy, 1);
+  hip_b.set_matrix_cores(matrix_cores);
+  if (matrix_cores && !hip_b.matrix_cores()) GTEST_SKIP() << "no matrix cores on " << hip_b.device().arch;
   refcpu::RefCpuBackend ref;
   Backend* r = mixed ? &ref : nullptr;
   const Outputs e = run_all(session, emu_b, r), h = run_all(session, hip_b, r);
   ASSERT_EQ(e.size(), h.size());
-  std::printf("hip vs emu, %s, policy fixed%s (%zu tensors)\n%-34s %12s %12s %10s %8s\n", preset.c_str(),
-              mixed ? ", every third stage on refcpu" : "", e.size(), "tensor", "cosine", "max_abs", "scale", "bf16ulp");
+  std::printf("hip vs emu, %s, policy fixed%s, GEMMs on the %s (%zu tensors)\n%-34s %12s %12s %10s %8s\n", preset.c_str(),
+              mixed ? ", every third stage on refcpu" : "", matrix_cores ? "matrix cores" : "vector ALU", e.size(), "tensor",
+              "cosine", "max_abs", "scale", "bf16ulp");
   double worst_cos = 1, worst_ulp = 0;
+  std::string first_flip;  // matrix cores: the first selection that differs; nothing after it is gated
   for (const auto& s : session.stages)
     for (const auto& t : s.outputs) {
       const std::string key = s.name + "/" + t;
       const Agreement g = agree(e.at(key), h.at(key));
       if (g.integer) {
         std::printf("%-34s %12s\n", key.c_str(), g.equal ? "identical" : "DIFFERENT");
-        EXPECT_TRUE(g.equal) << key;
+        if (matrix_cores && !g.equal && first_flip.empty()) first_flip = key;
+        if (first_flip.empty()) {
+          EXPECT_TRUE(g.equal) << key;
+        }
         continue;
       }
       const double ulp = g.scale > 0 ? g.max_abs / (g.scale * std::ldexp(1.0, -8)) : 0;
       std::printf("%-34s %12.9f %12.3e %10.3e %8.3f\n", key.c_str(), g.cosine, g.max_abs, g.scale, ulp);
+      if (!first_flip.empty()) continue;
       worst_cos = std::min(worst_cos, g.cosine), worst_ulp = std::max(worst_ulp, ulp);
-      EXPECT_GE(g.cosine, 0.99999) << key;
+      // The vector ALU's target is the 0.99999 (it is in fact bit-identical); on the
+      // matrix cores rare one-ulp differences grow over the layers (small, L02: 0.99997 on
+      // H200 before the first routing flip), so the bar there is the max-abs one plus 0.9999.
+      EXPECT_GE(g.cosine, matrix_cores ? 0.9999 : 0.99999) << key;
       EXPECT_LE(ulp, 4.0) << key << ": max_abs " << g.max_abs << " vs scale " << g.scale;
     }
-  std::printf("hip vs emu, %s: worst cosine %.9f, worst max_abs %.3f bf16 ulps of the stage scale\n", preset.c_str(),
-              worst_cos, worst_ulp);
+  std::printf("hip vs emu, %s, %s: worst cosine %.9f, worst max_abs %.3f bf16 ulps of the stage scale%s\n", preset.c_str(),
+              matrix_cores ? "matrix cores" : "vector ALU", worst_cos, worst_ulp,
+              first_flip.empty() ? "" : (" (up to the first differing selection, " + first_flip + ")").c_str());
+  if (!first_flip.empty()) {
+    const Agreement g = agree(e.at("lm_head/logits"), h.at("lm_head/logits"));
+    std::printf("  after it: logits cosine %.9f, max_abs %.3e\n", g.cosine, g.max_abs);
+  }
 }
 
 TEST(Model, HipMatchesEmuTiny) { compare_with_emu("tiny"); }
 TEST(Model, HipMatchesEmuSmall) { compare_with_emu("small"); }
 // Mixed runs (the bisector's): hip reads refcpu's float64 tensors and refcpu reads hip's.
 TEST(Model, MixedWithReferenceMatchesEmu) { compare_with_emu("small", true); }
+TEST(Model, MatrixCoresMatchEmuTiny) { compare_with_emu("tiny", false, true); }
+TEST(Model, MatrixCoresMatchEmuSmall) { compare_with_emu("small", false, true); }
 
 TEST(Model, FixedRepeatsAtomicDiffers) {
   const auto cached = case_for("small");

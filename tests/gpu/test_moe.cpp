@@ -68,7 +68,9 @@ TEST(Moe, RoutedExpertsMatchReference) {
   for (std::int64_t e = 0; e < E; ++e)
     for (auto i = starts[e]; i < starts[e + 1]; ++i) {
       ASSERT_EQ(idx[static_cast<std::size_t>(rows[static_cast<std::size_t>(i)])], e);
-      if (i > starts[e]) ASSERT_LT(rows[static_cast<std::size_t>(i - 1)], rows[static_cast<std::size_t>(i)]);
+      if (i > starts[e]) {
+        ASSERT_LT(rows[static_cast<std::size_t>(i - 1)], rows[static_cast<std::size_t>(i)]);
+      }
     }
   std::vector<double> zd(z.begin(), z.end()), gud(gate_up.begin(), gate_up.end()), dd(down.begin(), down.end()),
       wd(wt.begin(), wt.end()), yr(static_cast<std::size_t>(N * D));
