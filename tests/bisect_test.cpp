@@ -116,14 +116,16 @@ class BisectTiny : public ::testing::Test {
 
   enum class Mode { search, isolate, attribute, attribute_by_kind };
   // `floor`: the floor policy ("" for none).
+  // `rules`: threshold overrides ("PATTERN:key=value"), as --rule gives them.
   static Outcome bisect(const Policy& policy, Mode mode = Mode::search, const std::string& watch = "logits",
-                        const std::string& floor = "fixed") {
+                        const std::string& floor = "fixed", const std::vector<std::string>& rules = {}) {
     RunContext ctx = session_->context();
     refcpu::RefCpuBackend ref;
     emu::EmuBackend cand(policy, kRunSeed);
     std::optional<emu::EmuBackend> fl;
     BisectOptions opt;
     opt.watch = watch;
+    for (const auto& r : rules) add_threshold_override(opt.thresholds, r);
     Bisector b(*session_, cand, ref, ctx, opt);
     if (!floor.empty()) b.set_floor(fl.emplace(Policy::preset(floor), kRunSeed));
     Outcome o;
@@ -176,7 +178,10 @@ TEST_F(BisectTiny, EveryCatalogKnobIsNamedExactlyOrCrossesNoThreshold) {
     std::mt19937_64 rng(std::hash<std::string>{}(knob.name) ^ 0x5eed);
     const std::string stage = stages[touched[rng() % touched.size()]].name;
     const std::string set = fmt::format("{}:{}={}", stage, knob.name, knob.bad);
-    const Outcome o = bisect(fixed_with({set}));
+    // On this fixed base the logits' max-abs sits at the 0.1 default from bf16 rounding alone
+    // (0.107 with no fault), so the watched verdict is the floor gate's (rmse <= 3x the
+    // all-fixed run's) and cosine's: what a fault adds, not where rounding already is.
+    const Outcome o = bisect(fixed_with({set}), Mode::search, "logits", "fixed", {"lm_head:max_abs_fail=inf"});
     const Probe& full = o.trace.front();
     if (!o.search->full_fails) {
       EXPECT_EQ(o.totals.mixed_runs, 1) << set;

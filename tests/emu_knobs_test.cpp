@@ -195,12 +195,14 @@ TEST_F(EmuKnobs, Fp16StorageIsMorePreciseInRangeAndOverflowsOutOfIt) {
   // error is lower (the bad setting is a range fault, not a precision fault).
   const LocalError b = bad("storage"), g = good("storage");
   EXPECT_LT(b.rel_l2, g.rel_l2) << factor(b, g);
-  // The same stage on streams 2^16 times larger, as massive activations of ~1e5 (DeepSeek-V2's
+  // A stage that stores its output in the storage format and commutes with scaling (RoPE's
+  // rotation) on inputs 2^16 times larger, as massive activations of ~1e5 (DeepSeek-V2's
   // hidden states overflow fp16): bf16's relative error does not move, fp16 overflows to inf.
-  const std::vector<OpKind> pre = {OpKind::hc_pre};
-  const LocalError g1 = measure("storage=bf16", pre), b1 = measure("storage=fp16", pre);
-  const auto hook = scaled("L00.hc_attn.pre", 0, 65536.0);
-  const LocalError gs = measure("storage=bf16", pre, hook), bs = measure("storage=fp16", pre, hook);
+  // (The collapses hc_pre/hc_head are in the stream format, the `stream` knob's.)
+  const std::vector<OpKind> rope = {OpKind::rope};
+  const LocalError g1 = measure("storage=bf16", rope), b1 = measure("storage=fp16", rope);
+  const auto hook = scaled("L00.attn.q_rope", 0, 65536.0);
+  const LocalError gs = measure("storage=bf16", rope, hook), bs = measure("storage=fp16", rope, hook);
   EXPECT_EQ(gs.nonfinite, 0);
   EXPECT_NEAR(gs.rows[0].metrics.rel_l2, g1.rows[0].metrics.rel_l2, 1e-12);
   EXPECT_EQ(b1.nonfinite, 0);

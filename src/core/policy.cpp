@@ -70,8 +70,9 @@ const std::vector<KnobInfo>& knob_catalog() {
        "activations rounded to 16 bits between kernels; fp16 keeps 3 more mantissa bits than bf16 but overflows to "
        "inf above 65504 and, in gfx90a's fp16 MFMA, flushes operands below 2^-14 to zero"},
       {"stream", {"fp32", "bf16", "fp16"}, {K::hc_expand, K::hc_mix, K::hc_pre, K::hc_post, K::hc_head}, "fp16", "fp32", true,
-       "the residual (hyper-connection) streams stored in 16 bits: every layer's two expands round them again, "
-       "and fp16 streams overflow where checkpoints carry massive activations"},
+       "the residual (hyper-connection) streams and their collapses (the inputs of attn_norm, ffn_norm and "
+       "final.norm) stored in 16 bits: every layer's two expands round them again, and fp16 streams overflow "
+       "where checkpoints carry massive activations"},
       {"matmul_input", {"fp32", "bf16", "fp16", "fp8"}, kGemmKinds, "fp16", "bf16", true,
        "GEMM operands rounded (fp8: e4m3 with power-of-two block scales as the release checkpoint); fp16 operands "
        "overflow above 65504 and gfx90a's fp16 MFMA flushes those below 2^-14 to zero"},

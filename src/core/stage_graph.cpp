@@ -98,7 +98,8 @@ std::vector<Stage> build_stages(const ModelConfig& c) {
     b.add(stage("hc_attn.sinkhorn"), OpKind::hc_sinkhorn, {ref(stage("hc_attn.mix"), "mix")},
           {"pre", "post", "comb"}, {P + "attn_hc.base", P + "attn_hc.scale"});
     b.add(stage("hc_attn.pre"), OpKind::hc_pre, {X, ref(stage("hc_attn.sinkhorn"), "pre")}, {"x"});
-    b.add(stage("attn_norm"), OpKind::rms_norm, {ref(stage("hc_attn.pre"), "x")}, {"h"}, {P + "input_layernorm.weight"});
+    b.add(stage("attn_norm"), OpKind::rms_norm, {ref(stage("hc_attn.pre"), "x")}, {"h"}, {P + "input_layernorm.weight"})
+        .stream_input = true;
     const TensorRef h = ref(stage("attn_norm"), "h");
     b.add(stage("attn.q_a"), OpKind::linear, {h}, {"out"}, {P + "self_attn.q_a_proj.weight"});
     b.add(stage("attn.q_a_norm"), OpKind::rms_norm, {ref(stage("attn.q_a"), "out")}, {"q_res"}, {P + "self_attn.q_a_norm.weight"});
@@ -164,7 +165,8 @@ std::vector<Stage> build_stages(const ModelConfig& c) {
     b.add(stage("hc_ffn.sinkhorn"), OpKind::hc_sinkhorn, {ref(stage("hc_ffn.mix"), "mix")}, {"pre", "post", "comb"},
           {P + "ffn_hc.base", P + "ffn_hc.scale"});
     b.add(stage("hc_ffn.pre"), OpKind::hc_pre, {X, ref(stage("hc_ffn.sinkhorn"), "pre")}, {"x"});
-    b.add(stage("ffn_norm"), OpKind::rms_norm, {ref(stage("hc_ffn.pre"), "x")}, {"z"}, {P + "post_attention_layernorm.weight"});
+    b.add(stage("ffn_norm"), OpKind::rms_norm, {ref(stage("hc_ffn.pre"), "x")}, {"z"}, {P + "post_attention_layernorm.weight"})
+        .stream_input = true;
     const TensorRef z = ref(stage("ffn_norm"), "z");
     b.add(stage("moe.router"), OpKind::router, {z}, {"logit", "score"}, {P + "mlp.gate.weight"});
     if (c.mlp_types[static_cast<std::size_t>(l)] == MlpType::hash_moe)
@@ -187,7 +189,7 @@ std::vector<Stage> build_stages(const ModelConfig& c) {
   b.set_layer(-1, LayerType::sliding);
   b.add("final.hc_head", OpKind::hc_head, {X}, {"y", "preh"},
         {"model.hc_head.hc_fn", "model.hc_head.hc_base", "model.hc_head.hc_scale"});
-  b.add("final.norm", OpKind::rms_norm, {ref("final.hc_head", "y")}, {"out"}, {"model.norm.weight"});
+  b.add("final.norm", OpKind::rms_norm, {ref("final.hc_head", "y")}, {"out"}, {"model.norm.weight"}).stream_input = true;
   b.add("lm_head", OpKind::lm_head, {ref("final.norm", "out")}, {"logits"}, {"lm_head.weight"});
   return std::move(b.stages);
 }

@@ -66,6 +66,9 @@ struct Stage {
   std::int64_t rate = 0;       // compression rate for pool/entry_rope/idx/cmp_mask stages
   bool overlap = false;        // overlapping (CSA) pooling
   std::int64_t width = 0;      // head width for head_rms_norm/rope/pool (d, d_I)
+  // rms_norm of a hyper-connection collapse (attn_norm, ffn_norm, final.norm): its input is
+  // in the stream dtype (spec §3.7), so candidates read it in the policy's stream format.
+  bool stream_input = false;
 };
 
 std::vector<Stage> build_stages(const ModelConfig& c);

@@ -110,7 +110,8 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
     }
     case OpKind::hc_pre: {
       std::vector<float> x(static_cast<std::size_t>(N * c.hidden_size));
-      hc_collapse(load(in[0], sf).data(), load_exact(in[1]).data(), N, c.hc_mult, c.hidden_size, st, x.data());
+      // The collapse is cast to the stream dtype (spec §3.7), not to the activation storage.
+      hc_collapse(load(in[0], sf).data(), load_exact(in[1]).data(), N, c.hc_mult, c.hidden_size, sf, x.data());
       return {store(x, {B, S, c.hidden_size})};
     }
     case OpKind::rms_norm:
@@ -118,7 +119,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
       const Tensor& x = *in[0];
       std::vector<float> y(static_cast<std::size_t>(x.numel()));
       std::vector<float> g = s.kind == OpKind::rms_norm ? to_float(weight(0)) : std::vector<float>{};
-      rms_norm(load(in[0], st).data(), rows_of(x), x.dim(-1), g.empty() ? nullptr : g.data(), eps,
+      rms_norm(load(in[0], s.stream_input ? sf : st).data(), rows_of(x), x.dim(-1), g.empty() ? nullptr : g.data(), eps,
                fmt_of(num.norm_stats), st, y.data());
       return {store(y, x.shape())};
     }
@@ -403,7 +404,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
       std::vector<float> preh(static_cast<std::size_t>(N * n)), y(static_cast<std::size_t>(N * D));
       hc_head_weights(X.data(), N, n, D, weight(0).data<double>(), weight(1).data<double>(), weight(2).data<double>(), eps,
                       static_cast<float>(c.hc_eps), num, preh.data());
-      hc_collapse(X.data(), preh.data(), N, n, D, st, y.data());
+      hc_collapse(X.data(), preh.data(), N, n, D, sf, y.data());
       return {store(y, {B, S, D}), store(preh, {B, S, n})};
     }
   }

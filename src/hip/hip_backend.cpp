@@ -401,8 +401,9 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       break;
     }
     case OpKind::hc_pre: {
-      auto x = r.out({B, S, c.hidden_size}, st);
-      hc_pre(r.f(0, sf), r.exact(1), N, c.hc_mult, c.hidden_size, st, x.f(), cs);
+      // The collapse is cast to the stream dtype (spec §3.7), as emu.
+      auto x = r.out({B, S, c.hidden_size}, sf);
+      hc_pre(r.f(0, sf), r.exact(1), N, c.hc_mult, c.hidden_size, sf, x.f(), cs);
       emit(std::move(x));
       break;
     }
@@ -410,7 +411,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
     case OpKind::head_rms_norm: {
       const Shape sh = r.shape(0);
       auto y = r.out(sh, st);
-      rms_norm(r.f(0, st), rows_of(sh), sh.back(), s.kind == OpKind::rms_norm ? r.weight(0) : nullptr, eps,
+      rms_norm(r.f(0, s.stream_input ? sf : st), rows_of(sh), sh.back(), s.kind == OpKind::rms_norm ? r.weight(0) : nullptr, eps,
                fmt_of(num.norm_stats), st, y.f(), cs);
       emit(std::move(y));
       break;
@@ -630,8 +631,8 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
     }
     case OpKind::hc_head: {
       const auto n = c.hc_mult, D = c.hidden_size;
-      auto y = r.out({B, S, D}, st), preh = r.out({B, S, n}, Fmt::f32);
-      hc_head(r.f(0, sf), N, n, D, r.weight(0), r.weight(1), r.weight(2), eps, static_cast<float>(c.hc_eps), num, st,
+      auto y = r.out({B, S, D}, sf), preh = r.out({B, S, n}, Fmt::f32);
+      hc_head(r.f(0, sf), N, n, D, r.weight(0), r.weight(1), r.weight(2), eps, static_cast<float>(c.hc_eps), num, sf,
               y.f(), preh.f(), cs);
       emit(std::move(y));
       emit(std::move(preh));
