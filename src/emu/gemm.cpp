@@ -77,7 +77,9 @@ void gemm(const float* x, std::int64_t N, std::int64_t K, const float* w, std::i
         for (std::int64_t b0 = k0; b0 < k1; b0 += kKBlock) {
           const std::int64_t b1 = std::min(k1, b0 + kKBlock);
           float part = 0;
-          if (spec.acc == Fmt::f32)
+          if (spec.acc == Fmt::f32 && spec.in == Fmt::f32)  // an SGEMM: fused multiply-adds
+            for (std::int64_t k = b0; k < b1; ++k) part = std::fma(xn[k], wo[k], part);
+          else if (spec.acc == Fmt::f32)  // exact products (16-bit) or fp8's scaled ones: rounded, then added
             for (std::int64_t k = b0; k < b1; ++k) part += xn[k] * wo[k];
           else
             for (std::int64_t k = b0; k < b1; ++k) part = arith::fma_fmt(xn[k], wo[k], part, spec.acc);

@@ -4,7 +4,8 @@
 // Operands are rounded to the input format (fp8: power-of-two 128x128 block scales for the
 // weights, per-row 1x128 group scales for the activations, as DeepSeek's FP8 GEMMs; fp16:
 // subnormals flushed, as gfx90a's fp16 MFMA does), the sum runs over K in blocks of kKBlock
-// (one tile step) in the accumulator format. Fixed reduction: the blocks are added in index
+// (one tile step) in the accumulator format; with float32 operands and accumulator (an SGEMM)
+// each step is a fused multiply-add, as GPU SGEMM kernels do. Fixed reduction: the blocks are added in index
 // order and the sum rounded once to the output format. Atomic reduction (split-K): K is cut
 // into kSplits equal ranges of whole kKStep-element MFMA steps, each range's partial is
 // rounded to the output format and atomically added into the output, in an order that

@@ -3,7 +3,8 @@
 //   x [M, K] (row stride ldx), w [O, K] (row-major), y [M, O] (row stride ldy), all float32
 //   holding already-quantized operands (quantize_* below). The sum runs over K in blocks of
 //   32 (one LDS tile step; emu::kKBlock), products summed sequentially inside a block in the
-//   accumulator format, block partials added in order. Fixed reduction: y = round_out(total).
+//   accumulator format (fused multiply-adds in an SGEMM: float32 operands and accumulator),
+//   block partials added in order. Fixed reduction: y = round_out(total).
 //   Atomic reduction (split-K): K cut into 4 ranges of whole 8-deep MFMA steps, each range's
 //   partial rounded to `out` and atomically added (CAS, rounded to `out` per add) into y,
 //   which the launcher zeroes first (unless told the caller did); the order is whatever order the workgroups arrive in.

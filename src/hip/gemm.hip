@@ -30,10 +30,11 @@ struct Args {
 
 // A BM x BN output tile per workgroup of 256 threads, TM x TN outputs per thread; x and w
 // tiles of 32 k-steps staged through LDS (k-major, so a thread reads its TM / TN operands
-// contiguously). kExact: the operands are 16-bit or fp8 values, whose products are exact in
-// float, so an FMA gives the same bits as emu's rounded product plus sum. kF32: accumulator
-// float32.
-template <int BM, int BN, int TM, int TN, bool kExact, bool kF32, bool kAtomic>
+// contiguously). kFma: fused multiply-adds, which emu computes where the operands are 16-bit
+// (products exact in float, so an FMA gives the bits of a rounded product plus sum) and in
+// an SGEMM (float32 operands and accumulator); otherwise (fp8's scaled operands, or float32
+// operands into a 16-bit accumulator) the product is rounded first. kF32: accumulator float32.
+template <int BM, int BN, int TM, int TN, bool kFma, bool kF32, bool kAtomic>
 __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
   static_assert((BM / TM) * (BN / TN) == kThreads && TN % 4 == 0, "one output block per thread");
   __shared__ float xs[kKTile][BM + 4];
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-          const float v = kExact ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]);
+          const float v = kFma ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]);
           part[i][j] = kF32 ? v : arith::round_fmt(v, a.acc);
         }
     }
@@ -139,19 +140,19 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
 constexpr int kMmaBN = 128;
 constexpr int kMmaLd = kKTile + 8;  // LDS row stride in 16-bit elements (a multiple of 8)
 
-template <bool kBf16>
-__device__ inline void stage_row4(std::uint16_t* dst, const float* src, std::int64_t k, std::int64_t K, bool valid,
-                                  bool vec4) {
+// Four consecutive operands of one row from global memory (zeros outside the row or K), and
+// their 16-bit patterns into LDS.
+__device__ inline float4 fetch4(const float* src, std::int64_t k, std::int64_t K, bool valid, bool vec4) {
+  if (valid && vec4 && k + 3 < K) return *reinterpret_cast<const float4*>(src + k);
   float v[4];
-  if (valid && vec4 && k + 3 < K) {
-    const float4 q = *reinterpret_cast<const float4*>(src + k);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-  } else {
-    for (int j = 0; j < 4; ++j) v[j] = (valid && k + j < K) ? src[k + j] : 0.0f;
-  }
+  for (int j = 0; j < 4; ++j) v[j] = (valid && k + j < K) ? src[k + j] : 0.0f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+template <bool kBf16>
+__device__ inline void put4(std::uint16_t* dst, float4 v) {
   uint2 packed;
-  packed.x = mma::bits16(v[0], kBf16) | (static_cast<unsigned>(mma::bits16(v[1], kBf16)) << 16);
-  packed.y = mma::bits16(v[2], kBf16) | (static_cast<unsigned>(mma::bits16(v[3], kBf16)) << 16);
+  packed.x = mma::bits16(v.x, kBf16) | (static_cast<unsigned>(mma::bits16(v.y, kBf16)) << 16);
+  packed.y = mma::bits16(v.z, kBf16) | (static_cast<unsigned>(mma::bits16(v.w, kBf16)) << 16);
   *reinterpret_cast<uint2*>(dst) = packed;
 }
 
@@ -198,19 +199,40 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
 #pragma unroll
     for (int j = 0; j < kTilesN; ++j) mma::zero(total[i][j]);
   __syncthreads();
-  for (std::int64_t b0 = 0; b0 < a.K; b0 += kKTile) {
-    // Four consecutive k per thread: BM (x) and 128 (w) rows of 8 groups.
-    for (int i = tid; i < BM * (kKTile / 4); i += kThreads) {
-      const int r = i / (kKTile / 4), kq = (i % (kKTile / 4)) * 4;
+  // Four consecutive k per thread and slot, BM (x) and 128 (w) rows of 8 groups; the next
+  // block's operands are fetched into registers while this block's products run.
+  constexpr int kGroups = kKTile / 4;
+  constexpr int kXSlots = BM * kGroups / kThreads, kWSlots = kMmaBN * kGroups / kThreads;
+  static_assert(BM * kGroups % kThreads == 0 && kMmaBN * kGroups % kThreads == 0, "whole slots");
+  float4 xv[kXSlots], wv[kWSlots];
+  auto fetch = [&](std::int64_t b0) {
+#pragma unroll
+    for (int q = 0; q < kXSlots; ++q) {
+      const int i = tid + q * kThreads, r = i / kGroups, kq = (i % kGroups) * 4;
       const std::int64_t xr = x_row[r];
-      stage_row4<kBf16>(xs + r * kMmaLd + kq, x + (xr >= 0 ? xr : 0) * a.ldx, b0 + kq, a.K, xr >= 0, vec4);
+      xv[q] = fetch4(x + (xr >= 0 ? xr : 0) * a.ldx, b0 + kq, a.K, xr >= 0, vec4);
     }
-    for (int i = tid; i < kMmaBN * (kKTile / 4); i += kThreads) {
-      const int r = i / (kKTile / 4), kq = (i % (kKTile / 4)) * 4;
+#pragma unroll
+    for (int q = 0; q < kWSlots; ++q) {
+      const int i = tid + q * kThreads, r = i / kGroups, kq = (i % kGroups) * 4;
       const std::int64_t o = col0 + r;
-      stage_row4<kBf16>(ws + r * kMmaLd + kq, w + (o < a.O ? o : 0) * a.K, b0 + kq, a.K, o < a.O, vec4);
+      wv[q] = fetch4(w + (o < a.O ? o : 0) * a.K, b0 + kq, a.K, o < a.O, vec4);
+    }
+  };
+  fetch(0);
+  for (std::int64_t b0 = 0; b0 < a.K; b0 += kKTile) {
+#pragma unroll
+    for (int q = 0; q < kXSlots; ++q) {
+      const int i = tid + q * kThreads;
+      put4<kBf16>(xs + (i / kGroups) * kMmaLd + (i % kGroups) * 4, xv[q]);
+    }
+#pragma unroll
+    for (int q = 0; q < kWSlots; ++q) {
+      const int i = tid + q * kThreads;
+      put4<kBf16>(ws + (i / kGroups) * kMmaLd + (i % kGroups) * 4, wv[q]);
     }
     __syncthreads();
+    if (b0 + kKTile < a.K) fetch(b0 + kKTile);
 #pragma unroll
     for (int i = 0; i < kTilesM; ++i)
 #pragma unroll
@@ -267,16 +289,16 @@ void launch_mma(const Args& a, std::int64_t groups, hipStream_t stream) {
 
 // Tile shapes: 128x128 for large products, 32x128 for short ones (the routed experts see a
 // few dozen rows per expert).
-template <int BM, int BN, int TM, int TN, bool kExact, bool kF32>
+template <int BM, int BN, int TM, int TN, bool kFma, bool kF32>
 void launch_tile(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream) {
   const dim3 grid(blocks_for(a.O, BN), blocks_for(a.M, BM), static_cast<unsigned>(groups * (atomic ? kSplits : 1)));
-  if (atomic) gemm_kernel<BM, BN, TM, TN, kExact, kF32, true><<<grid, kThreads, 0, stream>>>(a);
-  else gemm_kernel<BM, BN, TM, TN, kExact, kF32, false><<<grid, kThreads, 0, stream>>>(a);
+  if (atomic) gemm_kernel<BM, BN, TM, TN, kFma, kF32, true><<<grid, kThreads, 0, stream>>>(a);
+  else gemm_kernel<BM, BN, TM, TN, kFma, kF32, false><<<grid, kThreads, 0, stream>>>(a);
 }
-template <bool kExact, bool kF32>
+template <bool kFma, bool kF32>
 void launch(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream) {
-  if (a.M >= 96) launch_tile<128, 128, 8, 8, kExact, kF32>(a, groups, atomic, stream);
-  else launch_tile<32, 128, 2, 8, kExact, kF32>(a, groups, atomic, stream);
+  if (a.M >= 96) launch_tile<128, 128, 8, 8, kFma, kF32>(a, groups, atomic, stream);
+  else launch_tile<32, 128, 2, 8, kFma, kF32>(a, groups, atomic, stream);
 }
 
 __global__ void operand_kernel(const float* src, float* dst, std::int64_t n, Fmt in) {
@@ -372,10 +394,15 @@ void gemm(const float* d_x, std::int64_t ldx, const float* d_w, float* d_y, std:
   if (exact && f32 && spec.matrix_cores && !spec.atomic) {
     if (spec.in == Fmt::bf16) launch_mma<true>(a, groups.count, stream);
     else launch_mma<false>(a, groups.count, stream);
-  } else if (exact && f32) launch<true, true>(a, groups.count, spec.atomic, stream);
-  else if (exact) launch<true, false>(a, groups.count, spec.atomic, stream);
-  else if (f32) launch<false, true>(a, groups.count, spec.atomic, stream);
-  else launch<false, false>(a, groups.count, spec.atomic, stream);
+  } else if ((exact || spec.in == Fmt::f32) && f32) {
+    launch<true, true>(a, groups.count, spec.atomic, stream);  // 16-bit operands, or an SGEMM (FMA)
+  } else if (exact) {
+    launch<true, false>(a, groups.count, spec.atomic, stream);
+  } else if (f32) {
+    launch<false, true>(a, groups.count, spec.atomic, stream);
+  } else {
+    launch<false, false>(a, groups.count, spec.atomic, stream);
+  }
   check_kernel("gemm");
 }
 
