@@ -72,7 +72,9 @@ int main(int argc, char** argv) {
       execute(session.stages, [&](const Stage&) -> Backend& { return hip_b; }, ctx, env);
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     };
+    const std::size_t bytes0 = hip_b.captured_bytes();
     const double warm = run_once(true);  // uploads the weights, fills the device and pinned pools
+    const double captured_gb = static_cast<double>(hip_b.captured_bytes() - bytes0) / 1e9;  // one tapped run
     std::vector<double> all, none;
     for (int r = 0; r < runs; ++r) {
       all.push_back(run_once(true));
@@ -107,6 +109,8 @@ int main(int argc, char** argv) {
     std::printf("prefill, all stages tapped (outputs copied to the host): %.2f ms (median of %d)\n", t_all, runs);
     std::printf("prefill, no stage tapped:                                 %.2f ms (median of %d)\n", t_none, runs);
     std::printf("capture overhead: %.3fx; sum of per-stage device times %.2f ms\n", t_all / t_none, stage_sum);
+    std::printf("captured per tapped run: %.2f GB of float64 and integer outputs (%.1f GB/s over the extra time)\n",
+                captured_gb, captured_gb / ((t_all - t_none) / 1e3));
 
     nlohmann::json j;
     j["case"] = case_path;
@@ -119,6 +123,7 @@ int main(int argc, char** argv) {
     j["prefill_all_tapped_ms"] = all;
     j["prefill_untapped_ms"] = none;
     j["capture_overhead"] = t_all / t_none;
+    j["captured_gb_per_run"] = captured_gb;
     j["stage_device_ms"] = per_stage;
     j["class_device_ms"] = by_class;
     std::ofstream(out) << j.dump(1) << "\n";

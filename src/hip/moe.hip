@@ -36,6 +36,14 @@ __global__ void weights_kernel(const float* score, const std::int64_t* idx, cons
   for (std::int64_t k = 0; k < K; ++k) wt[t * K + k] = mul_rn(g(k) / den, scale);
 }
 
+__global__ void hash_kernel(const std::int64_t* ids, const std::int64_t* table, std::int64_t N, std::int64_t V,
+                            std::int64_t K, std::int64_t* idx) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N * K) return;
+  const std::int64_t id = ids[i / K];
+  idx[i] = (id >= 0 && id < V) ? table[id * K + i % K] : -1;
+}
+
 __global__ void rows_kernel(const std::int64_t* idx, std::int64_t NK, std::int64_t E, std::int32_t* starts,
                             std::int32_t* rows) {
   // Pass 1 (one thread per expert): counts; then one thread scans; pass 2: fills in slot order.
@@ -88,6 +96,13 @@ __global__ void combine_atomic_kernel(const float* slot, const float* wt, std::i
 }
 
 }  // namespace
+
+void hash_route(const std::int64_t* d_ids, const std::int64_t* d_table, std::int64_t N, std::int64_t V, std::int64_t K,
+                std::int64_t* d_idx, hipStream_t stream) {
+  if (N * K == 0) return;
+  hash_kernel<<<blocks_for(N * K, 256), 256, 0, stream>>>(d_ids, d_table, N, V, K, d_idx);
+  check_kernel("hash_route");
+}
 
 void router_scores(const float* d_logit, std::int64_t count, Fmt f, float* d_score, hipStream_t stream) {
   if (count == 0) return;

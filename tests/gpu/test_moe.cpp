@@ -83,5 +83,21 @@ TEST(Moe, RoutedExpertsMatchReference) {
   EXPECT_LE(error_vs(ya, yr).rel_l2, 4 * unit_roundoff(Fmt::bf16));
 }
 
+// Hash routing: the rows of tid2eid picked by token id, ids at both ends of the vocabulary.
+TEST(Moe, HashRouteGathersTheTableRows) {
+  const std::int64_t V = 1000, K = 6, N = 77;
+  std::vector<std::int64_t> table(static_cast<std::size_t>(V * K)), ids(static_cast<std::size_t>(N));
+  std::mt19937_64 rng(name_seed());
+  for (auto& v : table) v = static_cast<std::int64_t>(rng() % 256);
+  for (std::int64_t t = 0; t < N; ++t) ids[static_cast<std::size_t>(t)] = t == 0 ? 0 : t == 1 ? V - 1 : static_cast<std::int64_t>(rng() % V);
+  Dev<std::int64_t> d_table(table), d_ids(ids), d_idx(N * K);
+  hip::hash_route(d_ids.ptr(), d_table.ptr(), N, V, K, d_idx.ptr(), test_stream());
+  const auto idx = d_idx.get();
+  for (std::int64_t t = 0; t < N; ++t)
+    for (std::int64_t k = 0; k < K; ++k)
+      ASSERT_EQ(idx[static_cast<std::size_t>(t * K + k)], table[static_cast<std::size_t>(ids[static_cast<std::size_t>(t)] * K + k)])
+          << t << "," << k;
+}
+
 }  // namespace
 }  // namespace tdiff::gpu1
