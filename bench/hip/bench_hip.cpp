@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     std::printf("prefill, all stages tapped (outputs copied to the host): %.2f ms (median of %d)\n", t_all, runs);
     std::printf("prefill, no stage tapped:                                 %.2f ms (median of %d)\n", t_none, runs);
     std::printf("capture overhead: %.3fx; sum of per-stage device times %.2f ms\n", t_all / t_none, stage_sum);
-    std::printf("captured per tapped run: %.2f GB of float64 and integer outputs (%.1f GB/s over the extra time)\n",
+    std::printf("captured per tapped run: %.2f GB of outputs as stored (float32, int64, bool) (%.1f GB/s over the extra time)\n",
                 captured_gb, captured_gb / ((t_all - t_none) / 1e3));
 
     nlohmann::json j;

@@ -1,12 +1,11 @@
 #pragma once
-// Small kernels of the hip backend: the embedding, the stream expansion, residual adds,
-// format rounding and the conversion of outputs to float64 for the host.
+// Small kernels of the hip backend: the embedding, the stream expansion, residual adds and
+// format rounding.
 //   embed:     ids [N] (int64), E [V, D] -> e [N, D] = round_st(E[ids[t]])
 //   hc_expand: e [N, D] -> X [N, n, D] = round_sf(round_st(e)) in every stream
 //   add:       y = round_f(a + b)
 //   round:     y = round_f(x)
 //   scale_round: y = round_f(x · s)
-//   to_f64:    y (float64) = x; integer tensors go up as they are.
 #include <cstdint>
 
 #include "emu/arith.h"
@@ -21,6 +20,5 @@ void hc_expand(const float* d_e, std::int64_t N, std::int64_t n, std::int64_t D,
 void add(const float* d_a, const float* d_b, std::int64_t count, arith::Fmt f, float* d_y, hipStream_t stream);
 void round_to(const float* d_x, std::int64_t count, arith::Fmt f, float* d_y, hipStream_t stream);
 void scale_round(const float* d_x, std::int64_t count, float s, arith::Fmt f, float* d_y, hipStream_t stream);
-void to_f64(const float* d_x, std::int64_t count, double* d_y, hipStream_t stream);
 
 }  // namespace tdiff::hip

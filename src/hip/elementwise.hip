@@ -34,10 +34,6 @@ __global__ void scale_kernel(const float* x, std::int64_t n, float s, Fmt f, flo
   const std::int64_t i = global_id();
   if (i < n) y[i] = arith::round_fmt(mul_rn(x[i], s), f);
 }
-__global__ void f64_kernel(const float* x, std::int64_t n, double* y) {
-  const std::int64_t i = global_id();
-  if (i < n) y[i] = static_cast<double>(x[i]);
-}
 
 }  // namespace
 
@@ -67,11 +63,6 @@ void scale_round(const float* d_x, std::int64_t count, float s, Fmt f, float* d_
   if (count == 0) return;
   scale_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(d_x, count, s, f, d_y);
   check_kernel("scale_round");
-}
-void to_f64(const float* d_x, std::int64_t count, double* d_y, hipStream_t stream) {
-  if (count == 0) return;
-  f64_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(d_x, count, d_y);
-  check_kernel("to_f64");
 }
 
 }  // namespace tdiff::hip

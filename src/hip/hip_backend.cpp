@@ -124,6 +124,11 @@ HipBackend::DevTensor HipBackend::upload(const Tensor& host) {
       d.dtype = DType::f32;
       break;
     }
+    case DType::f32:  // this backend's own float32 output, handed back (a bisect cache hit)
+      d.buf = std::make_shared<DeviceBuffer>(host.nbytes(), &pool_);
+      copy_h2d(d.buf->get(), host.raw(), host.nbytes(), compute_);
+      d.dtype = DType::f32;
+      break;
     case DType::i64:
       d.buf = std::make_shared<DeviceBuffer>(host.nbytes(), &pool_);
       copy_h2d(d.buf->get(), host.raw(), host.nbytes(), compute_);
@@ -176,6 +181,17 @@ const float* HipBackend::weight(WeightStore& w, const std::string& name, Fmt in)
   return weights_.emplace(key, std::move(buf)).first->second.as<float>();
 }
 
+const std::int64_t* HipBackend::table_i64(WeightStore& w, const std::string& name) {
+  const auto key = std::make_pair(name, -1);
+  auto it = weights_.find(key);
+  if (it != weights_.end()) return it->second.as<std::int64_t>();
+  const Tensor& t = w.i64(name);
+  DeviceBuffer buf(static_cast<std::size_t>(std::max<std::int64_t>(t.numel(), 1)) * 8, &pool_);
+  copy_h2d(buf.get(), t.raw(), t.nbytes(), compute_);
+  stream_sync(compute_);  // t is WeightStore's; the copy must be done before it may be trimmed
+  return weights_.emplace(key, std::move(buf)).first->second.as<std::int64_t>();
+}
+
 const float* HipBackend::rope_freq(const ModelConfig& c, bool compress) {
   auto it = freq_.find(compress);
   if (it != freq_.end()) return it->second.as<float>();
@@ -208,17 +224,20 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t) {
     event_record(ready, compute_);
     stream_wait(copy_, ready);
     const std::int64_t n = t.numel();
-    Pending p{t.buf, nullptr};
+    Pending p{t.buf};
     if (t.dtype == DType::f32) {
-      const std::size_t bytes = static_cast<std::size_t>(n) * 8;
+      // The values are float32 numbers (rounded to their format on the device): copied as
+      // they are, half the bytes of float64; readers that need float64 (refcpu in a mixed
+      // run) widen them exactly.
+      const std::size_t bytes = static_cast<std::size_t>(n) * 4;
+      captured_bytes_ += bytes;
       auto mem = pinned_->get(bytes);
-      host = Tensor::view(DType::f64, t.shape, mem.get(), mem);
-      p.staging = std::make_shared<DeviceBuffer>(bytes, &pool_);
-      to_f64(t.f(), n, p.staging->as<double>(), copy_);
-      copy_d2h(mem.get(), p.staging->get(), bytes, copy_);
+      host = Tensor::view(DType::f32, t.shape, mem.get(), mem);
+      copy_d2h(mem.get(), t.buf->get(), bytes, copy_);
     } else {
       const DType dt = t.dtype == DType::i64 ? DType::i64 : DType::boolean;
       const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dt);
+      captured_bytes_ += bytes;
       auto mem = pinned_->get(bytes);
       host = Tensor::view(dt, t.shape, mem.get(), mem);
       copy_d2h(mem.get(), t.buf->get(), bytes, copy_);
@@ -549,12 +568,14 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       break;
     }
     case OpKind::moe_select: {
-      if (r.in.size() > 1) {  // hash routing: a table lookup of the token ids
-        on_host();
-        break;
-      }
       const auto K = c.num_experts_per_tok, E = c.n_routed_experts;
       auto idx = r.out({N, K}, Fmt::f32, DType::i64);
+      if (r.in.size() > 1) {  // hash routing: a table lookup of the token ids
+        const auto& info = r.ctx.weights.files().info(s.weights.at(0));
+        hash_route(r.i64(1), table_i64(r.ctx.weights, s.weights.at(0)), N, info.shape.at(0), K, idx.i64(), cs);
+        emit(std::move(idx));
+        break;
+      }
       topk_rows(r.exact(0), N, E, K, r.weight(0), TopkSpec{fmt_of(num.topk_compare), num.topk_ties, seed}, idx.i64(), cs);
       emit(std::move(idx));
       break;

@@ -1,9 +1,10 @@
 #pragma once
 // The hip backend: every stage kind as GPU kernels under a numerics policy, with the same
 // knobs and meanings as emu (emu is the specification of the arithmetic). Tensors stay on the
-// device between stages (keyed "<stage>/<tensor>"); each output is converted to float64 on
-// the device and copied into a pinned host tensor on a copy stream, so the host copies
-// overlap the next stages; finish() waits for them. Inputs produced elsewhere (refcpu in a
+// device between stages (keyed "<stage>/<tensor>"); each output is copied as it is stored
+// (float32 values, int64 / bool) into a pinned host tensor on a copy stream, so the host
+// copies overlap the next stages; finish() waits for them. The diff engine reads float32
+// directly; refcpu widens it in a mixed run. Inputs produced elsewhere (refcpu in a
 // mixed run, the case inputs) are uploaded; a host tensor the backend itself returned is
 // recognised by identity and not uploaded again.
 #include <cstdint>
@@ -48,6 +49,8 @@ class HipBackend final : public Backend {
   // rarely one bf16 ulp, which near-tied routing can turn into a different expert.
   void set_matrix_cores(bool on) { matrix_cores_ = on && has_matrix_cores(info_.arch); }
   bool matrix_cores() const { return matrix_cores_; }
+  // Bytes copied to the host since construction (every tapped output, float64 or integer).
+  std::size_t captured_bytes() const { return captured_bytes_; }
   // Per-stage device time (events around each stage), read after finish().
   void set_timing(bool on) { timing_ = on; }
   std::vector<std::pair<std::string, double>> stage_ms() const;
@@ -66,7 +69,7 @@ class HipBackend final : public Backend {
     std::uint8_t* u8() const { return buf->as<std::uint8_t>(); }
   };
   struct Pending {  // a host copy in flight
-    std::shared_ptr<DeviceBuffer> src, staging;
+    std::shared_ptr<DeviceBuffer> src;  // kept alive until the copy is done
   };
   class StageRun;
 
@@ -76,6 +79,8 @@ class HipBackend final : public Backend {
   // A weight as float32 (f64 -> float as emu's to_float), rounded as a GEMM operand of `in`
   // (fp8: block-scaled); cached per (name, format).
   const float* weight(WeightStore& w, const std::string& name, arith::Fmt in);
+  // An integer weight (tid2eid), uploaded once.
+  const std::int64_t* table_i64(WeightStore& w, const std::string& name);
   const float* rope_freq(const ModelConfig& c, bool compress);
   const std::int64_t* batch_span(const Batch& b, bool length);
   Tensor publish(const Stage& s, std::size_t k, DevTensor t);
@@ -98,8 +103,9 @@ class HipBackend final : public Backend {
   std::vector<std::string> since_sync_;  // stages enqueued since the last sync (fault attribution)
   std::function<bool(const Stage&)> capture_;
   bool timing_ = false, sync_each_ = false, matrix_cores_ = false;
+  std::size_t captured_bytes_ = 0;
   std::vector<std::pair<std::string, std::pair<Event, Event>>> timing_events_;
-  refcpu::RefCpuBackend exact_;  // integer logic (masks, hash routing), as emu
+  refcpu::RefCpuBackend exact_;  // integer logic (the masks), as emu
 };
 
 }  // namespace tdiff::hip
