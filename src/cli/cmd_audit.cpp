@@ -74,7 +74,7 @@ void setup_audit(CLI::App& app) {
       "For each knob: the error of the stages it touches, each run in isolation on the reference's own inputs,\n"
       "with the knob at its bad and at its good setting on top of --policy, and the factor bad/good; a full\n"
       "run at each setting (logits rel_l2, top-1 agreement); and two full runs with different seeds (outputs\n"
-      "that differ bit-wise, tokens whose routing differs). docs/fault-catalog.md explains every knob.\n"
+      "that differ bit-wise, tokens whose routing differs). `tdiff info --knobs` and the README explain every knob.\n"
       "Examples:\n"
       "  tdiff audit case.h5\n"
       "  tdiff audit case.h5 --policy fixed --set 'L01.attn.core:softmax_stats=fp16' -o reports/audit\n"

@@ -72,7 +72,7 @@ void setup_synth(CLI::App& app) {
   sub->add_option("--seed", opt->seed, "random seed; the same seed gives the same bytes")->required();
   sub->add_flag("--outliers", opt->outliers,
                 "massive activations: a few token ids carry values of 100-1000 in a few fixed channels, as real "
-                "checkpoints do (docs/fault-catalog.md)");
+                "checkpoints do (README: tdiff synth)");
   sub->add_option("-o,--out", opt->out, "output folder (created, or replaced if it holds only a model)")->required();
   sub->footer(
       "The weights are float32 (tid2eid int64), named as transformers' DeepseekV4ForCausalLM expects.\n"

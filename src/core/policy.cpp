@@ -64,7 +64,7 @@ bool parse_switch(const std::string& knob, const std::string& v) {
 
 const std::vector<KnobInfo>& knob_catalog() {
   // Kinds: the operator kinds whose emu arithmetic reads the knob (a knob changes nothing
-  // elsewhere). docs/fault-catalog.md explains every entry and gives its measured effect.
+  // elsewhere). `tdiff info --knobs` prints this table; the README carries it with measured effects.
   static const std::vector<KnobInfo> catalog = {
       {"storage", {"fp32", "bf16", "fp16"}, all_compute_kinds(), "fp16", "bf16", true,
        "activations rounded to 16 bits between kernels; fp16 keeps 3 more mantissa bits than bf16 but overflows to "

@@ -163,9 +163,11 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
   constexpr int kTilesM = BM / 2 / 16;
   constexpr int kTilesN = kMmaBN / kWavesN / 16;
   static_assert(kWaves >= 2 && kTilesM >= 1 && kTilesN >= 1, "two rows of wavefronts");
-  __shared__ std::uint16_t xs[BM * kMmaLd] __attribute__((aligned(16)));
-  __shared__ std::uint16_t ws[kMmaBN * kMmaLd] __attribute__((aligned(16)));
-  __shared__ float tile_out[kWaves][16 * 16] __attribute__((aligned(16)));
+  // 32-byte aligned: wmma loads and stores need 256-bit aligned tile pointers (every tile
+  // starts a multiple of 16 rows of 80 bytes, plus 0 or 32 bytes, from these bases).
+  __shared__ std::uint16_t xs[BM * kMmaLd] __attribute__((aligned(32)));
+  __shared__ std::uint16_t ws[kMmaBN * kMmaLd] __attribute__((aligned(32)));
+  __shared__ float tile_out[kWaves][16 * 16] __attribute__((aligned(32)));
   __shared__ std::int64_t x_row[BM], y_row[BM];
 
   const std::int64_t g = blockIdx.z;
