@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 #include "bisect/stage_cache.h"
@@ -14,10 +15,6 @@ namespace tdiff {
 namespace {
 // The reference's selection scores behind a routing tensor, for tie detection: the indexer
 // selects on idx.score as stored; the router selects on score + bias, which no stage stores.
-std::string scores_for(const Stage& s) {
-  if (s.kind == OpKind::idx_topk) return s.name.substr(0, s.name.size() - std::string("topk").size()) + "score/score";
-  return "";
-}
 }  // namespace
 
 MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
@@ -39,6 +36,10 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   std::set<std::string> clean = {"inputs/ids", "inputs/mask", "inputs/pos"};
   ExecutorHooks hooks;
   std::vector<bool> from_cache(stages.size(), false);
+  std::set<std::string> score_keys;           // the stored scores some selection stage chooses on
+  std::map<std::string, Tensor> cand_scores;  // this run's values of them
+  for (const auto& s : stages)
+    if (const std::string k = tie_scores_key(s.name); !k.empty()) score_keys.insert(k);
   hooks.cached = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
     bool inputs_clean = true;
     for (const auto& in : s.inputs) inputs_clean = inputs_clean && clean.count(in.key());
@@ -66,18 +67,23 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     else if (opt.cache && !from_cache[i])
       opt.cache->put(i, on_candidate, out);
     if (opt.on_outputs) opt.on_outputs(s, out);
+    // The candidate's selection scores, for the routing comparison of the top-k that follows.
+    for (std::size_t k = 0; k < out.size(); ++k)
+      if (score_keys.count(s.name + "/" + s.outputs[k])) cand_scores[s.name + "/" + s.outputs[k]] = out[k];
     if (!pattern_matches(opt.compare, s.name)) return;
     if (!have_ref.count(s.name))
       input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session.path, s.name,
                   session.path);
-    const std::string score_stage = scores_for(s);
+    const std::string score_key = tie_scores_key(s.name);
     Tensor scores;
-    if (!score_stage.empty() && have_ref.count(score_stage.substr(0, score_stage.find('/'))))
-      scores = read_reference(session.path, score_stage.substr(0, score_stage.find('/')), score_stage.substr(score_stage.find('/') + 1));
+    if (!score_key.empty() && have_ref.count(score_key.substr(0, score_key.find('/'))))
+      scores = read_reference(session.path, score_key.substr(0, score_key.find('/')), score_key.substr(score_key.find('/') + 1));
+    const auto cs = cand_scores.find(score_key);
     for (std::size_t k = 0; k < out.size(); ++k) {
       const Tensor ref = read_reference(session.path, s.name, s.outputs[k]);
       result.diff.rows.push_back(diff_tensor(s.name + "/" + s.outputs[k], ref, out[k], copt,
-                                             scores.defined() ? &scores : nullptr));
+                                             scores.defined() ? &scores : nullptr,
+                                             cs == cand_scores.end() ? nullptr : &cs->second));
     }
   };
   const auto t0 = std::chrono::steady_clock::now();

@@ -19,14 +19,6 @@ bool matches_any(const std::vector<std::string>& patterns, const std::string& st
   return false;
 }
 
-// The indexer's top-k chooses among scores that ReLU makes exactly equal (often zero), so
-// its selections get the tie-aware comparison with the reference's scores.
-std::string tie_scores_key(const std::string& stage) {
-  const std::string suffix = ".attn.idx.topk";
-  if (stage.size() > suffix.size() && stage.ends_with(suffix))
-    return stage.substr(0, stage.size() - suffix.size()) + ".attn.idx.score/score";
-  return "";
-}
 
 // Keeps the keys that pass the --stages filter; InputError when none does.
 std::vector<std::string> filter_keys(const std::vector<std::string>& keys, const std::string& glob) {
@@ -76,6 +68,15 @@ std::string join_path(const std::string& group, const std::string& key) {
 }
 
 }  // namespace
+
+// The indexer's top-k chooses among scores that ReLU makes exactly equal (often zero), so
+// its selections get the tie-aware comparison with the reference's scores.
+std::string tie_scores_key(const std::string& stage) {
+  const std::string suffix = ".attn.idx.topk";
+  if (stage.size() > suffix.size() && stage.ends_with(suffix))
+    return stage.substr(0, stage.size() - suffix.size()) + ".attn.idx.score/score";
+  return "";
+}
 
 const char* tensor_kind_name(TensorKind k) {
   switch (k) {
@@ -127,7 +128,7 @@ std::vector<std::string> list_keys(const std::string& file, const std::string& g
 }
 
 TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
-                       const Tensor* ref_scores) {
+                       const Tensor* ref_scores, const Tensor* cand_scores) {
   if (ref.shape() != cand.shape())
     input_error("tensor '{}': shape mismatch, reference {} vs candidate {}", key, shape_str(ref.shape()),
                 shape_str(cand.shape()));
@@ -140,7 +141,7 @@ TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& 
   const bool floats = is_float(ref.dtype()) || is_float(cand.dtype());
   if (!floats && ref.rank() > 0 && matches_any(opt.routing_patterns, d.stage, d.tensor)) {
     d.kind = TensorKind::routing;
-    d.routing = routing_metrics(ref, cand, ref_scores);
+    d.routing = routing_metrics(ref, cand, ref_scores, ref_scores ? cand_scores : nullptr);
   } else if (!floats) {
     d.kind = TensorKind::exact;
   } else if (ref.rank() > 0 && matches_any(opt.logits_patterns, d.stage, d.tensor)) {
@@ -160,7 +161,9 @@ CompareResult compare_maps(const NamedTensors& ref, const NamedTensors& cand, co
   for (const auto& key : pair_keys(kr, kc, opt, r)) {
     const std::string sk = tie_scores_key(split_key(key).first);
     auto scores = sk.empty() ? ref.end() : ref.find(sk);
-    r.rows.push_back(diff_tensor(key, ref.at(key), cand.at(key), opt, scores == ref.end() ? nullptr : &scores->second));
+    auto cand_scores = sk.empty() ? cand.end() : cand.find(sk);
+    r.rows.push_back(diff_tensor(key, ref.at(key), cand.at(key), opt, scores == ref.end() ? nullptr : &scores->second,
+                                 cand_scores == cand.end() ? nullptr : &cand_scores->second));
   }
   return r;
 }
@@ -176,10 +179,13 @@ CompareResult compare_files(const std::string& file_ref, const std::string& grou
     const Tensor a = h5_read(file_ref, join_path(group_ref, key));
     const Tensor b = h5_read(file_cand, join_path(group_cand, key));
     const std::string sk = tie_scores_key(split_key(key).first);
-    Tensor scores;
+    Tensor scores, cand_scores;
     if (!sk.empty() && ref_keys.count(sk)) scores = h5_read(file_ref, join_path(group_ref, sk));
+    if (scores.defined() && std::find(kc.begin(), kc.end(), sk) != kc.end())
+      cand_scores = h5_read(file_cand, join_path(group_cand, sk));
     try {
-      r.rows.push_back(diff_tensor(key, a, b, opt, scores.defined() ? &scores : nullptr));
+      r.rows.push_back(diff_tensor(key, a, b, opt, scores.defined() ? &scores : nullptr,
+                                   cand_scores.defined() ? &cand_scores : nullptr));
     } catch (const InputError& e) {
       input_error("{} vs {}: {}", file_ref, file_cand, e.what());
     }

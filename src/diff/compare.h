@@ -73,9 +73,13 @@ std::vector<std::string> order_keys(std::vector<std::string> keys, const std::ve
 // Dataset paths under `group`, relative to it ("L03.attn.core/o"), as compare_files pairs them.
 std::vector<std::string> list_keys(const std::string& file, const std::string& group);
 
-// One pair. `ref_scores`: the reference's selection scores for routing tie detection.
+// One pair. `ref_scores`: the reference's selection scores for routing tie detection;
+// `cand_scores`: the candidate's, to count flips its own score error explains.
 TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
-                       const Tensor* ref_scores = nullptr);
+                       const Tensor* ref_scores = nullptr, const Tensor* cand_scores = nullptr);
+// "L01.attn.idx.score/score" for "L01.attn.idx.topk": the scores a selection stage chooses
+// on, where they are a stored tensor ("" otherwise).
+std::string tie_scores_key(const std::string& stage);
 CompareResult compare_maps(const NamedTensors& ref, const NamedTensors& cand, const CompareOptions& opt = {});
 // Reads one pair at a time, so memory stays at the size of the largest pair.
 CompareResult compare_files(const std::string& file_ref, const std::string& group_ref, const std::string& file_cand,

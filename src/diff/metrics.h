@@ -73,14 +73,20 @@ LogitsMetrics logits_metrics(const Tensor& ref, const Tensor& cand, const Metric
 // reference ids missing from the candidate row. Tie hook: with the reference's scores
 // [..., E] (ids index the last dimension), a differing token whose swapped-out and
 // swapped-in ids have exactly equal scores is a tie, not a mismatch (both choices are right).
+// Noise hook: with the candidate's scores too, a differing (untied) token whose reference
+// margin (lowest score given up minus highest score taken) is no larger than the candidate's
+// own score error on those entries counts as explained by upstream numerics: the top-k chose
+// correctly on the scores it was given. Verdicts still count it; reports say how many.
 struct RoutingMetrics {
   std::int64_t tokens = 0, k = 0;
   std::int64_t equal_tokens = 0;
   std::int64_t tie_tokens = 0;     // differing only between exactly tied scores
+  std::int64_t noise_tokens = 0;   // differing, untied, within the candidate's score error of a tie
   std::int64_t flips = 0;          // flipped choices summed over tokens (ties included)
   double equal_share = 1.0;        // equal_tokens / tokens
   double mismatch_share = 0.0;     // (tokens - equal - tie) / tokens: what verdicts read
 };
-RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tensor* ref_scores = nullptr);
+RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tensor* ref_scores = nullptr,
+                               const Tensor* cand_scores = nullptr);
 
 }  // namespace tdiff

@@ -113,7 +113,11 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   if (in.exact) {
     const double share = in.routing ? in.routing->mismatch_share
                                     : (m.count ? static_cast<double>(m.n_diff) / static_cast<double>(m.count) : 0.0);
-    const char* what = in.routing ? "tokens with other selections" : "elements differ";
+    std::string what = in.routing ? "tokens with other selections" : "elements differ";
+    // How many of them the candidate's own score error explains (near ties, not a top-k fault).
+    if (in.routing && in.routing->noise_tokens > 0)
+      what += fmt::format(" ({} of {} within the candidate's score error of a tie)", in.routing->noise_tokens,
+                          in.routing->tokens - in.routing->equal_tokens - in.routing->tie_tokens);
     if (share > t.mismatch_fail) v.add(Verdict::fail, fmt::format("{:.3g}% {}", 100 * share, what));
     else if (share > t.mismatch_warn) v.add(Verdict::warn, fmt::format("{:.3g}% {}", 100 * share, what));
     return v.result();

@@ -161,7 +161,7 @@ LogitsMetrics logits_metrics(const Tensor& ref, const Tensor& cand, const Metric
   return m;
 }
 
-RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tensor* ref_scores) {
+RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tensor* ref_scores, const Tensor* cand_scores) {
   if (ref.shape() != cand.shape())
     input_error("routing metrics: shape mismatch, reference {} vs candidate {}", shape_str(ref.shape()),
                 shape_str(cand.shape()));
@@ -175,6 +175,9 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
     if (experts == 0 || ref_scores->numel() / experts != m.tokens)
       input_error("routing metrics: scores {} do not match {} tokens of selections {}",
                   shape_str(ref_scores->shape()), m.tokens, shape_str(ref.shape()));
+    if (cand_scores && cand_scores->shape() != ref_scores->shape())
+      input_error("routing metrics: candidate scores {} do not match the reference's {}", shape_str(cand_scores->shape()),
+                  shape_str(ref_scores->shape()));
   }
   std::vector<std::int64_t> a, b, only_a, only_b;
   std::vector<double> sa, sb;
@@ -204,7 +207,19 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
       std::sort(out.begin(), out.end());
       return true;
     };
-    if (scores(only_a, sa) && scores(only_b, sb) && sa == sb) ++m.tie_tokens;
+    if (!(scores(only_a, sa) && scores(only_b, sb))) continue;
+    if (sa == sb) {
+      ++m.tie_tokens;
+      continue;
+    }
+    if (!cand_scores) continue;
+    // The reference's margin against the candidate's own score error on the swapped entries.
+    double error = 0;
+    for (const auto* ids : {&only_a, &only_b})
+      for (auto id : *ids)
+        error = std::max(error, std::fabs(cand_scores->value(t * experts + id) - ref_scores->value(t * experts + id)));
+    const double margin = sa.front() - sb.back();
+    if (margin <= 2 * error) ++m.noise_tokens;
   }
   const auto tokens = static_cast<double>(m.tokens);
   m.equal_share = static_cast<double>(m.equal_tokens) / tokens;
