@@ -12,11 +12,6 @@
 
 namespace tdiff {
 
-namespace {
-// The reference's selection scores behind a routing tensor, for tie detection: the indexer
-// selects on idx.score as stored; the router selects on score + bias, which no stage stores.
-}  // namespace
-
 MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
                          const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
   const auto& stages = session.stages;

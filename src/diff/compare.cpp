@@ -19,7 +19,6 @@ bool matches_any(const std::vector<std::string>& patterns, const std::string& st
   return false;
 }
 
-
 // Keeps the keys that pass the --stages filter; InputError when none does.
 std::vector<std::string> filter_keys(const std::vector<std::string>& keys, const std::string& glob) {
   if (glob.empty()) return keys;
@@ -70,7 +69,8 @@ std::string join_path(const std::string& group, const std::string& key) {
 }  // namespace
 
 // The indexer's top-k chooses among scores that ReLU makes exactly equal (often zero), so
-// its selections get the tie-aware comparison with the reference's scores.
+// its selections get the tie-aware comparison with the scores; the router's top-k chooses on
+// score + bias, which no stage stores.
 std::string tie_scores_key(const std::string& stage) {
   const std::string suffix = ".attn.idx.topk";
   if (stage.size() > suffix.size() && stage.ends_with(suffix))
