@@ -1,8 +1,8 @@
 // hip::gemm against emu::gemm (bit-identical in fixed mode on the vector ALU; on the matrix
 // cores within one ulp of the output format plus the float reordering of the 16-deep
-// products; in atomic mode within the rounding of the split-K adds) and against refcpu::linear in float64 (error within the
-// operand format's budget), on awkward shapes; grouped and gathered forms against per-group
-// emu products.
+// products; in atomic mode within the rounding of the split-K adds) and against
+// refcpu::linear in float64 (error within the operand format's budget), on awkward shapes;
+// grouped and gathered forms against per-group emu products.
 #include "emu/gemm.h"
 #include "gpu_test.h"
 #include "hip/gemm.h"
