@@ -5,7 +5,7 @@
 // ratio (the capture overhead). Writes a JSON file with the numbers.
 //
 //   bench_hip CASE [--model DIR] [--policy fixed] [--set PATTERN:knob=value ...] [--runs 3] [-o bench_hip.json]
-// (TDIFF_HIP_MATRIX_CORES=0 in the environment: every GEMM on the vector ALU.)
+//   --hip-gemm vector: every GEMM on the vector ALU (emu's sums), as `tdiff run --hip-gemm`.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +35,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::string case_path, model, policy_name = "fixed", out = "bench_hip.json";
   std::vector<std::string> sets;
+  std::string hip_gemm = "matrix";
   int runs = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -48,12 +49,13 @@ int main(int argc, char** argv) {
     if (a == "--model") model = next();
     else if (a == "--policy") policy_name = next();
     else if (a == "--set") sets.push_back(next());
+    else if (a == "--hip-gemm") hip_gemm = next();
     else if (a == "--runs") runs = std::stoi(next());
     else if (a == "-o") out = next();
     else case_path = a;
   }
   if (case_path.empty()) {
-    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--set SPEC ...] [--runs 3] [-o out.json]\n");
+    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--set SPEC ...] [--hip-gemm matrix|vector] [--runs 3] [-o out.json]\n");
     return 2;
   }
   try {
@@ -63,7 +65,12 @@ int main(int argc, char** argv) {
     for (const auto& spec : sets) policy.add_set(spec);
     policy.validate(session.stages);
     const std::string policy_label = policy.describe();
+    if (hip_gemm != "matrix" && hip_gemm != "vector") {
+      std::fprintf(stderr, "bench_hip: --hip-gemm must be matrix or vector\n");
+      return 2;
+    }
     hip::HipBackend hip_b(policy, 1);
+    hip_b.set_matrix_cores(hip_gemm == "matrix");
     auto run_once = [&](bool capture) {
       hip_b.set_capture([capture](const Stage&) { return capture; });
       TensorMap env;

@@ -1,6 +1,7 @@
 #pragma once
 // The options every command that runs a candidate shares (run, bisect, audit, determinism):
-// backend, numerics policy with --set overrides, run seed, model override.
+// backend, numerics policy with --set overrides, run seed, model override, and for hip the
+// unit its 16-bit GEMMs run on.
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct CandidateOptions {
   std::vector<std::string> sets;  // "PATTERN:knob=value"
   std::uint64_t seed = 0;         // run seed (atomic orders, unstable ties); 0: derived from the run id
   std::string model_dir;
+  std::string hip_gemm = "matrix";  // hip: "matrix" (matrix cores where the device has them) or "vector"
 
   void add_to(CLI::App* cmd);
   // The policy with the --set overrides, validated against the model's stages.
@@ -27,7 +29,12 @@ struct CandidateOptions {
   std::string flags() const;
 };
 
-// The candidate backend by name ("emu"; "hip" where built with TDIFF_HIP).
-std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed);
+// The candidate backend by name ("emu"; "hip" where built with TDIFF_HIP). `hip_gemm`:
+// "matrix" or "vector" (the vector ALU, whose sums equal emu's bit for bit); anything but
+// "matrix" with another backend is an input error.
+std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed,
+                                        const std::string& hip_gemm = "matrix");
+// Adds --hip-gemm to a command.
+void add_hip_gemm_option(CLI::App* cmd, std::string& hip_gemm);
 
 }  // namespace tdiff::cli

@@ -27,6 +27,7 @@ struct AuditCmd {
 
 void run_audit_cmd(AuditCmd c) {
   if (c.cand.backend != "emu") input_error("audit: only the emu backend can set every knob (got '{}')", c.cand.backend);
+  if (c.cand.hip_gemm != "matrix") input_error("audit: --hip-gemm applies to --backend hip, which audit does not run");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (reference_stages(c.case_path).empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);

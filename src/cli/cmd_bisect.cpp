@@ -64,13 +64,13 @@ void run_bisect(BisectCmd c) {
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = c.report.run_id.empty() ? make_run_id("bisect") : c.report.run_id;
   if (c.cand.seed == 0) c.cand.seed = seed_from(run_id);
-  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed);
+  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
   std::unique_ptr<Backend> floor;
   std::string floor_label;
   if (c.floor != "none") {
     Policy fp = Policy::load(c.floor);
     fp.validate(session.stages);
-    floor = make_candidate(c.cand.backend, fp, c.cand.seed);
+    floor = make_candidate(c.cand.backend, fp, c.cand.seed, c.cand.hip_gemm);
     floor_label = fmt::format("{} under {}", c.cand.backend, fp.describe());
   }
   refcpu::RefCpuBackend reference;

@@ -26,6 +26,7 @@ namespace {
 struct CiCmd {
   std::string suite;
   std::string backend = "emu", policy = "fixed";
+  std::string hip_gemm = "matrix";
   std::vector<std::string> sets;
   std::string thresholds;              // overrides the suite's file
   std::vector<std::string> overrides;  // --threshold
@@ -42,6 +43,7 @@ std::string command_line(const CiCmd& c, const Suite& s) {
   for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
   if (!c.cases.empty()) cmd += " --cases " + shell_quote(c.cases);
   if (c.repeat > 0) cmd += fmt::format(" --repeat {}", c.repeat);
+  if (c.backend == "hip") cmd += " --hip-gemm " + c.hip_gemm;
   return cmd;
 }
 
@@ -50,6 +52,7 @@ std::string case_command(const CiCmd& c, const SuiteCase& sc, const std::string&
   std::string cmd = fmt::format("tdiff run {} --backend {} --policy {}", shell_quote(case_file), c.backend, shell_quote(c.policy));
   for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
   cmd += fmt::format(" --seed {}", sc.seed);
+  if (c.backend == "hip") cmd += " --hip-gemm " + c.hip_gemm;
   if (!thresholds.empty()) cmd += " --thresholds " + shell_quote(thresholds);
   for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
   return cmd;
@@ -90,7 +93,7 @@ void run_ci(CiCmd c) {
   for (const auto& sc : suite.cases)
     if (pattern_matches(c.cases, sc.name)) cases.push_back(&sc);
   if (cases.empty()) input_error("{}: --cases '{}' matches no case", suite.dir, c.cases);
-  make_candidate(c.backend, policy, 0);  // a backend this build lacks: an input error before any work
+  make_candidate(c.backend, policy, 0, c.hip_gemm);  // a backend this build lacks: an input error before any work
 
   const auto t0 = std::chrono::steady_clock::now();
   const SuiteCache cache = prepare_suite_cache(suite, c.cache_dir, c.rebuild, [](const std::string& what) {
@@ -101,7 +104,7 @@ void run_ci(CiCmd c) {
   fs::create_directories(out);
 
   CiOptions opt;
-  opt.make = [&](std::uint64_t seed) { return make_candidate(c.backend, policy, seed); };
+  opt.make = [&](std::uint64_t seed) { return make_candidate(c.backend, policy, seed, c.hip_gemm); };
   opt.policy = policy;
   opt.thresholds = thresholds;
   CiSummary sum;
@@ -162,8 +165,9 @@ void run_ci(CiCmd c) {
     if (!row.deterministic) {
       RunInfo dinfo = info;
       dinfo.title = fmt::format("tdiff ci {} / {}: determinism of {}", suite.name, sc->name, sum.candidate);
-      dinfo.command = fmt::format("tdiff determinism {} --backend {} --policy {} --seed {} --runs {}", shell_quote(case_file),
-                                  c.backend, shell_quote(c.policy), sc->seed, suite.repeat);
+      dinfo.command = fmt::format("tdiff determinism {} --backend {} --policy {} --seed {} --runs {}{}", shell_quote(case_file),
+                                  c.backend, shell_quote(c.policy), sc->seed, suite.repeat,
+                                  c.backend == "hip" ? " --hip-gemm " + c.hip_gemm : std::string());
       write_reports(out + "/" + sc->name + "/determinism", r.determinism, dinfo);
       row.determinism_report = sc->name + "/determinism/report.html";
     }
@@ -192,13 +196,14 @@ void setup_ci(CLI::App& app) {
       "  tdiff ci cases/small --cases 'long-*' -o reports/ci-small\n"
       "Models and references are built on first use into <set>/cache/<hash>/ (rebuilt when\n"
       "suite.toml, the token file or the tdiff version change). cases/README.md describes the format.\n"
-      "The hip backend is not built yet; --backend hip is refused until it is.\n"
+      "--backend hip needs a tdiff built with -DTDIFF_HIP=AMD or NVIDIA and a GPU.\n"
       "Exit code: 0 every case passes (warnings allowed), 1 a case fails, 2 usage or input error.");
   cmd->add_option("suite", c->suite, "golden prompt set: a folder with suite.toml")->required();
   cmd->add_option("--backend", c->backend, "candidate backend: emu (hip where built)")
       ->check(CLI::IsMember({"emu", "hip"}))
       ->capture_default_str();
   cmd->add_option("--policy", c->policy, "numerics policy: naive, fixed, fp32, or a policy file")->capture_default_str();
+  add_hip_gemm_option(cmd, c->hip_gemm);
   cmd->add_option("--set", c->sets, "override a knob: 'PATTERN:knob=value' (repeatable)");
   cmd->add_option("--thresholds", c->thresholds, "thresholds file (default: the suite's)");
   cmd->add_option("--threshold", c->overrides, "override 'GLOB:KEY=VALUE' (repeatable)");

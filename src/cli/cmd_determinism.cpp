@@ -37,8 +37,10 @@ struct DeterminismCmd {
 
 BackendFactory factory(const DeterminismCmd& c, const Policy& policy) {
   if (c.cand.backend == "refcpu") return [](std::uint64_t) -> std::unique_ptr<Backend> { return std::make_unique<refcpu::RefCpuBackend>(); };
-  make_candidate(c.cand.backend, policy, 0);  // an input error here for a backend this build lacks
-  return [backend = c.cand.backend, policy](std::uint64_t seed) { return make_candidate(backend, policy, seed); };
+  make_candidate(c.cand.backend, policy, 0, c.cand.hip_gemm);  // an input error here for a backend this build lacks
+  return [backend = c.cand.backend, gemm = c.cand.hip_gemm, policy](std::uint64_t seed) {
+    return make_candidate(backend, policy, seed, gemm);
+  };
 }
 
 std::string command_line(const DeterminismCmd& c, const std::string& run_id) {

@@ -47,7 +47,7 @@ void run_run(RunCmd c) {
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = c.report.run_id.empty() ? make_run_id("run") : c.report.run_id;
   if (c.cand.seed == 0) c.cand.seed = seed_from(run_id);
-  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed);
+  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
   refcpu::RefCpuBackend reference;
 
   Progress progress(fmt::format("run {}", c.cand.backend), session.stages.size());

@@ -38,10 +38,7 @@ HipBackend::HipBackend(Policy policy, std::uint64_t run_seed)
   }
   const char* e = std::getenv("TDIFF_HIP_SYNC");
   sync_each_ = e && *e && std::string(e) != "0";
-  // Matrix cores for 16-bit GEMMs unless told otherwise (TDIFF_HIP_MATRIX_CORES=0 keeps the
-  // vector-ALU kernel, whose sums equal emu's bit for bit).
-  const char* m = std::getenv("TDIFF_HIP_MATRIX_CORES");
-  matrix_cores_ = has_matrix_cores(info_.arch) && !(m && std::string(m) == "0");
+  matrix_cores_ = has_matrix_cores(info_.arch);  // set_matrix_cores(false): the vector ALU
 }
 
 HipBackend::~HipBackend() {

@@ -43,8 +43,8 @@ class HipBackend final : public Backend {
   // undefined host tensors: only for runs where this backend runs every stage and nothing
   // reads those outputs on the host (the capture-overhead benchmark).
   void set_capture(std::function<bool(const Stage&)> capture) { capture_ = std::move(capture); }
-  // 16-bit GEMMs on the matrix cores (default where the device has them, unless
-  // TDIFF_HIP_MATRIX_CORES=0) or on the vector ALU, whose sums equal emu's bit for bit. The
+  // 16-bit GEMMs on the matrix cores (default where the device has them; `--hip-gemm`) or on
+  // the vector ALU, whose sums equal emu's bit for bit. The
   // matrix cores sum inside each 16-deep product in the hardware's order: a few float ulps,
   // rarely one bf16 ulp, which near-tied routing can turn into a different expert.
   void set_matrix_cores(bool on) { matrix_cores_ = on && has_matrix_cores(info_.arch); }
