@@ -87,7 +87,10 @@ std::string cosine_text(double c) {
   return num(c, "{:.7f}");
 }
 
-std::string html_escape(const std::string& s) {
+namespace {
+// &, <, >, " and ' as entities (`apostrophe`: the entity for '); `xml_chars`: drop the control
+// characters XML 1.0 forbids even when escaped (all below 0x20 but newline and tab).
+std::string escape_markup(const std::string& s, const char* apostrophe, bool xml_chars) {
   std::string out;
   out.reserve(s.size());
   for (char c : s) {
@@ -96,12 +99,16 @@ std::string html_escape(const std::string& s) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '\'': out += apostrophe; break;
+      default:
+        if (!xml_chars || static_cast<unsigned char>(c) >= 0x20 || c == '\n' || c == '\t') out += c;
     }
   }
   return out;
 }
+}  // namespace
+
+std::string html_escape(const std::string& s) { return escape_markup(s, "&#39;", false); }
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
@@ -113,21 +120,6 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 forbids most control characters even when escaped.
-        if (static_cast<unsigned char>(c) >= 0x20 || c == '\n' || c == '\t') out += c;
-    }
-  }
-  return out;
-}
+std::string xml_escape(const std::string& s) { return escape_markup(s, "&apos;", true); }
 
 }  // namespace tdiff::report
