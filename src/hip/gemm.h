@@ -51,9 +51,26 @@ struct GemmGroups {
   bool zero_output = true;                 // false: the caller zeroed y (atomic mode)
 };
 
+// Whether gemm() runs `spec` on the matrix cores (16-bit operands, float accumulator, fixed
+// reduction, spec.matrix_cores): only then may the weight be given as 16-bit patterns.
+bool runs_on_matrix_cores(const GemmSpec& spec);
+
+// A weight on the device: float32 values already rounded to spec.in, or (matrix-core path
+// only) their bf16/fp16 bit patterns, which that kernel reads as they are: half the bytes,
+// which the routed experts' GEMMs, bound by reading the weights, need.
+struct GemmWeight {
+  const float* f32 = nullptr;
+  const std::uint16_t* bits16 = nullptr;
+  GemmWeight(const float* w) : f32(w) {}  // NOLINT(google-explicit-constructor): the common case
+  explicit GemmWeight(const std::uint16_t* w) : bits16(w) {}
+};
+
 // M is the row count (with a row list: the largest group's size bound).
-void gemm(const float* d_x, std::int64_t ldx, const float* d_w, float* d_y, std::int64_t ldy, std::int64_t M,
+void gemm(const float* d_x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t ldy, std::int64_t M,
           std::int64_t K, std::int64_t O, const GemmSpec& spec, hipStream_t stream, const GemmGroups& groups = {});
+
+// dst[i] = the bf16 or fp16 bit pattern of src[i] (already rounded to `in`; exact).
+void pack_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, arith::Fmt in, hipStream_t stream);
 
 // dst = src rounded as an MMA operand of `in` (fp16: subnormals flushed). fp8: 1x128 groups
 // along each row (restarting every `segment` columns; 0 = cols), dynamic float scale

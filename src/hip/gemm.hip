@@ -3,6 +3,8 @@
 #include "hip/gemm.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <type_traits>
 
 #include "hip/kernel_common.h"
 
@@ -18,6 +20,7 @@ constexpr std::int64_t kKStep = 8;   // emu::kKStep
 struct Args {
   const float* x;
   const float* w;
+  const std::uint16_t* w16;  // the weight as 16-bit patterns (matrix-core path), or null
   float* y;
   std::int64_t ldx, ldy, M, K, O;
   std::int64_t x_stride, w_stride, y_stride;
@@ -28,17 +31,33 @@ struct Args {
   Fmt acc, out;
 };
 
+// Four consecutive operands of one row from global memory (zeros outside the row or K).
+__device__ inline float4 fetch4(const float* src, std::int64_t k, std::int64_t K, bool valid, bool vec4) {
+  if (valid && vec4 && k + 3 < K) return *reinterpret_cast<const float4*>(src + k);
+  float v[4];
+  for (int j = 0; j < 4; ++j) v[j] = (valid && k + j < K) ? src[k + j] : 0.0f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// LDS column of row/column c in k-row kk of the vector-ALU kernel's tiles: runs of 4 XOR-ed
+// with the 4-deep k group, so that the transposing stores of a wavefront (8 k groups x 4
+// rows) fall into 32 different banks while every run of 4 stays one aligned float4.
+__device__ inline int swizzle(int kk, int c) { return c ^ (((kk >> 2) & 7) << 2); }
+
 // A BM x BN output tile per workgroup of 256 threads, TM x TN outputs per thread; x and w
-// tiles of 32 k-steps staged through LDS (k-major, so a thread reads its TM / TN operands
-// contiguously). kFma: fused multiply-adds, which emu computes where the operands are 16-bit
-// (products exact in float, so an FMA gives the bits of a rounded product plus sum) and in
-// an SGEMM (float32 operands and accumulator); otherwise (fp8's scaled operands, or float32
-// operands into a 16-bit accumulator) the product is rounded first. kF32: accumulator float32.
+// tiles of 32 k-steps staged through LDS (k-major, so a thread reads its TM / TN operands as
+// float4 runs). Operands come from global memory four consecutive k at a time, the next
+// block's into registers while this block's products run. kFma: fused multiply-adds, which
+// emu computes where the operands are 16-bit (products exact in float, so an FMA gives the
+// bits of a rounded product plus sum) and in an SGEMM (float32 operands and accumulator);
+// otherwise (fp8's scaled operands, or float32 operands into a 16-bit accumulator) the
+// product is rounded first. kF32: accumulator float32.
 template <int BM, int BN, int TM, int TN, bool kFma, bool kF32, bool kAtomic>
-__global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads) gemm_kernel(Args a, bool vec4) {
   static_assert((BM / TM) * (BN / TN) == kThreads && TN % 4 == 0, "one output block per thread");
-  __shared__ float xs[kKTile][BM + 4];
-  __shared__ float ws[kKTile][BN + 4];
+  static_assert(BM >= 32 && BN >= 32 && (TM % 4 == 0 || TM < 4), "the swizzle stays inside a tile row");
+  __shared__ float xs[kKTile][BM] __attribute__((aligned(16)));
+  __shared__ float ws[kKTile][BN] __attribute__((aligned(16)));
   __shared__ std::int64_t x_row[BM], y_row[BM];
 
   const std::int64_t g = kAtomic ? blockIdx.z / kSplits : blockIdx.z;
@@ -72,33 +91,62 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
     k0 = std::min(a.K, split * a.per_split);
     k1 = std::min(a.K, k0 + a.per_split);
   }
-  // A thread's rows and columns: runs of 4 spread over the tile (float4-friendly, no LDS
-  // bank conflicts between neighbouring threads), or TM consecutive rows when TM < 4.
+  // A thread's rows and columns: runs of 4 spread over the tile (float4 reads, no LDS bank
+  // conflicts between neighbouring threads), or TM consecutive rows when TM < 4.
   auto row_of = [&](int i) { return TM % 4 == 0 ? (i / 4) * (BM * 4 / TM) + ty * 4 + i % 4 : ty * TM + i; };
   auto col_of = [&](int j) { return (j / 4) * (BN * 4 / TN) + tx * 4 + j % 4; };
-  float total[TM][TN] = {};
+  // Staging: slot q of a thread is row (tid + q·256) / 8 of the tile and its k group
+  // ((tid + q·256) % 8) · 4; a wavefront reads whole 128-byte row segments.
+  constexpr int kGroups = kKTile / 4;
+  constexpr int kXSlots = BM * kGroups / kThreads, kWSlots = BN * kGroups / kThreads;
+  static_assert(BM * kGroups % kThreads == 0 && BN * kGroups % kThreads == 0, "whole slots");
+  float4 xv4[kXSlots], wv4[kWSlots];
   __syncthreads();
-  for (std::int64_t b0 = k0; b0 < k1; b0 += kKTile) {
-    for (int i = tid; i < kKTile * BM; i += kThreads) {
-      const int r = i / kKTile, kk = i % kKTile;
-      const std::int64_t k = b0 + kk, xr = x_row[r];
-      xs[kk][r] = (k < k1 && xr >= 0) ? x[xr * a.ldx + k] : 0.0f;
+  auto fetch = [&](std::int64_t b0) {
+#pragma unroll
+    for (int q = 0; q < kXSlots; ++q) {
+      const int i = tid + q * kThreads, r = i / kGroups, kq = (i % kGroups) * 4;
+      const std::int64_t xr = x_row[r];
+      xv4[q] = fetch4(x + (xr >= 0 ? xr : 0) * a.ldx, b0 + kq, k1, xr >= 0, vec4);
     }
-    for (int i = tid; i < kKTile * BN; i += kThreads) {
-      const int c = i / kKTile, kk = i % kKTile;
-      const std::int64_t k = b0 + kk, o = col0 + c;
-      ws[kk][c] = (k < k1 && o < a.O) ? w[o * a.K + k] : 0.0f;
+#pragma unroll
+    for (int q = 0; q < kWSlots; ++q) {
+      const int i = tid + q * kThreads, r = i / kGroups, kq = (i % kGroups) * 4;
+      const std::int64_t o = col0 + r;
+      wv4[q] = fetch4(w + (o < a.O ? o : 0) * a.K, b0 + kq, k1, o < a.O, vec4);
+    }
+  };
+  float total[TM][TN] = {};
+  if (k0 < k1) fetch(k0);
+  for (std::int64_t b0 = k0; b0 < k1; b0 += kKTile) {
+#pragma unroll
+    for (int q = 0; q < kXSlots; ++q) {
+      const int i = tid + q * kThreads, r = i / kGroups, kq = (i % kGroups) * 4;
+      xs[kq][swizzle(kq, r)] = xv4[q].x, xs[kq + 1][swizzle(kq + 1, r)] = xv4[q].y;
+      xs[kq + 2][swizzle(kq + 2, r)] = xv4[q].z, xs[kq + 3][swizzle(kq + 3, r)] = xv4[q].w;
+    }
+#pragma unroll
+    for (int q = 0; q < kWSlots; ++q) {
+      const int i = tid + q * kThreads, c = i / kGroups, kq = (i % kGroups) * 4;
+      ws[kq][swizzle(kq, c)] = wv4[q].x, ws[kq + 1][swizzle(kq + 1, c)] = wv4[q].y;
+      ws[kq + 2][swizzle(kq + 2, c)] = wv4[q].z, ws[kq + 3][swizzle(kq + 3, c)] = wv4[q].w;
     }
     __syncthreads();
+    if (b0 + kKTile < k1) fetch(b0 + kKTile);
     // emu: the products of one 32-deep block summed in order into a fresh partial.
     float part[TM][TN] = {};
 #pragma unroll 4
     for (int kk = 0; kk < kKTile; ++kk) {
       float xv[TM], wv[TN];
+      if constexpr (TM % 4 == 0) {
 #pragma unroll
-      for (int i = 0; i < TM; ++i) xv[i] = xs[kk][row_of(i)];
+        for (int i = 0; i < TM; i += 4) *reinterpret_cast<float4*>(xv + i) = *reinterpret_cast<const float4*>(&xs[kk][swizzle(kk, row_of(i))]);
+      } else {
 #pragma unroll
-      for (int j = 0; j < TN; ++j) wv[j] = ws[kk][col_of(j)];
+        for (int i = 0; i < TM; ++i) xv[i] = xs[kk][swizzle(kk, row_of(i))];
+      }
+#pragma unroll
+      for (int j = 0; j < TN; j += 4) *reinterpret_cast<float4*>(wv + j) = *reinterpret_cast<const float4*>(&ws[kk][swizzle(kk, col_of(j))]);
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -140,13 +188,19 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a) {
 constexpr int kMmaBN = 128;
 constexpr int kMmaLd = kKTile + 8;  // LDS row stride in 16-bit elements (a multiple of 8)
 
-// Four consecutive operands of one row from global memory (zeros outside the row or K), and
-// their 16-bit patterns into LDS.
-__device__ inline float4 fetch4(const float* src, std::int64_t k, std::int64_t K, bool valid, bool vec4) {
-  if (valid && vec4 && k + 3 < K) return *reinterpret_cast<const float4*>(src + k);
-  float v[4];
-  for (int j = 0; j < 4; ++j) v[j] = (valid && k + j < K) ? src[k + j] : 0.0f;
-  return make_float4(v[0], v[1], v[2], v[3]);
+// Four consecutive 16-bit weight patterns (zeros outside the row or K: +0 in bf16 and fp16).
+__device__ inline uint2 fetch4(const std::uint16_t* src, std::int64_t k, std::int64_t K, bool valid, bool vec4) {
+  if (valid && vec4 && k + 3 < K) return *reinterpret_cast<const uint2*>(src + k);
+  unsigned v[4];
+  for (int j = 0; j < 4; ++j) v[j] = (valid && k + j < K) ? src[k + j] : 0u;
+  return make_uint2(v[0] | (v[1] << 16), v[2] | (v[3] << 16));
+}
+
+// Four operands' 16-bit patterns into LDS (converted exactly: they are already rounded to
+// the format), or four patterns as they are.
+template <bool kBf16>
+__device__ inline void put4(std::uint16_t* dst, uint2 v) {
+  *reinterpret_cast<uint2*>(dst) = v;
 }
 template <bool kBf16>
 __device__ inline void put4(std::uint16_t* dst, float4 v) {
@@ -156,7 +210,8 @@ __device__ inline void put4(std::uint16_t* dst, float4 v) {
   *reinterpret_cast<uint2*>(dst) = packed;
 }
 
-template <bool kBf16, int BM>
+// W: float (float32 weights holding 16-bit values) or std::uint16_t (their patterns).
+template <bool kBf16, int BM, typename W>
 __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
   constexpr int kWaves = kThreads / kWaveSize;
   constexpr int kWavesN = kWaves / 2;
@@ -192,7 +247,10 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
     }
   }
   const float* x = a.x + g * a.x_stride;
-  const float* w = a.w + g * a.w_stride;
+  const W* w = [&] {
+    if constexpr (std::is_same_v<W, float>) return a.w + g * a.w_stride;
+    else return a.w16 + g * a.w_stride;
+  }();
   float* y = a.y + g * a.y_stride;
 
   mma::Acc total[kTilesM][kTilesN], part[kTilesM][kTilesN];
@@ -206,7 +264,8 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
   constexpr int kGroups = kKTile / 4;
   constexpr int kXSlots = BM * kGroups / kThreads, kWSlots = kMmaBN * kGroups / kThreads;
   static_assert(BM * kGroups % kThreads == 0 && kMmaBN * kGroups % kThreads == 0, "whole slots");
-  float4 xv[kXSlots], wv[kWSlots];
+  float4 xv[kXSlots];
+  std::conditional_t<std::is_same_v<W, float>, float4, uint2> wv[kWSlots];
   auto fetch = [&](std::int64_t b0) {
 #pragma unroll
     for (int q = 0; q < kXSlots; ++q) {
@@ -275,18 +334,28 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
     }
 }
 
-template <bool kBf16>
-void launch_mma(const Args& a, std::int64_t groups, hipStream_t stream) {
+// Whether every operand row starts 16-byte aligned, so four consecutive k load as one float4.
+bool float4_rows(const Args& a) {
   auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  const bool vec4 = a.ldx % 4 == 0 && a.K % 4 == 0 && a.x_stride % 4 == 0 && a.w_stride % 4 == 0 && aligned(a.x) &&
-                    aligned(a.w);
+  return a.ldx % 4 == 0 && a.K % 4 == 0 && a.x_stride % 4 == 0 && a.w_stride % 4 == 0 && aligned(a.x) &&
+         aligned(a.w16 ? static_cast<const void*>(a.w16) : a.w);
+}
+
+template <bool kBf16, typename W>
+void launch_mma(const Args& a, std::int64_t groups, hipStream_t stream) {
+  const bool vec4 = float4_rows(a);
   if (!a.rows && a.M >= 96) {
     const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, 128), static_cast<unsigned>(groups));
-    gemm_mma_kernel<kBf16, 128><<<grid, kThreads, 0, stream>>>(a, vec4);
+    gemm_mma_kernel<kBf16, 128, W><<<grid, kThreads, 0, stream>>>(a, vec4);
   } else {
     const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, 32), static_cast<unsigned>(groups));
-    gemm_mma_kernel<kBf16, 32><<<grid, kThreads, 0, stream>>>(a, vec4);
+    gemm_mma_kernel<kBf16, 32, W><<<grid, kThreads, 0, stream>>>(a, vec4);
   }
+}
+template <bool kBf16>
+void launch_mma(const Args& a, std::int64_t groups, hipStream_t stream) {
+  if (a.w16) launch_mma<kBf16, std::uint16_t>(a, groups, stream);
+  else launch_mma<kBf16, float>(a, groups, stream);
 }
 
 // Tile shapes: 128x128 for large products, 32x128 for short ones (the routed experts see a
@@ -294,13 +363,19 @@ void launch_mma(const Args& a, std::int64_t groups, hipStream_t stream) {
 template <int BM, int BN, int TM, int TN, bool kFma, bool kF32>
 void launch_tile(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream) {
   const dim3 grid(blocks_for(a.O, BN), blocks_for(a.M, BM), static_cast<unsigned>(groups * (atomic ? kSplits : 1)));
-  if (atomic) gemm_kernel<BM, BN, TM, TN, kFma, kF32, true><<<grid, kThreads, 0, stream>>>(a);
-  else gemm_kernel<BM, BN, TM, TN, kFma, kF32, false><<<grid, kThreads, 0, stream>>>(a);
+  const bool vec4 = float4_rows(a);
+  if (atomic) gemm_kernel<BM, BN, TM, TN, kFma, kF32, true><<<grid, kThreads, 0, stream>>>(a, vec4);
+  else gemm_kernel<BM, BN, TM, TN, kFma, kF32, false><<<grid, kThreads, 0, stream>>>(a, vec4);
 }
 template <bool kFma, bool kF32>
 void launch(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream) {
   if (a.M >= 96) launch_tile<128, 128, 8, 8, kFma, kF32>(a, groups, atomic, stream);
   else launch_tile<32, 128, 2, 8, kFma, kF32>(a, groups, atomic, stream);
+}
+
+__global__ void bits16_kernel(const float* src, std::uint16_t* dst, std::int64_t n, bool bf16) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = mma::bits16(src[i], bf16);
 }
 
 __global__ void operand_kernel(const float* src, float* dst, std::int64_t n, Fmt in) {
@@ -376,10 +451,18 @@ bool has_matrix_cores(const std::string& arch) {
 #endif
 }
 
-void gemm(const float* d_x, std::int64_t ldx, const float* d_w, float* d_y, std::int64_t ldy, std::int64_t M,
+bool runs_on_matrix_cores(const GemmSpec& spec) {
+  // Products of two 16-bit operands are exact in float, so the matrix cores' float sums of
+  // them are the only difference from emu.
+  return (spec.in == Fmt::bf16 || spec.in == Fmt::f16) && spec.acc == Fmt::f32 && spec.matrix_cores && !spec.atomic;
+}
+
+void gemm(const float* d_x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t ldy, std::int64_t M,
           std::int64_t K, std::int64_t O, const GemmSpec& spec, hipStream_t stream, const GemmGroups& groups) {
   if (M <= 0 || O <= 0) return;
-  Args a{d_x, d_w, d_y, ldx, ldy, M, K, O, groups.x_stride, groups.w_stride, groups.y_stride,
+  const bool mma = runs_on_matrix_cores(spec);
+  if (w.bits16 && !mma) throw std::logic_error("gemm: 16-bit weight patterns outside the matrix-core path");
+  Args a{d_x, w.f32, w.bits16, d_y, ldx, ldy, M, K, O, groups.x_stride, groups.w_stride, groups.y_stride,
          groups.d_rows, groups.d_starts, groups.a_div, 0, spec.acc, spec.out};
   if (spec.atomic) {
     a.per_split = (K + kSplits * kKStep - 1) / (kSplits * kKStep) * kKStep;
@@ -389,11 +472,11 @@ void gemm(const float* d_x, std::int64_t ldx, const float* d_w, float* d_y, std:
     if (groups.zero_output && hipMemsetAsync(d_y, 0, static_cast<std::size_t>(span) * sizeof(float), stream) != hipSuccess)
       check_kernel("gemm: zeroing the split-K output");
   }
-  // Products of two 16-bit operands are exact in float; fp8 activations carry a float scale
-  // (amax/448), so their products are not, and take the rounded-product path.
+  // fp8 activations carry a float scale (amax/448), so their products are not exact and take
+  // the rounded-product path.
   const bool exact = spec.in == Fmt::bf16 || spec.in == Fmt::f16;
   const bool f32 = spec.acc == Fmt::f32;
-  if (exact && f32 && spec.matrix_cores && !spec.atomic) {
+  if (mma) {
     if (spec.in == Fmt::bf16) launch_mma<true>(a, groups.count, stream);
     else launch_mma<false>(a, groups.count, stream);
   } else if ((exact || spec.in == Fmt::f32) && f32) {
@@ -436,6 +519,13 @@ void quantize_weight(float* d_w, std::int64_t rows, std::int64_t cols, Fmt in, h
   const dim3 grid(blocks_for(cols, 128), blocks_for(rows, 128));
   weight_fp8_kernel<<<grid, 256, 0, stream>>>(d_w, rows, cols);
   check_kernel("quantize_weight fp8");
+}
+
+void pack_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, Fmt in, hipStream_t stream) {
+  if (in != Fmt::bf16 && in != Fmt::f16) throw std::logic_error("pack_bits16: the format is not 16-bit");
+  if (n == 0) return;
+  bits16_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(d_src, d_dst, n, in == Fmt::bf16);
+  check_kernel("pack_bits16");
 }
 
 }  // namespace tdiff::hip

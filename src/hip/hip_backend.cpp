@@ -153,15 +153,12 @@ const HipBackend::DevTensor& HipBackend::input(const std::string& key, const Ten
   return dev_[key] = upload(*host);
 }
 
-const float* HipBackend::weight(WeightStore& w, const std::string& name, Fmt in) {
-  const auto key = std::make_pair(name, static_cast<int>(in));
-  auto it = weights_.find(key);
-  if (it != weights_.end()) return it->second.as<float>();
+DeviceBuffer HipBackend::load_weight(WeightStore& w, const std::string& name, Fmt in, bool pooled) {
   // The stored tensor (F32 from tdiff synth; bf16/f16/f64 also read) converted to float32 in
   // chunks, without the float64 copy WeightStore::f64 would keep.
   const Tensor t = w.files().tensor(name);
   const std::int64_t n = t.numel(), cols = t.dim(-1), rows = n / cols;
-  DeviceBuffer buf(static_cast<std::size_t>(n) * 4, &pool_);
+  DeviceBuffer buf(static_cast<std::size_t>(n) * 4, pooled ? &pool_ : nullptr);
   if (t.dtype() == DType::f32) {
     copy_h2d(buf.get(), t.raw(), static_cast<std::size_t>(n) * 4, compute_);
   } else {
@@ -173,9 +170,32 @@ const float* HipBackend::weight(WeightStore& w, const std::string& name, Fmt in)
       for (std::int64_t i = c0; i < c1; ++i) v[static_cast<std::size_t>(i - c0)] = static_cast<float>(t.value(i));
       copy_h2d(buf.as<float>() + c0, v.data(), v.size() * 4, compute_);
     }
+    stream_sync(compute_);  // v is about to go
   }
   quantize_weight(buf.as<float>(), rows, cols, in, compute_);
-  return weights_.emplace(key, std::move(buf)).first->second.as<float>();
+  return buf;
+}
+
+const float* HipBackend::weight(WeightStore& w, const std::string& name, Fmt in) {
+  const auto key = std::make_pair(name, static_cast<int>(in));
+  auto it = weights_.find(key);
+  if (it != weights_.end()) return it->second.as<float>();
+  return weights_.emplace(key, load_weight(w, name, in, true)).first->second.as<float>();
+}
+
+GemmWeight HipBackend::gemm_weight(WeightStore& w, const std::string& name, const GemmSpec& spec) {
+  if (!runs_on_matrix_cores(spec)) return weight(w, name, spec.in);
+  const auto key = std::make_pair(name, kBits16Key + static_cast<int>(spec.in));
+  auto it = weights_.find(key);
+  if (it == weights_.end()) {
+    DeviceBuffer f = load_weight(w, name, spec.in, false);  // freed, not kept in the pool
+    const std::int64_t n = static_cast<std::int64_t>(f.bytes() / 4);
+    DeviceBuffer b(static_cast<std::size_t>(n) * 2, &pool_);
+    pack_bits16(f.as<float>(), b.as<std::uint16_t>(), n, spec.in, compute_);
+    stream_sync(compute_);  // before f is freed
+    it = weights_.emplace(key, std::move(b)).first;
+  }
+  return GemmWeight(it->second.as<std::uint16_t>());
 }
 
 const std::int64_t* HipBackend::table_i64(WeightStore& w, const std::string& name) {
@@ -283,6 +303,8 @@ class HipBackend::StageRun {
     return d;
   }
   const float* weight(std::size_t i, Fmt fmt = Fmt::f32) { return be.weight(ctx.weights, s.weights.at(i), fmt); }
+  // Weight i as the operand of a GEMM under `spec` (16-bit patterns on the matrix-core path).
+  GemmWeight gemm_weight(std::size_t i, const GemmSpec& spec) { return be.gemm_weight(ctx.weights, s.weights.at(i), spec); }
 
   HipBackend& be;
   const Stage& s;
@@ -449,7 +471,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       osh.back() = O;
       if (s.width > 0) osh.back() = O / s.width, osh.push_back(s.width);
       auto y = r.out(osh, spec.out);
-      gemm(operand(r.f(0, st), rows, K, spec.in), K, r.weight(0, spec.in), y.f(), O, rows, K, O, spec, cs);
+      gemm(operand(r.f(0, st), rows, K, spec.in), K, r.gemm_weight(0, spec), y.f(), O, rows, K, O, spec, cs);
       emit(std::move(y));
       break;
     }
@@ -485,7 +507,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       for (std::size_t i = 0; i < 2; ++i) {
         const auto O = r.ctx.weights.files().info(s.weights[i]).shape.at(0);
         auto y = r.out({B, S, O}, st);
-        gemm(x, K, r.weight(i, mi), y.f(), O, N, K, O, spec_out(st), cs);
+        gemm(x, K, r.gemm_weight(i, spec_out(st)), y.f(), O, N, K, O, spec_out(st), cs);
         emit(std::move(y));
       }
       break;
@@ -501,7 +523,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
     case OpKind::idx_weights: {
       const auto HI = r.ctx.weights.files().info(s.weights[0]).shape.at(0), K = c.hidden_size;
       float* tmp = r.scratch(N * HI);
-      gemm(operand(r.f(0, st), N, K, mi), K, r.weight(0, mi), tmp, HI, N, K, HI, spec_out(Fmt::f32), cs);
+      gemm(operand(r.f(0, st), N, K, mi), K, r.gemm_weight(0, spec_out(Fmt::f32)), tmp, HI, N, K, HI, spec_out(Fmt::f32), cs);
       const Fmt f = fmt_of(num.index_score);
       auto y = r.out({B, S, HI}, f);
       scale_round(tmp, N * HI, 1.0f / std::sqrt(static_cast<float>(HI)), f, y.f(), cs);
@@ -541,7 +563,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       auto y = r.out({B, S, G * Ro}, st);
       GemmGroups groups;
       groups.count = G, groups.x_stride = per, groups.w_stride = Ro * per, groups.y_stride = Ro, groups.y_rows = N;
-      gemm(x, G * per, r.weight(0, mi), y.f(), G * Ro, N, per, Ro, spec_out(st), cs, groups);
+      gemm(x, G * per, r.gemm_weight(0, spec_out(st)), y.f(), G * Ro, N, per, Ro, spec_out(st), cs, groups);
       emit(std::move(y));
       break;
     }
@@ -558,7 +580,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       const Fmt rf = fmt_of(num.router);
       const GemmSpec spec{rf, rf == Fmt::f32 ? Fmt::f32 : fmt_of(num.matmul_accum), rf, atomic, matrix_cores_};
       auto logit = r.out({N, E}, rf), score = r.out({N, E}, rf);
-      gemm(operand(r.f(0, st), N, D, rf), D, r.weight(0, rf), logit.f(), E, N, D, E, spec, cs);
+      gemm(operand(r.f(0, st), N, D, rf), D, r.gemm_weight(0, spec), logit.f(), E, N, D, E, spec, cs);
       router_scores(logit.f(), N * E, rf, score.f(), cs);
       emit(std::move(logit));
       emit(std::move(score));
@@ -607,10 +629,10 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
         GemmGroups side;
         side.zero_output = false;
         if (atomic) memset_async(gu, 0, static_cast<std::size_t>(N * 2 * I) * 4, cs);
-        gemm(z, D, r.weight(0, mi), gu, 2 * I, N, D, I, gu_spec, cs, side);
-        gemm(z, D, r.weight(1, mi), gu + I, 2 * I, N, D, I, gu_spec, cs, side);
+        gemm(z, D, r.gemm_weight(0, gu_spec), gu, 2 * I, N, D, I, gu_spec, cs, side);
+        gemm(z, D, r.gemm_weight(1, gu_spec), gu + I, 2 * I, N, D, I, gu_spec, cs, side);
         swiglu(gu, N, I, clip, limit, st, h, cs);
-        gemm(operand(h, N, I, mi), I, r.weight(2, mi), y.f(), D, N, I, D, down_spec, cs);
+        gemm(operand(h, N, I, mi), I, r.gemm_weight(2, down_spec), y.f(), D, N, I, D, down_spec, cs);
         emit(std::move(y));
         break;
       }
@@ -631,11 +653,11 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       GemmGroups g1;
       g1.count = E, g1.w_stride = 2 * I * D, g1.d_rows = rows, g1.d_starts = starts, g1.a_div = static_cast<std::int32_t>(K);
       g1.y_rows = NK;
-      gemm(z, D, r.weight(0, mi), gu, 2 * I, max_rows, D, 2 * I, gu_spec, cs, g1);
+      gemm(z, D, r.gemm_weight(0, gu_spec), gu, 2 * I, max_rows, D, 2 * I, gu_spec, cs, g1);
       swiglu(gu, NK, I, clip, limit, st, h, cs);
       GemmGroups g2 = g1;
       g2.w_stride = D * I, g2.a_div = 1;
-      gemm(operand(h, NK, I, mi), I, r.weight(1, mi), slot, D, max_rows, I, D, down_spec, cs, g2);
+      gemm(operand(h, NK, I, mi), I, r.gemm_weight(1, down_spec), slot, D, max_rows, I, D, down_spec, cs, g2);
       combine(slot, r.exact(2), N, K, D, atomic, st, y.f(), cs);
       emit(std::move(y));
       break;

@@ -79,6 +79,12 @@ class HipBackend final : public Backend {
   // A weight as float32 (f64 -> float as emu's to_float), rounded as a GEMM operand of `in`
   // (fp8: block-scaled); cached per (name, format).
   const float* weight(WeightStore& w, const std::string& name, arith::Fmt in);
+  // A GEMM's weight: on the matrix-core path its 16-bit patterns (half the device memory and
+  // the bytes each GEMM reads; cached per (name, format) like weight()), else weight().
+  GemmWeight gemm_weight(WeightStore& w, const std::string& name, const GemmSpec& spec);
+  // Uncached; `pooled`: allocated from the pool (kept there when freed) or not.
+  DeviceBuffer load_weight(WeightStore& w, const std::string& name, arith::Fmt in, bool pooled);
+  static constexpr int kBits16Key = 100;  // weights_ key offset of the 16-bit pattern copies
   // An integer weight (tid2eid), uploaded once.
   const std::int64_t* table_i64(WeightStore& w, const std::string& name);
   const float* rope_freq(const ModelConfig& c, bool compress);

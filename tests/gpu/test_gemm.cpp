@@ -1,6 +1,7 @@
 // hip::gemm against emu::gemm (bit-identical in fixed mode on the vector ALU; on the matrix
 // cores within one ulp of the output format plus the float reordering of the 16-deep
-// products; in atomic mode within the rounding of the split-K adds) and against
+// products, and bit-identical between float32 weights and their 16-bit patterns; in atomic
+// mode within the rounding of the split-K adds) and against
 // refcpu::linear in float64 (error within the operand format's budget), on awkward shapes;
 // grouped and gathered forms against per-group emu products.
 #include "emu/gemm.h"
@@ -62,6 +63,14 @@ void check_dense(std::int64_t M, std::int64_t K, std::int64_t O, const Case& c) 
   if (!c.atomic && !on_matrix_cores) {
     EXPECT_EQ(max_ulp_diff(y, y_emu), 0) << "fixed reduction must equal emu bit for bit";
   } else if (!c.atomic) {
+    // The same product with the weight as 16-bit patterns (how the backend holds GEMM weights
+    // on the matrix-core path): only the load differs, so the bits must not.
+    Dev<std::uint16_t> d_w16(O * K);
+    hip::pack_bits16(d_w.ptr(), d_w16.ptr(), O * K, c.in, test_stream());
+    Dev<float> d_y16(M * O);
+    hip::gemm(d_xq.ptr(), K, hip::GemmWeight(d_w16.ptr()), d_y16.ptr(), O, M, K, O,
+              hip::GemmSpec{c.in, c.acc, out, false, true}, test_stream());
+    EXPECT_EQ(d_y16.get(), y) << "16-bit weight patterns give other bits than float32 weights";
     std::int64_t same = 0;
     for (std::int64_t m = 0; m < M; ++m)
       for (std::int64_t o = 0; o < O; ++o) {
@@ -94,6 +103,10 @@ TEST(Gemm, FixedAllFormatsAwkwardShapes) {
       check_dense(1, 33, 5, {in, acc, false});
     }
   check_dense(130, 384, 260, {Fmt::f8, Fmt::f32, false});  // several 128x128 weight blocks
+  // Rows 16-byte aligned (K % 4 == 0): operands staged as float4, both tile shapes.
+  check_dense(300, 1000, 520, {Fmt::f32, Fmt::f32, false});
+  check_dense(130, 384, 260, {Fmt::bf16, Fmt::f32, false});
+  check_dense(40, 512, 200, {Fmt::f32, Fmt::f32, false});
 }
 
 // The matrix-core path: 16-bit operands, float accumulator; awkward shapes (partial tiles,
@@ -152,6 +165,18 @@ void check_grouped(bool matrix_cores) {
   g.count = G, g.x_stride = per, g.w_stride = Ro * per, g.y_stride = Ro, g.y_rows = N;
   hip::gemm(d_x.ptr(), G * per, d_w.ptr(), d_y.ptr(), G * Ro, N, per, Ro, spec, test_stream(), g);
   const auto y = d_y.get();
+  // On the matrix cores, the weights as 16-bit patterns give the same bits.
+  auto same_with_bits16 = [&](const Dev<float>& wf, std::int64_t n, auto&& run) {
+    if (!matrix_cores) return;
+    Dev<std::uint16_t> w16(n);
+    hip::pack_bits16(wf.ptr(), w16.ptr(), n, Fmt::bf16, test_stream());
+    run(hip::GemmWeight(w16.ptr()));
+  };
+  same_with_bits16(d_w, G * Ro * per, [&](hip::GemmWeight w16) {
+    Dev<float> d_y16(N * G * Ro);
+    hip::gemm(d_x.ptr(), G * per, w16, d_y16.ptr(), G * Ro, N, per, Ro, spec, test_stream(), g);
+    EXPECT_EQ(d_y16.get(), y) << "column groups: 16-bit weight patterns give other bits";
+  });
   for (std::int64_t k = 0; k < G; ++k) {
     std::vector<float> xg(static_cast<std::size_t>(N * per)), yg(static_cast<std::size_t>(N * Ro));
     for (std::int64_t t = 0; t < N; ++t) std::copy_n(x.data() + t * G * per + k * per, per, xg.data() + t * per);
@@ -177,6 +202,11 @@ void check_grouped(bool matrix_cores) {
   gg.count = E, gg.w_stride = I * D, gg.d_rows = d_rows.ptr(), gg.d_starts = d_starts.ptr(), gg.a_div = Kp, gg.y_rows = T * Kp;
   hip::gemm(d_z.ptr(), D, d_we.ptr(), d_out.ptr(), I, T * Kp, D, I, spec, test_stream(), gg);
   const auto out = d_out.get();
+  same_with_bits16(d_we, E * I * D, [&](hip::GemmWeight w16) {
+    Dev<float> d_out16(T * Kp * I);
+    hip::gemm(d_z.ptr(), D, w16, d_out16.ptr(), I, T * Kp, D, I, spec, test_stream(), gg);
+    EXPECT_EQ(d_out16.get(), out) << "gathered rows: 16-bit weight patterns give other bits";
+  });
   for (std::int64_t e = 0; e < E; ++e)
     for (auto i = starts[e]; i < starts[e + 1]; ++i) {
       const std::int64_t r = rows[static_cast<std::size_t>(i)];
