@@ -3,7 +3,7 @@
 // emu::flash_attention_row (emu/attention.h) on the GPU, for the whole batch:
 //   q [B, S, H, d], kv [B, S, d] (keys = values, one KV head), win [B, S, S] (u8),
 //   C [B, n, d] and cmask [B, S, n] (u8; both null when n = 0), sinks [H] -> o [B, S, H, d].
-// One workgroup per (query i, head h, row b); keys visited in 64-key blocks along
+// One workgroup per (query i, up to 16 heads, row b); keys visited in 64-key blocks along
 // [raw keys ; compressed entries], K tiles staged through LDS. Per block: logits accumulated
 // sequentially over d in qk_accum, running max / sum in softmax_stats, P rounded as an MMA
 // operand of the storage format, P·V in pv_accum over every key of the block, rescale

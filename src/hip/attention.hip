@@ -1,14 +1,17 @@
 // Flash-style attention core (hip/attention.h): the per-block arithmetic of
-// emu::flash_attention_row. A workgroup serves one query of one row and G heads (one KV head:
-// all heads read the same keys and the same mask, so each K tile staged in LDS serves G
-// heads); G groups of kKvBlock threads, thread (g, j) of head g.
-//   qk phase: thread j of a group owns key j of the block; K goes through LDS in channel
-//             chunks, the dot accumulated sequentially over d in qk_accum (emu's order).
-//   softmax:  every thread of a group derives the block max, alpha, l_blk and l from LDS
-//             (the same sequential sums, so nothing needs broadcasting).
-//   pv phase: thread j of a group owns channels j, j + kKvBlock, ... (kept in registers); the
-//             sum over the block's keys is sequential per channel in pv_accum, the channels
-//             interleaved for ILP; V rows are read coalesced (keys = values).
+// emu::flash_attention_row. A workgroup of 256 threads serves one query of one row and up to
+// 16 heads (one KV head: all heads read the same keys under the same mask, so every K/V tile
+// staged in LDS serves them all, and each thread's operands are reused across its heads):
+//   qk phase: thread (j, s) owns key j of the block for heads s, s + 4, s + 8, s + 12; K goes
+//             through LDS in 64-channel chunks, read as float4 runs; each dot accumulated
+//             sequentially over d in qk_accum (emu's order).
+//   softmax:  thread h (h < heads) derives head h's block max, alpha, l_blk and l from LDS
+//             with emu's sequential sums and publishes them; every thread computes P for its
+//             own (head, key) pairs.
+//   pv phase: thread (c, s) owns channel c of every 64-channel chunk for heads s·n .. s·n + n − 1,
+//             n = heads / 4 (kept in registers); V (= K) goes through LDS again, last chunk first (it is still
+//             there from the qk phase); the sum over the block's keys is sequential per channel
+//             in pv_accum.
 #include "hip/vendor.h"  // first: arith.h needs __host__ / __device__
 #include "hip/attention.h"
 
@@ -26,10 +29,16 @@ namespace {
 
 using arith::Fmt;
 
-constexpr int kBlk = static_cast<int>(emu::kKvBlock);  // keys per block = threads per head group
-constexpr int kChunk = 64;                              // channels per LDS K tile
-constexpr int kMaxGroups = 4;                           // heads per workgroup
-constexpr int kMaxPerLane = 16;                         // channels per thread: d <= 1024
+constexpr int kBlk = static_cast<int>(emu::kKvBlock);  // keys per block
+constexpr int kChunk = 64;                              // channels per LDS K/V tile
+constexpr int kThreads = 256;                           // 4 x kBlk
+constexpr int kSlots = kThreads / kBlk;                 // head slots per key (qk), channel slots (pv)
+constexpr int kMaxHeads = 16;                           // heads per workgroup
+constexpr int kMaxPerSlot = kMaxHeads / kSlots;         // heads per thread
+constexpr int kMaxChunks = 16;                          // d <= 1024
+constexpr int kTileLd = kChunk + 4;                     // K/V tile row stride: float4 rows, no bank conflicts
+constexpr int kScoreLd = kBlk + 1;                      // logits row stride (head h's row read by thread h)
+static_assert(kChunk == kBlk, "thread j stages channel j and owns key j");
 
 struct AttnArgs {
   const float* q;
@@ -40,7 +49,8 @@ struct AttnArgs {
   const float* sinks;
   float* o;
   std::int64_t S, n, H, d;
-  int groups;  // heads per workgroup
+  int heads;  // per workgroup: 4, 8 or 16 (per_slot = heads / 4 per thread)
+  int ldq;    // q row stride in LDS: d rounded up to a multiple of 4
   Fmt st, qk, pv, stats;
   bool additive, per_block;
   float scale, bias;
@@ -61,37 +71,61 @@ struct RuntimeFormats {
   __device__ Fmt pv() const { return pv_; }
 };
 
-// kPer: channels per thread in registers (d <= kBlk·kPer); fewer registers for small heads.
-template <int kPer, class Formats>
-__global__ void __launch_bounds__(kBlk* kMaxGroups) attention_kernel(AttnArgs a, Formats f) {
-  extern __shared__ float smem[];
-  const std::int64_t d = a.d, S = a.S, n = a.n, total = S + n;
-  const int G = a.groups;
-  float* q_s = smem;                      // [G][d]  the query rows, as MMA operands
-  float* kt = q_s + G * d;                // [kBlk][kChunk + 1] K tile
-  float* s_s = kt + kBlk * (kChunk + 1);  // [G][kBlk] logits
-  float* p_s = s_s + G * kBlk;            // [G][kBlk] probabilities
+// LDS layout in floats: q [heads][ldq], K/V tile [kBlk][kTileLd], logits [kMaxHeads][kScoreLd],
+// P [kBlk][kMaxHeads], per-head alpha, l, l_old [kMaxHeads] each.
+std::size_t lds_floats(int heads, int ldq) {
+  return static_cast<std::size_t>(heads * ldq + kBlk * kTileLd + kMaxHeads * kScoreLd + kBlk * kMaxHeads + 3 * kMaxHeads);
+}
 
-  const int tid = static_cast<int>(threadIdx.x), g = tid / kBlk, lane = tid % kBlk;
-  const std::int64_t head_groups = (a.H + G - 1) / G;
-  const std::int64_t i = blockIdx.x / head_groups, h = (blockIdx.x % head_groups) * G + g, b = blockIdx.y;
-  const bool head_ok = h < a.H;  // the last group may have idle heads; they still take every barrier
+// kChunks: 64-channel chunks per head row (d <= 64·kChunks), the PV registers per head.
+template <int kChunks, class Formats>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a, Formats f) {
+  extern __shared__ float4 smem4[];  // float4: 16-byte aligned rows
+  float* smem = reinterpret_cast<float*>(smem4);
+  const std::int64_t d = a.d, S = a.S, n = a.n, total = S + n;
+  const int heads = a.heads, per_slot = heads / kSlots, ldq = a.ldq;
+  float* q_s = smem;
+  float* tile = q_s + heads * ldq;
+  float* s_s = tile + kBlk * kTileLd;
+  float* p_s = s_s + kMaxHeads * kScoreLd;
+  float* alpha_s = p_s + kBlk * kMaxHeads;
+  float* l_s = alpha_s + kMaxHeads;
+  float* l_old_s = l_s + kMaxHeads;
+
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kBlk, slot = tid / kBlk;
+  const std::int64_t head_groups = (a.H + heads - 1) / heads;
+  const std::int64_t i = blockIdx.x / head_groups, h0 = (blockIdx.x % head_groups) * heads, b = blockIdx.y;
   const float* kv = a.kv + b * S * d;
   const float* C = a.C ? a.C + b * n * d : nullptr;
   const std::uint8_t* win = a.win + (b * S + i) * S;
   const std::uint8_t* cmask = a.cmask ? a.cmask + (b * S + i) * n : nullptr;
   auto key = [&](std::int64_t j) { return j < S ? kv + j * d : C + (j - S) * d; };
+  auto head_ok = [&](int hl) { return h0 + hl < a.H; };  // idle head slots still take every barrier
+  // P row position of head hl: the pv phase's thread slot hl / per_slot reads its heads as one
+  // float4 at 4·slot.
+  auto p_pos = [&](int hl) { return (hl / per_slot) * kMaxPerSlot + hl % per_slot; };
 
-  float* qg = q_s + g * d;
-  const float* q = a.q + ((b * S + i) * a.H + h) * d;
-  for (std::int64_t c = lane; c < d; c += kBlk) qg[c] = head_ok ? arith::mfma_operand(q[c], f.st()) : 0.0f;
-  float acc[kPer];
+  // The query rows as MMA operands; zeros pad each row to ldq and fill idle heads.
+  const float* q = a.q + ((b * S + i) * a.H + h0) * d;
+  for (int e = tid; e < heads * ldq; e += kThreads) {
+    const int hl = e / ldq, c = e % ldq;
+    q_s[e] = head_ok(hl) && c < d ? arith::mfma_operand(q[hl * d + c], f.st()) : 0.0f;
+  }
+  // Head state, held by thread h: running max and sum (the sink's own exp(s − m) = 1 at m = s).
+  float m = tid < heads && head_ok(tid) ? arith::round_fmt(a.sinks[h0 + tid], a.stats) : 0.0f;
+  float l = 1.0f;
+  float acc[kMaxPerSlot][kChunks];
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) acc[r] = 0.0f;
-  float m = head_ok ? arith::round_fmt(a.sinks[h], a.stats) : 0.0f;
-  float l = 1.0f;  // the sink's own exp(s − m) with m = s
-  float* sg = s_s + g * kBlk;
-  float* pg = p_s + g * kBlk;
+  for (int u = 0; u < kMaxPerSlot; ++u)
+#pragma unroll
+    for (int r = 0; r < kChunks; ++r) acc[u][r] = 0.0f;
+  const int chunks = static_cast<int>((d + kChunk - 1) / kChunk);
+  // Stages channels [c0, c0 + kChunk) of the block's keys (zeros past d, read by no dot).
+  auto stage = [&](std::int64_t j0, int jn, std::int64_t c0) {
+    const std::int64_t c = c0 + lane;
+    for (int r = slot; r < jn; r += kSlots)
+      tile[r * kTileLd + lane] = c < d ? arith::mfma_operand(key(j0 + r)[c], f.st()) : 0.0f;
+  };
 
   for (std::int64_t j0 = 0; j0 < total; j0 += kBlk) {
     const int jn = static_cast<int>(total - j0 < kBlk ? total - j0 : kBlk);
@@ -99,77 +133,132 @@ __global__ void __launch_bounds__(kBlk* kMaxGroups) attention_kernel(AttnArgs a,
     const bool vis = lane < jn && (j < S ? win[j] != 0 : cmask[j - S] != 0);
     // neg_inf skips a block the query sees nothing of; additive reads every block.
     if (!__syncthreads_or(vis) && !a.additive) continue;
-    const bool used = head_ok && lane < jn && (vis || a.additive);
-    float dot = 0.0f;
-    for (std::int64_t c0 = 0; c0 < d; c0 += kChunk) {
+    const bool key_used = lane < jn && (vis || a.additive);
+    // qk: dots of key `lane` with heads slot + 4u, sequential over the channels.
+    float dot[kMaxPerSlot];
+#pragma unroll
+    for (int u = 0; u < kMaxPerSlot; ++u) dot[u] = 0.0f;
+    for (int r = 0; r < chunks; ++r) {
+      const std::int64_t c0 = static_cast<std::int64_t>(r) * kChunk;
       const int cn = static_cast<int>(d - c0 < kChunk ? d - c0 : kChunk);
       __syncthreads();
-      // blockDim is a multiple of kChunk: thread tid stages column tid % kChunk of rows
-      // tid / kChunk, + G, + 2G, ... (coalesced along each key row).
-      if (tid % kChunk < cn)
-        for (int r = tid / kChunk; r < jn; r += static_cast<int>(blockDim.x) / kChunk)
-          kt[r * (kChunk + 1) + tid % kChunk] = arith::mfma_operand(key(j0 + r)[c0 + tid % kChunk], f.st());
+      stage(j0, jn, c0);
       __syncthreads();
-      if (used)
-        for (int cc = 0; cc < cn; ++cc) dot = arith::fma_fmt(qg[c0 + cc], kt[lane * (kChunk + 1) + cc], dot, f.qk());
-    }
-    if (lane < jn) {
-      float sj = -INFINITY;  // where(mask, s, −∞): never used
-      if (used) {
-        sj = arith::round_fmt(arith::mul_rn(dot, a.scale), a.stats);
-        if (!vis) sj = arith::add_fmt(sj, a.bias, a.stats);
+      if (!key_used) continue;
+      const float* krow = tile + lane * kTileLd;
+      int cc = 0;
+      for (; cc + 4 <= cn; cc += 4) {
+        const float4 k4 = *reinterpret_cast<const float4*>(krow + cc);
+#pragma unroll
+        for (int u = 0; u < kMaxPerSlot; ++u) {
+          if (u >= per_slot) break;
+          const float4 q4 = *reinterpret_cast<const float4*>(q_s + (slot + kSlots * u) * ldq + c0 + cc);
+          dot[u] = arith::fma_fmt(q4.x, k4.x, dot[u], f.qk());
+          dot[u] = arith::fma_fmt(q4.y, k4.y, dot[u], f.qk());
+          dot[u] = arith::fma_fmt(q4.z, k4.z, dot[u], f.qk());
+          dot[u] = arith::fma_fmt(q4.w, k4.w, dot[u], f.qk());
+        }
       }
-      sg[lane] = sj;
+      for (; cc < cn; ++cc)
+#pragma unroll
+        for (int u = 0; u < kMaxPerSlot; ++u) {
+          if (u >= per_slot) break;
+          dot[u] = arith::fma_fmt(q_s[(slot + kSlots * u) * ldq + c0 + cc], krow[cc], dot[u], f.qk());
+        }
+    }
+    float sj[kMaxPerSlot];
+#pragma unroll
+    for (int u = 0; u < kMaxPerSlot; ++u) {
+      if (u >= per_slot) break;
+      const int hl = slot + kSlots * u;
+      sj[u] = -INFINITY;  // where(mask, s, −∞): never used
+      if (key_used && head_ok(hl)) {
+        sj[u] = arith::round_fmt(arith::mul_rn(dot[u], a.scale), a.stats);
+        if (!vis) sj[u] = arith::add_fmt(sj[u], a.bias, a.stats);
+      }
+      if (lane < jn) s_s[hl * kScoreLd + lane] = sj[u];
     }
     __syncthreads();
-    float m_blk = -INFINITY;
-    for (int t = 0; t < jn; ++t)
-      if (sg[t] != -INFINITY) m_blk = (m_blk < sg[t]) ? sg[t] : m_blk;  // std::max(m_blk, s)
-    const float m_new = (m < m_blk) ? m_blk : m;
-    const float alpha = arith::round_fmt(arith::exp_f32(m - m_new), a.stats);
-    if (lane < jn) {
-      const float sj = sg[lane];
-      pg[lane] = sj == -INFINITY ? 0.0f : arith::mfma_operand(arith::exp_f32(sj - m_new), f.st());
+    // softmax statistics of head `tid`, in emu's order.
+    if (tid < heads) {
+      const float* srow = s_s + tid * kScoreLd;
+      float m_blk = -INFINITY;
+      for (int t = 0; t < jn; ++t)
+        if (srow[t] != -INFINITY) m_blk = (m_blk < srow[t]) ? srow[t] : m_blk;  // std::max(m_blk, s)
+      const float m_new = (m < m_blk) ? m_blk : m;
+      alpha_s[tid] = arith::round_fmt(arith::exp_f32(m - m_new), a.stats);
+      s_s[tid * kScoreLd + kBlk] = m_new;  // the row's spare slot
+      m = m_new;
     }
     __syncthreads();
-    float l_blk = 0.0f;
-    for (int t = 0; t < jn; ++t) l_blk = arith::add_fmt(l_blk, pg[t], a.stats);
-    const float l_old = l;
-    l = arith::add_fmt(arith::mul_fmt(l, alpha, a.stats), l_blk, a.stats);
-    // Every key of the block, masked ones times p = 0, as the P·V MMA does.
-    float blk[kPer];
 #pragma unroll
-    for (int r = 0; r < kPer; ++r) blk[r] = 0.0f;
-    for (int t = 0; t < jn; ++t) {
-      const float p = pg[t];
-      const float* v = key(j0 + t);
+    for (int u = 0; u < kMaxPerSlot; ++u) {
+      if (u >= per_slot) break;
+      const int hl = slot + kSlots * u;
+      const float m_new = s_s[hl * kScoreLd + kBlk];
+      if (lane < jn) p_s[lane * kMaxHeads + p_pos(hl)] = sj[u] == -INFINITY ? 0.0f : arith::mfma_operand(arith::exp_f32(sj[u] - m_new), f.st());
+    }
+    __syncthreads();
+    if (tid < heads) {
+      float l_blk = 0.0f;
+      for (int t = 0; t < jn; ++t) l_blk = arith::add_fmt(l_blk, p_s[t * kMaxHeads + p_pos(tid)], a.stats);
+      l_old_s[tid] = l;
+      l = arith::add_fmt(arith::mul_fmt(l, alpha_s[tid], a.stats), l_blk, a.stats);
+      l_s[tid] = l;
+    }
+    // pv: every key of the block, masked ones times p = 0, as the P·V MMA does; the chunk
+    // staged last for the qk phase is used first.
 #pragma unroll
-      for (int r = 0; r < kPer; ++r) {
-        const std::int64_t c = lane + r * kBlk;
-        if (c < d) blk[r] = arith::fma_fmt(p, arith::mfma_operand(v[c], f.st()), blk[r], f.pv());
+    for (int r = kChunks - 1; r >= 0; --r) {
+      if (r >= chunks) continue;
+      const std::int64_t c = static_cast<std::int64_t>(r) * kChunk + lane;
+      if (r != chunks - 1) {
+        __syncthreads();
+        stage(j0, jn, static_cast<std::int64_t>(r) * kChunk);
+      }
+      __syncthreads();
+      float blk[kMaxPerSlot];
+#pragma unroll
+      for (int u = 0; u < kMaxPerSlot; ++u) blk[u] = 0.0f;
+      for (int t = 0; t < jn; ++t) {
+        const float v = tile[t * kTileLd + lane];
+        const float4 p4 = *reinterpret_cast<const float4*>(p_s + t * kMaxHeads + slot * kMaxPerSlot);
+        const float p[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+        for (int u = 0; u < kMaxPerSlot; ++u) {
+          if (u >= per_slot) break;
+          blk[u] = arith::fma_fmt(p[u], v, blk[u], f.pv());
+        }
+      }
+      if (c >= d) continue;
+#pragma unroll
+      for (int u = 0; u < kMaxPerSlot; ++u) {
+        if (u >= per_slot) break;
+        const int hl = slot * per_slot + u;
+        const float alpha = alpha_s[hl];
+        if (!a.per_block)
+          acc[u][r] = arith::add_fmt(arith::mul_fmt(acc[u][r], alpha, f.pv()), blk[u], f.pv());
+        else  // FA1: normalised after every block, stored in the storage format
+          acc[u][r] = arith::round_fmt(
+              arith::div_rn(arith::add_rn(arith::mul_rn(arith::mul_rn(acc[u][r], l_old_s[hl]), alpha), blk[u]), l_s[hl]),
+              f.st());
       }
     }
+  }
+  __syncthreads();
+  if (tid < heads) l_s[tid] = l;  // blocks may all have been skipped: l is the sink's
+  __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kPer; ++r) {
-      if (!a.per_block)
-        acc[r] = arith::add_fmt(arith::mul_fmt(acc[r], alpha, f.pv()), blk[r], f.pv());
-      else  // FA1: normalised after every block, stored in the storage format
-        acc[r] = arith::round_fmt(
-            arith::div_rn(arith::add_rn(arith::mul_rn(arith::mul_rn(acc[r], l_old), alpha), blk[r]), l), f.st());
+  for (int u = 0; u < kMaxPerSlot; ++u) {
+    const int hl = slot * per_slot + u;
+    if (u >= per_slot || !head_ok(hl)) break;
+    float* o = a.o + ((b * S + i) * a.H + h0 + hl) * d;
+#pragma unroll
+    for (int r = 0; r < kChunks; ++r) {
+      const std::int64_t c = static_cast<std::int64_t>(r) * kChunk + lane;
+      if (r < chunks && c < d) o[c] = a.per_block ? acc[u][r] : arith::round_fmt(arith::div_rn(acc[u][r], l_s[hl]), f.st());
     }
-    m = m_new;
   }
-  if (!head_ok) return;
-  float* o = a.o + ((b * S + i) * a.H + h) * d;
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const std::int64_t c = lane + r * kBlk;
-    if (c < d) o[c] = a.per_block ? acc[r] : arith::round_fmt(arith::div_rn(acc[r], l), f.st());
-  }
-}
-
-std::size_t lds_bytes(int groups, std::int64_t d) {
-  return sizeof(float) * static_cast<std::size_t>(groups * d + kBlk * (kChunk + 1) + 2 * groups * kBlk);
 }
 
 }  // namespace
@@ -178,39 +267,51 @@ void attention(const float* d_q, const float* d_kv, const std::uint8_t* d_win, c
                const std::uint8_t* d_cmask, std::int64_t B, std::int64_t S, std::int64_t n, std::int64_t H,
                std::int64_t d, const float* d_sinks, const Numerics& num, float* d_o, hipStream_t stream) {
   if (n > 0 && (!d_C || !d_cmask)) throw std::invalid_argument("hip::attention: n > 0 needs C and cmask");
-  if (d > kBlk * kMaxPerLane) throw std::invalid_argument("hip::attention: head_dim above 1024");
+  if (d > kChunk * kMaxChunks) throw std::invalid_argument("hip::attention: head_dim above 1024");
   if (B == 0 || S == 0 || H == 0) return;
-  // 48 KiB: the most NVIDIA gives without an opt-in, below gfx90a's 64 KiB.
-  int groups = kMaxGroups;
-  while (groups > 1 && (groups > H || lds_bytes(groups, d) > 48 * 1024)) groups /= 2;
-  AttnArgs a{d_q, d_kv, d_win, n > 0 ? d_C : nullptr, n > 0 ? d_cmask : nullptr, d_sinks, d_o, S, n, H, d, groups,
+  // Heads per workgroup: 16, or fewer for models with fewer heads, or to stay within 64 KiB
+  // of LDS (gfx90a's limit; NVIDIA needs an opt-in above 48 KiB).
+  const int ldq = static_cast<int>((d + 3) / 4 * 4);
+  constexpr std::size_t kLdsLimit = 64 * 1024;
+  int heads = kMaxHeads;
+  while (heads > kSlots && (heads / 2 >= H || lds_floats(heads, ldq) * sizeof(float) > kLdsLimit)) heads /= 2;
+  AttnArgs a{d_q, d_kv, d_win, n > 0 ? d_C : nullptr, n > 0 ? d_cmask : nullptr, d_sinks, d_o, S, n, H, d, heads, ldq,
              emu::fmt_of(num.storage), emu::fmt_of(num.qk_accum), emu::fmt_of(num.pv_accum),
              emu::fmt_of(num.softmax_stats), num.mask_style == MaskStyle::additive,
              num.rescale_order == RescaleOrder::per_block,
              1.0f / std::sqrt(static_cast<float>(d)),  // emu's scale, computed on the host as emu does
              arith::finfo_min(emu::fmt_of(num.storage))};
-  const std::int64_t head_groups = (H + groups - 1) / groups;
+  const std::int64_t head_groups = (H + heads - 1) / heads;
   const dim3 grid(static_cast<unsigned>(S * head_groups), static_cast<unsigned>(B));
-  const unsigned threads = static_cast<unsigned>(kBlk * groups);
-  const std::size_t lds = lds_bytes(groups, d);
-  auto run = [&](auto per) {
-    constexpr int kPer = decltype(per)::value;
-    using arith::Fmt;
-    if (a.st == Fmt::bf16 && a.qk == Fmt::f32 && a.pv == Fmt::f32)  // fixed
-      attention_kernel<kPer><<<grid, threads, lds, stream>>>(a, FixedFormats<Fmt::bf16, Fmt::f32, Fmt::f32>{});
-    else if (a.st == Fmt::f16 && a.qk == Fmt::f16 && a.pv == Fmt::f16)  // naive
-      attention_kernel<kPer><<<grid, threads, lds, stream>>>(a, FixedFormats<Fmt::f16, Fmt::f16, Fmt::f16>{});
-    else if (a.st == Fmt::f32 && a.qk == Fmt::f32 && a.pv == Fmt::f32)  // fp32
-      attention_kernel<kPer><<<grid, threads, lds, stream>>>(a, FixedFormats<Fmt::f32, Fmt::f32, Fmt::f32>{});
-    else
-      attention_kernel<kPer><<<grid, threads, lds, stream>>>(a, RuntimeFormats{a.st, a.qk, a.pv});
+  const std::size_t lds = lds_floats(heads, ldq) * sizeof(float);
+  auto launch = [&](auto kernel, auto formats) {
+    if (lds > 48 * 1024 &&
+        hipFuncSetAttribute(reinterpret_cast<const void*>(kernel), hipFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(lds)) != hipSuccess)
+      check_kernel("attention: LDS opt-in");
+    kernel<<<grid, kThreads, lds, stream>>>(a, formats);
   };
-  if (d <= kBlk * 4)
+  auto run = [&](auto chunks) {
+    constexpr int kChunks = decltype(chunks)::value;
+    using arith::Fmt;
+    using Bf16Fixed = FixedFormats<Fmt::bf16, Fmt::f32, Fmt::f32>;
+    using F16Naive = FixedFormats<Fmt::f16, Fmt::f16, Fmt::f16>;
+    using F32 = FixedFormats<Fmt::f32, Fmt::f32, Fmt::f32>;
+    if (a.st == Fmt::bf16 && a.qk == Fmt::f32 && a.pv == Fmt::f32)  // fixed
+      launch(attention_kernel<kChunks, Bf16Fixed>, Bf16Fixed{});
+    else if (a.st == Fmt::f16 && a.qk == Fmt::f16 && a.pv == Fmt::f16)  // naive
+      launch(attention_kernel<kChunks, F16Naive>, F16Naive{});
+    else if (a.st == Fmt::f32 && a.qk == Fmt::f32 && a.pv == Fmt::f32)  // fp32
+      launch(attention_kernel<kChunks, F32>, F32{});
+    else
+      launch(attention_kernel<kChunks, RuntimeFormats>, RuntimeFormats{a.st, a.qk, a.pv});
+  };
+  if (d <= kChunk * 4)
     run(std::integral_constant<int, 4>{});
-  else if (d <= kBlk * 8)
+  else if (d <= kChunk * 8)
     run(std::integral_constant<int, 8>{});
   else
-    run(std::integral_constant<int, kMaxPerLane>{});
+    run(std::integral_constant<int, kMaxChunks>{});
   check_kernel("attention");
 }
 

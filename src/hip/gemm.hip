@@ -182,11 +182,13 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a, bool vec4) {
 // gathered rows), split between its wavefronts as 2 x (waves/2) sub-tiles of 16x16
 // matrix-core tiles. Each 32-deep K block is summed into fresh accumulators by two 16-deep
 // matrix products and then added to the running total in float, so the block structure is
-// emu's; only the summation order inside a 16-deep product is the hardware's (gemm.h).
+// emu's; only the summation order inside a 16-deep product is the hardware's (gemm.h). Two
+// such blocks are staged per LDS step, the next two fetched into registers meanwhile.
 // Operands are converted to 16-bit patterns on their way to LDS (exactly: they are already
 // rounded to the format), four at a time where rows are 16-byte aligned.
 constexpr int kMmaBN = 128;
-constexpr int kMmaLd = kKTile + 8;  // LDS row stride in 16-bit elements (a multiple of 8)
+constexpr int kMmaStage = 2 * kKTile;  // k per LDS stage: two of emu's blocks between barriers
+constexpr int kMmaLd = kMmaStage + 8;  // LDS row stride in 16-bit elements (a multiple of 8)
 
 // Four consecutive 16-bit weight patterns (zeros outside the row or K: +0 in bf16 and fp16).
 __device__ inline uint2 fetch4(const std::uint16_t* src, std::int64_t k, std::int64_t K, bool valid, bool vec4) {
@@ -219,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
   constexpr int kTilesN = kMmaBN / kWavesN / 16;
   static_assert(kWaves >= 2 && kTilesM >= 1 && kTilesN >= 1, "two rows of wavefronts");
   // 32-byte aligned: wmma loads and stores need 256-bit aligned tile pointers (every tile
-  // starts a multiple of 16 rows of 80 bytes, plus 0 or 32 bytes, from these bases).
+  // starts a multiple of 16 rows of 144 bytes, plus a multiple of 32 bytes, from these bases).
   __shared__ std::uint16_t xs[BM * kMmaLd] __attribute__((aligned(32)));
   __shared__ std::uint16_t ws[kMmaBN * kMmaLd] __attribute__((aligned(32)));
   __shared__ float tile_out[kWaves][16 * 16] __attribute__((aligned(32)));
@@ -261,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
   __syncthreads();
   // Four consecutive k per thread and slot, BM (x) and 128 (w) rows of 8 groups; the next
   // block's operands are fetched into registers while this block's products run.
-  constexpr int kGroups = kKTile / 4;
+  constexpr int kGroups = kMmaStage / 4;
   constexpr int kXSlots = BM * kGroups / kThreads, kWSlots = kMmaBN * kGroups / kThreads;
   static_assert(BM * kGroups % kThreads == 0 && kMmaBN * kGroups % kThreads == 0, "whole slots");
   float4 xv[kXSlots];
@@ -281,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
     }
   };
   fetch(0);
-  for (std::int64_t b0 = 0; b0 < a.K; b0 += kKTile) {
+  for (std::int64_t b0 = 0; b0 < a.K; b0 += kMmaStage) {
 #pragma unroll
     for (int q = 0; q < kXSlots; ++q) {
       const int i = tid + q * kThreads;
@@ -293,28 +295,32 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
       put4<kBf16>(ws + (i / kGroups) * kMmaLd + (i % kGroups) * 4, wv[q]);
     }
     __syncthreads();
-    if (b0 + kKTile < a.K) fetch(b0 + kKTile);
+    if (b0 + kMmaStage < a.K) fetch(b0 + kMmaStage);
 #pragma unroll
-    for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-      for (int j = 0; j < kTilesN; ++j) mma::zero(part[i][j]);
-#pragma unroll
-    for (int ks = 0; ks < kKTile; ks += 16) {
-      mma::ATile<kBf16> at[kTilesM];
-      mma::BTile<kBf16> bt[kTilesN];
-#pragma unroll
-      for (int i = 0; i < kTilesM; ++i) mma::load_a<kBf16>(at[i], xs + (wm * kTilesM + i) * 16 * kMmaLd + ks, kMmaLd);
-#pragma unroll
-      for (int j = 0; j < kTilesN; ++j) mma::load_b<kBf16>(bt[j], ws + (wn * kTilesN + j) * 16 * kMmaLd + ks, kMmaLd);
+    for (int kb = 0; kb < kMmaStage; kb += kKTile) {
+      if (b0 + kb >= a.K) break;
 #pragma unroll
       for (int i = 0; i < kTilesM; ++i)
 #pragma unroll
-        for (int j = 0; j < kTilesN; ++j) mma::mma<kBf16>(part[i][j], at[i], bt[j]);
+        for (int j = 0; j < kTilesN; ++j) mma::zero(part[i][j]);
+#pragma unroll
+      for (int ks = kb; ks < kb + kKTile; ks += 16) {
+        mma::ATile<kBf16> at[kTilesM];
+        mma::BTile<kBf16> bt[kTilesN];
+#pragma unroll
+        for (int i = 0; i < kTilesM; ++i) mma::load_a<kBf16>(at[i], xs + (wm * kTilesM + i) * 16 * kMmaLd + ks, kMmaLd);
+#pragma unroll
+        for (int j = 0; j < kTilesN; ++j) mma::load_b<kBf16>(bt[j], ws + (wn * kTilesN + j) * 16 * kMmaLd + ks, kMmaLd);
+#pragma unroll
+        for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+          for (int j = 0; j < kTilesN; ++j) mma::mma<kBf16>(part[i][j], at[i], bt[j]);
+      }
+#pragma unroll
+      for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+        for (int j = 0; j < kTilesN; ++j) mma::add(total[i][j], part[i][j]);
     }
-#pragma unroll
-    for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-      for (int j = 0; j < kTilesN; ++j) mma::add(total[i][j], part[i][j]);
     __syncthreads();
   }
   // Out through a per-wavefront 16x16 LDS tile (the accumulator's lane layout is the vendor's).

@@ -14,6 +14,7 @@
 #include "hip/attention.h"
 #include "hip/compressor.h"
 #include "hip/elementwise.h"
+#include "hip/mask.h"
 #include "hip/gemm.h"
 #include "hip/hyper_connection.h"
 #include "hip/indexer.h"
@@ -395,7 +396,12 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
   };
 
   switch (s.kind) {
-    case OpKind::window_mask:
+    case OpKind::window_mask: {
+      auto win = r.out({B, S, S}, Fmt::f32, DType::u8);
+      window_mask(r.u8(0), B, S, c.sliding_window, win.u8(), cs);
+      emit(std::move(win));
+      break;
+    }
     case OpKind::cmp_mask:
       on_host();
       break;

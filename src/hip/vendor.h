@@ -27,6 +27,8 @@ inline constexpr unsigned hipEventDisableTiming = cudaEventDisableTiming;
 
 #define hipGetErrorString cudaGetErrorString
 #define hipGetLastError cudaGetLastError
+#define hipFuncSetAttribute cudaFuncSetAttribute
+#define hipFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
 #define hipPeekAtLastError cudaPeekAtLastError
 #define hipGetDeviceCount cudaGetDeviceCount
 #define hipGetDeviceProperties cudaGetDeviceProperties

@@ -121,23 +121,27 @@ TEST(HipAttention, MatchesEmuAndReferencePerKnob) {
     EXPECT_GT(results[bad].err_hip, results["fixed"].err_hip) << bad;
 }
 
-// d = 520 (the widest register layout, a partial last LDS chunk) and H = 5 (the second
-// workgroup of four heads has three idle head slots), under fixed and FA1 + additive.
-TEST(HipAttention, WideHeadsAndIdleHeadSlots) {
+// Head groups: d = 520 (the widest register layout, a partial last LDS chunk) with H = 5
+// (workgroups of 8 heads, 3 idle slots), H = 20 with d = 72 (16 heads per workgroup, the
+// second with 12 idle slots) and H = 64 with d = 130 (four full groups of 16, d not a multiple
+// of 4), under fixed and FA1 + additive.
+TEST(HipAttention, WideHeadsAndHeadGroups) {
   auto rng = test_rng();
-  AttnCase c;
-  c.B = 1, c.S = 70, c.n = 5, c.H = 5, c.d = 520, c.length = {70};
   Numerics fa1;
   fa1.rescale_order = RescaleOrder::per_block, fa1.mask_style = MaskStyle::additive;
-  for (const Numerics& num : {Numerics{}, fa1}) {
-    auto draw = rng;
-    const AttnResult r = run_attention(num, draw, c);
-    std::printf("attention d=520 H=5 %s vs emu: max %.0f ulp, %zu of %zu differ | vs refcpu: hip %.3e emu %.3e\n",
-                num == fa1 ? "per_block+additive" : "fixed", r.vs_emu.max_ulps, r.vs_emu.differ, r.vs_emu.count,
-                r.err_hip, r.err_emu);
-    EXPECT_LE(r.vs_emu.max_ulps, 1.0);
-    EXPECT_LE(r.vs_emu.differ, r.vs_emu.count / 100);
-    EXPECT_NEAR(r.err_hip, r.err_emu, unit_ulp(arith::Fmt::bf16));
+  for (auto [H, d] : {std::pair<std::int64_t, std::int64_t>{5, 520}, {20, 72}, {64, 130}}) {
+    AttnCase c;
+    c.B = 1, c.S = 70, c.n = 5, c.H = H, c.d = d, c.length = {70};
+    for (const Numerics& num : {Numerics{}, fa1}) {
+      auto draw = rng;
+      const AttnResult r = run_attention(num, draw, c);
+      std::printf("attention d=%ld H=%ld %s vs emu: max %.0f ulp, %zu of %zu differ | vs refcpu: hip %.3e emu %.3e\n",
+                  static_cast<long>(d), static_cast<long>(H), num == fa1 ? "per_block+additive" : "fixed",
+                  r.vs_emu.max_ulps, r.vs_emu.differ, r.vs_emu.count, r.err_hip, r.err_emu);
+      EXPECT_LE(r.vs_emu.max_ulps, 1.0) << "H=" << H << " d=" << d;
+      EXPECT_LE(r.vs_emu.differ, r.vs_emu.count / 100) << "H=" << H << " d=" << d;
+      EXPECT_NEAR(r.err_hip, r.err_emu, unit_ulp(arith::Fmt::bf16));
+    }
   }
 }
 
