@@ -1,9 +1,8 @@
 // Hyper-connection kernels (hip/hyper_connection.h), the arithmetic of emu/hyper_connection.cpp.
 //   hc_mix:      one workgroup of kLanes threads per token: the RMS factor exactly as
 //                emu::rms_factor (lane k sums x[k], x[k + 64], ... then a tree), then the
-//                normalised row and the matching columns of every fn row staged through LDS
-//                in chunks (loaded by all threads at once, coalesced), one thread per output
-//                q with its float32 sum sequential over the flat row.
+//                normalised row staged through LDS in chunks, one thread per output q with
+//                its float32 sum sequential over the flat row.
 //   hc_sinkhorn: one thread per token (n ≤ kMaxHc; the whole map is n² ≤ 64 values).
 //   hc_pre/post: one thread per output element, sums in stream order.
 #include "hip/vendor.h"  // first: arith.h needs __host__ / __device__
@@ -24,6 +23,7 @@ namespace {
 using arith::Fmt;
 
 constexpr int kLanes = static_cast<int>(emu::kLanes);  // emu's RMS lanes (one CDNA wavefront)
+constexpr int kMixChunk = 2048;                          // normalised values staged per pass
 constexpr int kMaxHc = 8;
 
 // emu::rms_factor over x[0..flat) by the kLanes threads of the workgroup; all get the factor.
@@ -41,15 +41,11 @@ __device__ float rms_factor_wg(const float* x, std::int64_t flat, float eps, Fmt
   return arith::round_fmt(arith::div_rn(1.0f, arith::sqrt_rn(arith::add_fmt(mean, eps, stats))), stats);
 }
 
-// Dynamic LDS: u [chunk], then fn's columns [c0, c0 + chunk) as M rows of stride chunk + 1
-// (thread q reads row q: consecutive rows fall into different banks).
 __global__ void __launch_bounds__(kLanes)
-    hc_mix_kernel(const float* X, std::int64_t flat, const float* fn, std::int64_t M, int chunk, float eps, Fmt sk,
-                  Fmt stats, float* mix) {
+    hc_mix_kernel(const float* X, std::int64_t flat, const float* fn, std::int64_t M, float eps, Fmt sk, Fmt stats,
+                  float* mix) {
   __shared__ float lane[kLanes];
-  extern __shared__ float mix_lds[];
-  float* u = mix_lds;
-  float* fn_s = mix_lds + chunk;
+  __shared__ float u[kMixChunk];
   const std::int64_t t = blockIdx.x;
   const float* x = X + t * flat;
   const float f = rms_factor_wg(x, flat, eps, stats, lane);
@@ -57,31 +53,31 @@ __global__ void __launch_bounds__(kLanes)
   // Each thread owns outputs q = tid, tid + kLanes, ... (M is (2+n)·n = 24 for n = 4).
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const int owned = static_cast<int>((M - tid + kLanes - 1) / kLanes);
-  const int ld = chunk + 1;
-  for (std::int64_t c0 = 0; c0 < flat; c0 += chunk) {
-    const int cn = static_cast<int>(flat - c0 < chunk ? flat - c0 : chunk);
+  // Rows of fn start 16-byte aligned when fn does and flat is a multiple of 4 (chunks start
+  // at multiples of kMixChunk).
+  const bool vec4 = flat % 4 == 0 && reinterpret_cast<std::uintptr_t>(fn) % 16 == 0;
+  for (std::int64_t c0 = 0; c0 < flat; c0 += kMixChunk) {
+    const int cn = static_cast<int>(flat - c0 < kMixChunk ? flat - c0 : kMixChunk);
     __syncthreads();
     for (int c = tid; c < cn; c += kLanes) u[c] = arith::round_fmt(arith::mul_rn(x[c0 + c], f), sk);
-    for (std::int64_t q = 0; q < M; ++q)  // row by row: coalesced, no index divisions
-      for (int c = tid; c < cn; c += kLanes) fn_s[q * ld + c] = arith::round_fmt(fn[q * flat + c0 + c], sk);
     __syncthreads();
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      if (r >= owned) break;
-      const float* w = fn_s + (tid + r * kLanes) * ld;
+    for (int r = 0; r < owned; ++r) {
+      const float* w = fn + (tid + r * kLanes) * flat + c0;
       float a = acc[r];
-      for (int c = 0; c < cn; ++c) a = arith::add_rn(a, arith::mul_rn(u[c], w[c]));  // in c order, as emu
+      auto term = [&](int c, float wc) { a = arith::add_rn(a, arith::mul_rn(u[c], arith::round_fmt(wc, sk))); };
+      int c = 0;
+      // Each thread streams its own row of fn: 16-byte loads take a quarter of the cache
+      // requests of 4-byte ones; the terms are still added one at a time in c order.
+      if (vec4)
+        for (; c + 4 <= cn; c += 4) {
+          const float4 w4 = *reinterpret_cast<const float4*>(w + c);
+          term(c, w4.x), term(c + 1, w4.y), term(c + 2, w4.z), term(c + 3, w4.w);
+        }
+      for (; c < cn; ++c) term(c, w[c]);
       acc[r] = a;
     }
   }
   for (int r = 0; r < owned; ++r) mix[t * M + tid + r * kLanes] = arith::round_fmt(acc[r], sk);
-}
-
-// Columns per hc_mix chunk: the most (a power of two, at most 2048) whose LDS fits 40 KiB.
-int mix_chunk(std::int64_t M) {
-  int chunk = 2048;
-  while (chunk > 16 && static_cast<std::size_t>(chunk + M * (chunk + 1)) * sizeof(float) > 40 * 1024) chunk /= 2;
-  return chunk;
 }
 
 __device__ float sigmoid_fmt(float x, Fmt f) {
@@ -173,11 +169,8 @@ void hc_mix(const float* d_X, std::int64_t tokens, std::int64_t flat, const floa
             const Numerics& num, float* d_mix, hipStream_t stream) {
   if (M > 4 * kLanes) throw std::invalid_argument("hip::hc_mix: more than 256 mix outputs");
   if (tokens == 0) return;
-  const int chunk = mix_chunk(M);
-  const std::size_t lds = static_cast<std::size_t>(chunk + M * (chunk + 1)) * sizeof(float);
-  hc_mix_kernel<<<static_cast<unsigned>(tokens), kLanes, lds, stream>>>(d_X, flat, d_fn, M, chunk, eps,
-                                                                        emu::fmt_of(num.sinkhorn),
-                                                                        emu::fmt_of(num.norm_stats), d_mix);
+  hc_mix_kernel<<<static_cast<unsigned>(tokens), kLanes, 0, stream>>>(d_X, flat, d_fn, M, eps, emu::fmt_of(num.sinkhorn),
+                                                                      emu::fmt_of(num.norm_stats), d_mix);
   check_kernel("hc_mix");
 }
 
