@@ -163,41 +163,44 @@ TEST_F(RefCpuModel, OutputsAreFiniteAndNotDegenerate) {
   EXPECT_EQ(used.size(), static_cast<std::size_t>(config_->n_routed_experts));
 }
 
-// A candidate may hand over float32 outputs (hip copies them as stored): refcpu widens them
-// exactly, so every stage gives the bits it gives for the same values in float64.
-TEST_F(RefCpuModel, Float32InputsAreWidenedExactly) {
+// A candidate may hand over float32 or 16-bit outputs (hip copies them as stored): refcpu
+// widens them exactly, so every stage gives the bits it gives for the same values in float64.
+TEST_F(RefCpuModel, NarrowFloatInputsAreWidenedExactly) {
   const Batch b = batch({prompt(40, 7)}, 0, false);
   const TensorMap out = run(b);
   RunContext ctx{*config_, *weights_, b, TieRule::lowest_index};
   refcpu::RefCpuBackend ref;
   TensorMap inputs;
   put_inputs(b, inputs);
-  int checked = 0;
-  for (const Stage& s : build_stages(*config_)) {
-    std::vector<Tensor> as_f64, as_f32;
-    bool any_float = false;
-    for (const auto& r : s.inputs) {
-      const Tensor& t = out.count(r.key()) ? out.at(r.key()) : inputs.at(r.key());
-      if (t.dtype() != DType::f64) {
-        as_f64.push_back(t), as_f32.push_back(t);
-        continue;
+  for (DType narrow : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(std::string(dtype_name(narrow)));
+    int checked = 0;
+    for (const Stage& s : build_stages(*config_)) {
+      std::vector<Tensor> as_f64, as_narrow;
+      bool any_float = false;
+      for (const auto& r : s.inputs) {
+        const Tensor& t = out.count(r.key()) ? out.at(r.key()) : inputs.at(r.key());
+        if (t.dtype() != DType::f64) {
+          as_f64.push_back(t), as_narrow.push_back(t);
+          continue;
+        }
+        any_float = true;
+        as_narrow.push_back(t.to(narrow));
+        as_f64.push_back(as_narrow.back().to(DType::f64));  // the same values, float64
       }
-      any_float = true;
-      as_f32.push_back(t.to(DType::f32));
-      as_f64.push_back(as_f32.back().to(DType::f64));  // the same values, float64
+      if (!any_float) continue;
+      std::vector<const Tensor*> p64, pn;
+      for (std::size_t k = 0; k < as_f64.size(); ++k) p64.push_back(&as_f64[k]), pn.push_back(&as_narrow[k]);
+      const auto y64 = ref.run(s, p64, ctx), yn = ref.run(s, pn, ctx);
+      ASSERT_EQ(y64.size(), yn.size()) << s.name;
+      for (std::size_t k = 0; k < y64.size(); ++k) {
+        ASSERT_EQ(y64[k].dtype(), yn[k].dtype()) << s.name;
+        ASSERT_EQ(0, std::memcmp(y64[k].raw(), yn[k].raw(), y64[k].nbytes())) << s.name << "/" << s.outputs[k];
+      }
+      ++checked;
     }
-    if (!any_float) continue;
-    std::vector<const Tensor*> p64, p32;
-    for (std::size_t k = 0; k < as_f64.size(); ++k) p64.push_back(&as_f64[k]), p32.push_back(&as_f32[k]);
-    const auto y64 = ref.run(s, p64, ctx), y32 = ref.run(s, p32, ctx);
-    ASSERT_EQ(y64.size(), y32.size()) << s.name;
-    for (std::size_t k = 0; k < y64.size(); ++k) {
-      ASSERT_EQ(y64[k].dtype(), y32[k].dtype()) << s.name;
-      ASSERT_EQ(0, std::memcmp(y64[k].raw(), y32[k].raw(), y64[k].nbytes())) << s.name << "/" << s.outputs[k];
-    }
-    ++checked;
+    EXPECT_GT(checked, 100);
   }
-  EXPECT_GT(checked, 100);
 }
 
 }  // namespace

@@ -127,6 +127,16 @@ HipBackend::DevTensor HipBackend::upload(const Tensor& host) {
       copy_h2d(d.buf->get(), host.raw(), host.nbytes(), compute_);
       d.dtype = DType::f32;
       break;
+    case DType::bf16:  // this backend's own 16-bit output, handed back: widened exactly
+    case DType::f16: {
+      const Tensor wide = host.to(DType::f32);
+      d.buf = std::make_shared<DeviceBuffer>(wide.nbytes(), &pool_);
+      copy_h2d(d.buf->get(), wide.raw(), wide.nbytes(), compute_);
+      stream_sync(compute_);  // wide is a temporary
+      d.dtype = DType::f32;
+      d.fmt = host.dtype() == DType::bf16 ? Fmt::bf16 : Fmt::f16;
+      break;
+    }
     case DType::i64:
       d.buf = std::make_shared<DeviceBuffer>(host.nbytes(), &pool_);
       copy_h2d(d.buf->get(), host.raw(), host.nbytes(), compute_);
@@ -242,11 +252,20 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t) {
     event_record(ready, compute_);
     stream_wait(copy_, ready);
     const std::int64_t n = t.numel();
-    Pending p{t.buf};
-    if (t.dtype == DType::f32) {
-      // The values are float32 numbers (rounded to their format on the device): copied as
-      // they are, half the bytes of float64; readers that need float64 (refcpu in a mixed
-      // run) widen them exactly.
+    Pending p{t.buf, nullptr};
+    if (t.dtype == DType::f32 && (t.fmt == Fmt::bf16 || t.fmt == Fmt::f16)) {
+      // 16-bit numbers held in float32: their bit patterns (packed on the copy stream) are
+      // copied, half the bytes; readers widen them exactly.
+      const std::size_t bytes = static_cast<std::size_t>(n) * 2;
+      captured_bytes_ += bytes;
+      p.packed = std::make_shared<DeviceBuffer>(std::max<std::size_t>(bytes, 2), &pool_);
+      pack_bits16(t.f(), p.packed->as<std::uint16_t>(), n, t.fmt, copy_);
+      auto mem = pinned_->get(bytes);
+      host = Tensor::view(t.fmt == Fmt::bf16 ? DType::bf16 : DType::f16, t.shape, mem.get(), mem);
+      copy_d2h(mem.get(), p.packed->get(), bytes, copy_);
+    } else if (t.dtype == DType::f32) {
+      // Float32 numbers (rounded to their format on the device): copied as they are, half the
+      // bytes of float64; readers that need float64 (refcpu in a mixed run) widen them exactly.
       const std::size_t bytes = static_cast<std::size_t>(n) * 4;
       captured_bytes_ += bytes;
       auto mem = pinned_->get(bytes);

@@ -1,10 +1,11 @@
 #pragma once
 // The hip backend: every stage kind as GPU kernels under a numerics policy, with the same
 // knobs and meanings as emu (emu is the specification of the arithmetic). Tensors stay on the
-// device between stages (keyed "<stage>/<tensor>"); each output is copied as it is stored
-// (float32 values, int64 / bool) into a pinned host tensor on a copy stream, so the host
-// copies overlap the next stages; finish() waits for them. The diff engine reads float32
-// directly; refcpu widens it in a mixed run. Inputs produced elsewhere (refcpu in a
+// device between stages (keyed "<stage>/<tensor>"); each output is copied as the numbers it
+// holds (bf16/fp16 outputs as 16-bit patterns, other float outputs as float32, int64 / bool)
+// into a pinned host tensor on a copy stream, so the host copies overlap the next stages;
+// finish() waits for them. The diff engine reads every float dtype; refcpu widens them
+// exactly in a mixed run. Inputs produced elsewhere (refcpu in a
 // mixed run, the case inputs) are uploaded; a host tensor the backend itself returned is
 // recognised by identity and not uploaded again.
 #include <cstdint>
@@ -49,7 +50,7 @@ class HipBackend final : public Backend {
   // rarely one bf16 ulp, which near-tied routing can turn into a different expert.
   void set_matrix_cores(bool on) { matrix_cores_ = on && has_matrix_cores(info_.arch); }
   bool matrix_cores() const { return matrix_cores_; }
-  // Bytes copied to the host since construction (every tapped output, float64 or integer).
+  // Bytes copied to the host since construction (every tapped output as copied).
   std::size_t captured_bytes() const { return captured_bytes_; }
   // Per-stage device time (events around each stage), read after finish().
   void set_timing(bool on) { timing_ = on; }
@@ -68,8 +69,9 @@ class HipBackend final : public Backend {
     std::int64_t* i64() const { return buf->as<std::int64_t>(); }
     std::uint8_t* u8() const { return buf->as<std::uint8_t>(); }
   };
-  struct Pending {  // a host copy in flight
-    std::shared_ptr<DeviceBuffer> src;  // kept alive until the copy is done
+  struct Pending {  // a host copy in flight; both kept alive until it is done
+    std::shared_ptr<DeviceBuffer> src;
+    std::shared_ptr<DeviceBuffer> packed;  // 16-bit patterns of src (16-bit outputs)
   };
   class StageRun;
 

@@ -35,9 +35,9 @@ Outputs run_all(CaseSession& session, Backend& backend, Backend* reference = nul
   Outputs out;
   ExecutorHooks hooks;
   hooks.on_stage = [&](const Stage& s, std::size_t, const std::vector<Tensor>& o) {
-    // hip hands over its float outputs as float32 (as stored), emu and refcpu as float64.
+    // hip hands over its float outputs as stored (16-bit patterns or float32); all widened here.
     for (std::size_t k = 0; k < o.size(); ++k)
-      out[s.name + "/" + s.outputs[k]] = o[k].dtype() == DType::f32 ? o[k].to(DType::f64) : o[k].clone();
+      out[s.name + "/" + s.outputs[k]] = is_float(o[k].dtype()) ? o[k].to(DType::f64) : o[k].clone();
   };
   execute(session.stages, [&](const Stage& s) -> Backend& {
     return reference && (&s - session.stages.data()) % 3 == 1 ? *reference : backend;
