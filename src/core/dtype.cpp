@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace tdiff {
 namespace {
@@ -86,6 +87,12 @@ constexpr SmallFloat kF16{5, 10, true};
 constexpr SmallFloat kBF16{8, 7, true};
 constexpr SmallFloat kF8E4M3{4, 3, false};
 
+std::vector<double> decode_table(const SmallFloat& f) {
+  std::vector<double> t(std::size_t{1} << 16);
+  for (std::uint32_t b = 0; b < t.size(); ++b) t[b] = f.decode(b);
+  return t;
+}
+
 }  // namespace
 
 std::size_t dtype_size(DType t) {
@@ -126,9 +133,17 @@ bool is_float(DType t) {
 }
 
 std::uint16_t f16_bits(double x) { return static_cast<std::uint16_t>(kF16.encode(x)); }
-double f16_value(std::uint16_t b) { return kF16.decode(b); }
+// 16-bit values through a table of every pattern's decoded value (built once): the diff
+// engine and refcpu widen whole captured tensors of them.
+double f16_value(std::uint16_t b) {
+  static const auto table = decode_table(kF16);
+  return table[b];
+}
 std::uint16_t bf16_bits(double x) { return static_cast<std::uint16_t>(kBF16.encode(x)); }
-double bf16_value(std::uint16_t b) { return kBF16.decode(b); }
+double bf16_value(std::uint16_t b) {
+  static const auto table = decode_table(kBF16);
+  return table[b];
+}
 std::uint8_t f8e4m3_bits(double x) { return static_cast<std::uint8_t>(kF8E4M3.encode(x)); }
 double f8e4m3_value(std::uint8_t b) { return kF8E4M3.decode(b); }
 
