@@ -8,10 +8,10 @@
 //   softmax:  thread h (h < heads) derives head h's block max, alpha, l_blk and l from LDS
 //             with emu's sequential sums and publishes them; every thread computes P for its
 //             own (head, key) pairs.
-//   pv phase: thread (c, s) owns channel c of every 64-channel chunk for heads s·n .. s·n + n − 1,
-//             n = heads / 4 (kept in registers); V (= K) goes through LDS again, last chunk first (it is still
-//             there from the qk phase); the sum over the block's keys is sequential per channel
-//             in pv_accum.
+//   pv phase: thread (c, s) owns channel c of every 64-channel chunk for heads s·n to
+//             s·n + n − 1, n = heads / 4 (kept in registers); V (= K) goes through LDS again,
+//             last chunk first (it is still there from the qk phase); the sum over the block's
+//             keys is sequential per channel in pv_accum.
 #include "hip/vendor.h"  // first: arith.h needs __host__ / __device__
 #include "hip/attention.h"
 
@@ -74,7 +74,8 @@ struct RuntimeFormats {
 // LDS layout in floats: q [heads][ldq], K/V tile [kBlk][kTileLd], logits [kMaxHeads][kScoreLd],
 // P [kBlk][kMaxHeads], per-head alpha, l, l_old [kMaxHeads] each.
 std::size_t lds_floats(int heads, int ldq) {
-  return static_cast<std::size_t>(heads * ldq + kBlk * kTileLd + kMaxHeads * kScoreLd + kBlk * kMaxHeads + 3 * kMaxHeads);
+  return static_cast<std::size_t>(heads * ldq + kBlk * kTileLd + kMaxHeads * kScoreLd + kBlk * kMaxHeads +
+                                  3 * kMaxHeads);
 }
 
 // kChunks: 64-channel chunks per head row (d <= 64·kChunks), the PV registers per head.
@@ -196,7 +197,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a, Formats
       if (u >= per_slot) break;
       const int hl = slot + kSlots * u;
       const float m_new = s_s[hl * kScoreLd + kBlk];
-      if (lane < jn) p_s[lane * kMaxHeads + p_pos(hl)] = sj[u] == -INFINITY ? 0.0f : arith::mfma_operand(arith::exp_f32(sj[u] - m_new), f.st());
+      if (lane < jn)
+        p_s[lane * kMaxHeads + p_pos(hl)] =
+            sj[u] == -INFINITY ? 0.0f : arith::mfma_operand(arith::exp_f32(sj[u] - m_new), f.st());
     }
     __syncthreads();
     if (tid < heads) {
@@ -240,7 +243,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a, Formats
           acc[u][r] = arith::add_fmt(arith::mul_fmt(acc[u][r], alpha, f.pv()), blk[u], f.pv());
         else  // FA1: normalised after every block, stored in the storage format
           acc[u][r] = arith::round_fmt(
-              arith::div_rn(arith::add_rn(arith::mul_rn(arith::mul_rn(acc[u][r], l_old_s[hl]), alpha), blk[u]), l_s[hl]),
+              arith::div_rn(arith::add_rn(arith::mul_rn(arith::mul_rn(acc[u][r], l_old_s[hl]), alpha), blk[u]),
+                            l_s[hl]),
               f.st());
       }
     }
@@ -256,7 +260,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a, Formats
 #pragma unroll
     for (int r = 0; r < kChunks; ++r) {
       const std::int64_t c = static_cast<std::int64_t>(r) * kChunk + lane;
-      if (r < chunks && c < d) o[c] = a.per_block ? acc[u][r] : arith::round_fmt(arith::div_rn(acc[u][r], l_s[hl]), f.st());
+      if (r < chunks && c < d)
+        o[c] = a.per_block ? acc[u][r] : arith::round_fmt(arith::div_rn(acc[u][r], l_s[hl]), f.st());
     }
   }
 }

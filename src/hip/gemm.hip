@@ -140,13 +140,15 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a, bool vec4) {
       float xv[TM], wv[TN];
       if constexpr (TM % 4 == 0) {
 #pragma unroll
-        for (int i = 0; i < TM; i += 4) *reinterpret_cast<float4*>(xv + i) = *reinterpret_cast<const float4*>(&xs[kk][swizzle(kk, row_of(i))]);
+        for (int i = 0; i < TM; i += 4)
+          *reinterpret_cast<float4*>(xv + i) = *reinterpret_cast<const float4*>(&xs[kk][swizzle(kk, row_of(i))]);
       } else {
 #pragma unroll
         for (int i = 0; i < TM; ++i) xv[i] = xs[kk][swizzle(kk, row_of(i))];
       }
 #pragma unroll
-      for (int j = 0; j < TN; j += 4) *reinterpret_cast<float4*>(wv + j) = *reinterpret_cast<const float4*>(&ws[kk][swizzle(kk, col_of(j))]);
+      for (int j = 0; j < TN; j += 4)
+        *reinterpret_cast<float4*>(wv + j) = *reinterpret_cast<const float4*>(&ws[kk][swizzle(kk, col_of(j))]);
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
