@@ -56,8 +56,8 @@ struct GemmGroups {
 bool runs_on_matrix_cores(const GemmSpec& spec);
 
 // A weight on the device: float32 values already rounded to spec.in, or (matrix-core path
-// only) their bf16/fp16 bit patterns, which that kernel reads as they are: half the bytes,
-// which the routed experts' GEMMs, bound by reading the weights, need.
+// only) their bf16/fp16 bit patterns, which that kernel reads as they are: half the device
+// memory and half the bytes each GEMM reads.
 struct GemmWeight {
   const float* f32 = nullptr;
   const std::uint16_t* bits16 = nullptr;
