@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a, bool vec4) {
     float part[TM][TN] = {};
 #pragma unroll 4
     for (int kk = 0; kk < kKTile; ++kk) {
-      float xv[TM], wv[TN];
+      alignas(16) float xv[TM], wv[TN];  // read as float4 runs
       if constexpr (TM % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < TM; i += 4)

@@ -114,9 +114,14 @@ __device__ inline void add(Acc& total, const Acc& part) {
 __device__ inline void store(const Acc& c, float* p, int ld) {
   nvcuda::wmma::store_matrix_sync(p, c, ld, nvcuda::wmma::mem_row_major);
 }
+// The bf16 pattern of a float already representable in bf16: its top half, kept a NaN when
+// the NaN's payload lay only in the bottom half.
+__device__ inline std::uint16_t bf16_bits_of(unsigned u) {
+  return static_cast<std::uint16_t>((u >> 16) | ((u & 0x7fffffffu) > 0x7f800000u ? 0x0040u : 0u));
+}
 // The 16-bit pattern of a float already representable in the format.
 __device__ inline std::uint16_t bits16(float v, bool bf16) {
-  return bf16 ? static_cast<std::uint16_t>(__float_as_uint(v) >> 16) : __half_as_ushort(__float2half_rn(v));
+  return bf16 ? bf16_bits_of(__float_as_uint(v)) : __half_as_ushort(__float2half_rn(v));
 }
 #else
 #if defined(__gfx90a__) || defined(__gfx908__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
@@ -162,9 +167,11 @@ __device__ inline void add(Acc& total, const Acc& part) {
 __device__ inline void store(const Acc& c, float* p, int ld) {
   for (int j = 0; j < 4; ++j) p[(4 * quad() + j) * ld + lane16()] = c.v[j];
 }
+__device__ inline std::uint16_t bf16_bits_of(unsigned u) {  // as on NVIDIA
+  return static_cast<std::uint16_t>((u >> 16) | ((u & 0x7fffffffu) > 0x7f800000u ? 0x0040u : 0u));
+}
 __device__ inline std::uint16_t bits16(float v, bool bf16) {
-  return bf16 ? static_cast<std::uint16_t>(__float_as_uint(v) >> 16)
-              : __builtin_bit_cast(std::uint16_t, static_cast<_Float16>(v));
+  return bf16 ? bf16_bits_of(__float_as_uint(v)) : __builtin_bit_cast(std::uint16_t, static_cast<_Float16>(v));
 }
 #endif
 }  // namespace tdiff::hip::mma
