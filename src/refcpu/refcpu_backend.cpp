@@ -42,14 +42,12 @@ std::int64_t rows_of(const Tensor& t, int trailing = 1) {
 }  // namespace
 
 std::vector<Tensor> RefCpuBackend::run(const Stage& s, const std::vector<const Tensor*>& given, RunContext& ctx) {
-  // A candidate's float32 or 16-bit outputs (hip copies them as stored) widened exactly to
-  // float64.
+  // A candidate's narrower float outputs (hip copies them as stored) widened exactly to float64.
   std::vector<Tensor> widened;
   widened.reserve(given.size());
   std::vector<const Tensor*> in = given;
   for (auto& t : in)
-    if (t && (t->dtype() == DType::f32 || t->dtype() == DType::bf16 || t->dtype() == DType::f16))
-      t = &widened.emplace_back(t->to(DType::f64));
+    if (t && is_float(t->dtype()) && t->dtype() != DType::f64) t = &widened.emplace_back(t->to(DType::f64));
   const ModelConfig& c = ctx.config;
   const Batch& batch = ctx.batch;
   WeightStore& W = ctx.weights;
