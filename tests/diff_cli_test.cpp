@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -115,6 +116,9 @@ TEST_F(CompareCli, InputErrorsExitTwo) {
   EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --threshold 'L99.*:max_abs_warn=1'", &out), 2)
       << out;
   EXPECT_NE(out.find("matches no stage"), std::string::npos) << out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --threshold max_abs_scaled=2", &out), 2) << out;
+  EXPECT_NE(out.find("max_abs_scaled is a switch"), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;  // one line
   const std::string toml = (dir_ / "bad.toml").string();
   std::ofstream(toml) << "[default]\nmax_abs = 1\n";
   EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --thresholds " + toml, &out), 2) << out;

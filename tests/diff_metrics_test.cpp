@@ -2,6 +2,7 @@
 // independence of tensor_metrics / logits_metrics / routing_metrics.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -39,16 +40,18 @@ std::pair<Tensor, Tensor> random_pair(Shape shape, double scale, DType cand_dtyp
 }
 
 struct Plain {
-  double cosine, max_abs, rmse, rel_l2, max_rel, ref_rms, max_abs_ref;
-  std::int64_t argmax;
+  double cosine, max_abs, rmse, rel_l2, max_rel, ref_rms, max_abs_ref, max_abs_scaled;
+  std::int64_t argmax, argmax_scaled;
 };
 Plain plain_metrics(const Tensor& r, const Tensor& c, double floor) {
   double rr = 0, cc = 0, rc = 0, dd = 0;
-  Plain p{0, 0, 0, 0, 0, 0, 0, -1};
+  Plain p{0, 0, 0, 0, 0, 0, 0, 0, -1, -1};
   for (std::int64_t i = 0; i < r.numel(); ++i) {
     const double a = r.value(i), b = c.value(i), d = b - a;
     rr += a * a, cc += b * b, rc += a * b, dd += d * d;
     if (std::fabs(d) > p.max_abs) p.max_abs = std::fabs(d), p.argmax = i;
+    const double scaled = std::fabs(d) / std::max(1.0, std::fabs(a));
+    if (scaled > p.max_abs_scaled) p.max_abs_scaled = scaled, p.argmax_scaled = i;
     p.max_rel = std::max(p.max_rel, std::fabs(d) / std::max(std::fabs(a), floor));
     p.max_abs_ref = std::max(p.max_abs_ref, std::fabs(a));
   }
@@ -68,6 +71,9 @@ void expect_matches_plain(const Tensor& r, const Tensor& c) {
   EXPECT_NEAR(m.cosine, p.cosine, 1e-13);
   EXPECT_DOUBLE_EQ(m.max_abs, p.max_abs);  // a maximum is exact, whatever the order
   EXPECT_EQ(m.argmax_abs, p.argmax);
+  EXPECT_DOUBLE_EQ(m.max_abs_scaled, p.max_abs_scaled);
+  EXPECT_EQ(m.argmax_abs_scaled, p.argmax_scaled);
+  if (p.argmax_scaled >= 0) EXPECT_EQ(m.ref_at_max_abs_scaled, std::fabs(r.value(p.argmax_scaled)));
   EXPECT_NEAR(m.rmse, p.rmse, 1e-12 * p.rmse);
   EXPECT_NEAR(m.rel_l2, p.rel_l2, 1e-12 * p.rel_l2);
   EXPECT_DOUBLE_EQ(m.max_rel, p.max_rel);
@@ -109,6 +115,27 @@ TEST(DiffMetrics, HandComputedTinyExample) {
   EXPECT_DOUBLE_EQ(m.max_rel, 1.0 / 3.0);
   EXPECT_DOUBLE_EQ(m.ref_rms, std::sqrt(12.5));
   EXPECT_EQ(m.n_diff, 2);
+}
+
+// Below |r| = 1 the absolute error, above it the relative one; values exact in binary.
+TEST(DiffMetrics, MaxAbsScaledHandComputed) {
+  Tensor r(DType::f64, {5}), c(DType::f64, {5});
+  const double rv[] = {0.5, -4, 32, 0.25, 1};
+  const double cv[] = {0.75, -5, 33.5, 0.25, 1.125};
+  std::memcpy(r.raw(), rv, sizeof rv);
+  std::memcpy(c.raw(), cv, sizeof cv);
+  // |d| = 0.25, 1, 1.5, 0, 0.125; scaled: 0.25 / 1, 1 / 4, 1.5 / 32, 0, 0.125 / 1.
+  TensorMetrics m = tensor_metrics(r, c);
+  EXPECT_EQ(m.max_abs, 1.5);
+  EXPECT_EQ(m.argmax_abs, 2);
+  EXPECT_EQ(m.max_abs_scaled, 0.25);
+  EXPECT_EQ(m.argmax_abs_scaled, 0);  // the first of the two elements reaching 0.25
+  EXPECT_EQ(m.ref_at_max_abs_scaled, 0.5);
+  c.data<double>()[0] = 0.625;  // now 0.125: the relative error at |r| = 4 is the largest
+  m = tensor_metrics(r, c);
+  EXPECT_EQ(m.max_abs_scaled, 0.25);
+  EXPECT_EQ(m.argmax_abs_scaled, 1);
+  EXPECT_EQ(m.ref_at_max_abs_scaled, 4.0);
 }
 
 TEST(DiffMetrics, ZeroVectors) {
@@ -154,7 +181,7 @@ TEST(DiffMetrics, NonFiniteValues) {
   EXPECT_EQ(m.inf_ref, 1);
   EXPECT_EQ(m.new_nonfinite, 0);
   EXPECT_EQ(m.compared, 98);
-  EXPECT_TRUE(std::isfinite(m.cosine) && std::isfinite(m.rmse));
+  EXPECT_TRUE(std::isfinite(m.cosine) && std::isfinite(m.rmse) && std::isfinite(m.max_abs_scaled));
   // New: a NaN the reference lacks, and an infinity of the other sign.
   c.data<double>()[10] = nan;
   c.data<double>()[5] = -inf;

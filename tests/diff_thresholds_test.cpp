@@ -1,23 +1,28 @@
 // Verdict rules, thresholds files (good and bad) and command-line overrides.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 
 #include <gtest/gtest.h>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "diff/thresholds.h"
 
 namespace tdiff {
 namespace {
 
+// Metrics of a tensor whose largest error lies where |r| <= 1: max_abs_scaled = max_abs.
 TensorMetrics metrics(double cosine, double max_abs, double rmse = 0.0) {
   TensorMetrics m;
   m.count = m.compared = 100;
   m.cosine = cosine, m.max_abs = max_abs, m.rmse = rmse;
+  m.max_abs_scaled = max_abs, m.ref_at_max_abs_scaled = 0.5;
   return m;
 }
 
@@ -34,6 +39,98 @@ TEST(DiffVerdicts, PaperDefaults) {
   TensorMetrics nan = metrics(1.0, 0.0);
   nan.new_nonfinite = 1;
   EXPECT_EQ(verdict_of(nan), Verdict::fail);
+}
+
+Thresholds absolute_max_abs() {
+  Thresholds t;
+  set_threshold(t, "max_abs_scaled", 0);
+  return t;
+}
+
+// A bf16 residual add (as the hyper-connection streams do) on values up to |x| ~ 26:
+// r = a + b in float64, c = bf16(bf16(a) + bf16(b)), a and b of one sign. One rounding below
+// |x| = 32 errs by at most 0.0625, so a single one never reaches 0.1; the three of this path
+// do. Relative to r, bf16 (8 significant bits) errs by at most 2^-8 per rounding: a's and
+// b's together by 2^-8 |r|, the sum's by 2^-8 |r| more, so max_abs_scaled < 2^-7 < 0.01.
+std::pair<Tensor, Tensor> bf16_residual_add(std::int64_t n) {
+  std::mt19937_64 rng(26);
+  std::uniform_real_distribution<double> big(1.0, 26.0), small(0.0, 4.0);
+  Tensor r(DType::f64, {n}), c(DType::f64, {n});
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double sign = i % 2 ? -1.0 : 1.0, a = sign * big(rng), b = sign * small(rng);
+    r.data<double>()[i] = a + b;
+    c.data<double>()[i] = round_to(round_to(a, DType::bf16) + round_to(b, DType::bf16), DType::bf16);
+  }
+  return {r, c};
+}
+
+TEST(DiffVerdicts, CorrectBf16AtLargeValuesPassesScaledFailsAbsolute) {
+  const auto [r, c] = bf16_residual_add(4096);
+  const TensorMetrics m = tensor_metrics(r, c);
+  ASSERT_GT(m.max_abs_ref, 25.0);
+  ASSERT_GE(m.max_abs, 0.1);          // what the paper's absolute rule sees
+  EXPECT_LT(m.max_abs_scaled, 0x1p-7);
+  EXPECT_GT(m.cosine, 0.99999);
+  EXPECT_EQ(judge_tensor({.metrics = &m}, Thresholds{}).verdict, Verdict::pass);
+  const Judgement absolute = judge_tensor({.metrics = &m}, absolute_max_abs());
+  EXPECT_EQ(absolute.verdict, Verdict::fail);
+  EXPECT_EQ(absolute.reason.rfind("max_abs 0.1", 0), 0u) << absolute.reason;
+}
+
+TEST(DiffVerdicts, BrokenTensorsStillFailScaled) {
+  // An error of 0.5 on values of order 1: absolute below |r| = 1, as in the paper.
+  Tensor r(DType::f64, {64}), c(DType::f64, {64});
+  for (std::int64_t i = 0; i < 64; ++i) r.data<double>()[i] = c.data<double>()[i] = std::sin(0.3 * i + 0.1);
+  c.data<double>()[10] += 0.5;
+  TensorMetrics m = tensor_metrics(r, c);
+  Judgement j = judge_tensor({.metrics = &m}, Thresholds{});
+  EXPECT_EQ(j.verdict, Verdict::fail);
+  EXPECT_EQ(j.reason, "max_abs 0.5 >= 0.1");  // scaled and raw are the same number here
+  // A 20% error at |r| = 26 among values of order 1: max_abs_scaled 0.2.
+  auto [r26, c26] = bf16_residual_add(256);
+  Tensor bad = c26.clone();
+  r26.data<double>()[7] = -26.0, bad.data<double>()[7] = -26.0 * 1.2;
+  m = tensor_metrics(r26, bad);
+  EXPECT_NEAR(m.max_abs_scaled, 0.2, 1e-12);
+  j = judge_tensor({.metrics = &m}, Thresholds{});
+  EXPECT_EQ(j.verdict, Verdict::fail);
+  EXPECT_EQ(j.reason, "max_abs_scaled 0.2 (|d| 5.2 at |r| 26) >= 0.1");
+  // Between the thresholds: WARN, with the scaled number named.
+  bad.data<double>()[7] = -26.0 * 1.02;
+  m = tensor_metrics(r26, bad);
+  j = judge_tensor({.metrics = &m}, Thresholds{});
+  EXPECT_EQ(j.verdict, Verdict::warn);
+  EXPECT_NE(j.reason.find("max_abs_scaled 0.02 (|d| 0.52 at |r| 26) >= 0.01"), std::string::npos) << j.reason;
+}
+
+TEST(DiffVerdicts, MaxAbsScaledIsASwitch) {
+  Thresholds t;
+  EXPECT_EQ(t.max_abs_scaled, 1.0);  // on by default
+  set_threshold(t, "max_abs_scaled", 0);
+  EXPECT_EQ(t.max_abs_scaled, 0.0);
+  set_threshold(t, "max_abs_scaled", 1);
+  EXPECT_EQ(t.max_abs_scaled, 1.0);
+  for (double bad : {2.0, 0.5, -1.0, std::numeric_limits<double>::quiet_NaN()})
+    EXPECT_THROW(set_threshold(t, "max_abs_scaled", bad), InputError) << bad;
+  try {
+    set_threshold(t, "max_abs_scaled", 2);
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("max_abs_scaled is a switch"), std::string::npos) << e.what();
+  }
+  const auto keys = threshold_keys();
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "max_abs_scaled"), keys.end());
+  // Which number the rules read.
+  TensorMetrics m = metrics(0.9999, 0.2);
+  m.max_abs_scaled = 0.005, m.ref_at_max_abs_scaled = 26;
+  EXPECT_EQ(judged_max_abs(m, Thresholds{}), 0.005);
+  EXPECT_EQ(judged_max_abs(m, absolute_max_abs()), 0.2);
+  EXPECT_EQ(judge_tensor({.metrics = &m}, Thresholds{}).verdict, Verdict::pass);
+  EXPECT_EQ(judge_tensor({.metrics = &m}, absolute_max_abs()).reason, "max_abs 0.2 >= 0.1");
+  // The scaled maximum where |r| <= 1 is an absolute error, though not the tensor's largest.
+  m.max_abs_scaled = 0.05, m.ref_at_max_abs_scaled = 0.3;
+  const Judgement j = judge_tensor({.metrics = &m}, Thresholds{});
+  EXPECT_EQ(j.verdict, Verdict::warn);
+  EXPECT_EQ(j.reason, "max_abs_scaled 0.05 (|d| where |r| <= 1) >= 0.01");
 }
 
 TEST(DiffVerdicts, ReasonNamesEveryRuleOfTheWorstLevel) {
@@ -137,6 +234,23 @@ max_abs_fail = 1     # integers are numbers too
   EXPECT_THROW(p.check_patterns({"L01.attn.core/o", "lm_head/logits"}), InputError);  // L0[2-4] matches nothing
 }
 
+TEST_F(ThresholdsFile, MaxAbsScaledInDefaultAndRules) {
+  const ThresholdPolicy p = load_thresholds(write(R"(
+[default]
+max_abs_scaled = 0      # the paper's absolute rule everywhere ...
+
+[[rule]]
+stages = "L*.hc_*"
+max_abs_scaled = 1      # ... but the hyper-connection streams judged relative to |r|
+)"));
+  EXPECT_EQ(p.defaults.max_abs_scaled, 0.0);
+  EXPECT_EQ(p.for_tensor("L01.attn.core", "o").max_abs_scaled, 0.0);
+  EXPECT_EQ(p.for_tensor("L01.hc_attn.pre", "x").max_abs_scaled, 1.0);
+  const std::string error = error_of("[default]\nmax_abs_scaled = 2\n");
+  EXPECT_NE(error.find("t.toml:2"), std::string::npos) << error;
+  EXPECT_NE(error.find("max_abs_scaled is a switch"), std::string::npos) << error;
+}
+
 TEST_F(ThresholdsFile, BadFilesNameTheProblem) {
   EXPECT_NE(error_of("[[rule]\nstages = 'x'").find("t.toml:"), std::string::npos);  // syntax, with a line
   EXPECT_NE(error_of("[default]\ncosine = 0.9\n").find("unknown threshold 'cosine'"), std::string::npos);
@@ -159,6 +273,10 @@ TEST(DiffPolicyOverride, CommandLineRules) {
   EXPECT_THROW(add_threshold_override(p, "foo=1"), InputError);
   EXPECT_THROW(add_threshold_override(p, "L01.*:max_abs_warn=abc"), InputError);
   EXPECT_THROW(add_threshold_override(p, "L01.*:max_abs_warn"), InputError);
+  add_threshold_override(p, "L01.hc_*:max_abs_scaled=0");
+  EXPECT_EQ(p.for_tensor("L01.hc_ffn.pre", "x").max_abs_scaled, 0.0);
+  EXPECT_EQ(p.for_tensor("L01.attn.core", "o").max_abs_scaled, 1.0);
+  EXPECT_THROW(add_threshold_override(p, "max_abs_scaled=2"), InputError);
 }
 
 TEST(DiffPolicyOverride, PatternsMatchStageOrStageTensor) {

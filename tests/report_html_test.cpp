@@ -114,6 +114,7 @@ TEST_F(ReportHtml, SelfContained) {
   EXPECT_EQ(rest.find("http://"), std::string::npos);
   EXPECT_NE(html_.find("<svg"), std::string::npos);
   EXPECT_NE(html_.find("FAIL below 0.99"), std::string::npos);
+  EXPECT_NE(html_.find("<th>max_abs</th><th>max_abs_scaled</th>"), std::string::npos);
   EXPECT_NE(html_.find("--group-a /reference"), std::string::npos);
   EXPECT_NE(html_.find("Test CPU &lt;fast&gt;"), std::string::npos);
   EXPECT_NE(html_.find("Worst tokens"), std::string::npos);

@@ -62,7 +62,7 @@ std::vector<std::string> lines_of(const std::string& s) {
 TEST(ReportCsv, StableHeaderOneRowPerTensorAndMissingRows) {
   const auto lines = lines_of(render_csv(sample_run()));
   ASSERT_EQ(lines.size(), 1u + 4u + 1u);
-  EXPECT_EQ(lines[0].rfind("stage,tensor,cosine,max_abs,rmse,rel_l2,verdict,", 0), 0u);
+  EXPECT_EQ(lines[0].rfind("stage,tensor,cosine,max_abs,rmse,rel_l2,verdict,max_abs_scaled,", 0), 0u);
   const auto columns = std::count(lines[0].begin(), lines[0].end(), ',');
   EXPECT_EQ(lines[1].rfind("embed,e,", 0), 0u);
   EXPECT_NE(lines[3].find(",FAIL,"), std::string::npos);
@@ -82,6 +82,11 @@ TEST(ReportJson, ParsesAndKeepsNonFiniteValuesAsText) {
   EXPECT_EQ(j["rows"][3]["logits"]["worst_tokens"].size(), 4u);
   EXPECT_EQ(j["command"], "tdiff compare a.h5 b.h5 --stages 'L0*'");
   EXPECT_EQ(j["thresholds"]["rel_l2_fail"], "inf");
+  EXPECT_EQ(j["thresholds"]["max_abs_scaled"], 1.0);
+  const auto& m = j["rows"][1]["metrics"];  // values below |r| = 1.1: scaled at most max_abs
+  EXPECT_GT(m["max_abs_scaled"].get<double>(), 0.0);
+  EXPECT_LE(m["max_abs_scaled"].get<double>(), m["max_abs"].get<double>());
+  EXPECT_GE(m["argmax_abs_scaled"].get<std::int64_t>(), 0);
 }
 
 TEST(ReportJunit, OneTestcasePerStage) {

@@ -58,10 +58,10 @@ std::vector<std::string> relax_for_floor(ThresholdPolicy& policy, const CompareR
       if (share > t.mismatch_warn) rule.values.emplace_back("mismatch_warn", t.floor_k * share);
     } else {
       if (m.cosine < t.cosine_fail) rule.values.emplace_back("cosine_fail", -1.0);
-      if (m.max_abs >= t.max_abs_fail) rule.values.emplace_back("max_abs_fail", kInf);
+      if (judged_max_abs(m, t) >= t.max_abs_fail) rule.values.emplace_back("max_abs_fail", kInf);
       if (m.rel_l2 >= t.rel_l2_fail) rule.values.emplace_back("rel_l2_fail", kInf);
       if (m.cosine < t.cosine_warn) rule.values.emplace_back("cosine_warn", -1.0);
-      if (m.max_abs >= t.max_abs_warn) rule.values.emplace_back("max_abs_warn", kInf);
+      if (judged_max_abs(m, t) >= t.max_abs_warn) rule.values.emplace_back("max_abs_warn", kInf);
       if (m.rel_l2 >= t.rel_l2_warn) rule.values.emplace_back("rel_l2_warn", kInf);
       if (row.logits && row.logits->top1_agree < t.top1_fail) rule.values.emplace_back("top1_fail", 0.0);
       if (row.logits && row.logits->kl_max >= t.kl_fail) rule.values.emplace_back("kl_fail", kInf);

@@ -22,10 +22,13 @@ using v4l = std::int64_t __attribute__((vector_size(32)));
 
 struct Partial {
   double rr = 0, cc = 0, rc = 0, dd = 0;
-  double max_abs = 0, max_abs_ref = 0, max_rel = 0;
+  double max_abs = 0, max_abs_ref = 0, max_rel = 0, max_abs_scaled = 0;
   std::int64_t compared = 0, n_diff = 0;
   std::int64_t nan_ref = 0, inf_ref = 0, nan_cand = 0, inf_cand = 0, new_nonfinite = 0;
 };
+
+// |d| / max(1, |r|): written once, so that the argmax rescan divides exactly as the kernels do.
+inline double scaled_abs(double abs_d, double abs_r) { return abs_d / std::max(1.0, abs_r); }
 
 // Branch-free kernel for chunks without NaN/Inf. Returns false when a non-finite value was
 // seen (its squares then poison rr or cc), and the caller redoes the chunk carefully.
@@ -33,9 +36,9 @@ struct Partial {
 template <class TR, class TC>
 __attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, const TC* c, std::int64_t n,
                                                                   double floor, Partial& p) {
-  v4d rr = {}, cc = {}, rc = {}, dd = {}, ma = {}, mr = {}, mq = {};
+  v4d rr = {}, cc = {}, rc = {}, dd = {}, ma = {}, mr = {}, mq = {}, ms = {};
   v4l nd = {};
-  const v4d fl = {floor, floor, floor, floor};
+  const v4d fl = {floor, floor, floor, floor}, one = {1.0, 1.0, 1.0, 1.0};
   constexpr std::int64_t no_sign = std::numeric_limits<std::int64_t>::max();
   const v4l abs_mask = {no_sign, no_sign, no_sign, no_sign};
   std::int64_t i = 0;
@@ -55,6 +58,8 @@ __attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, c
     mr = ar > mr ? ar : mr;
     const v4d q = ad / (ar > fl ? ar : fl);
     mq = q > mq ? q : mq;
+    const v4d s = ad / (ar > one ? ar : one);
+    ms = s > ms ? s : ms;
     nd -= d != 0.0;  // a true comparison is -1
   }
   for (int j = 0; j < kLanes; ++j) {
@@ -62,6 +67,7 @@ __attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, c
     p.max_abs = std::max(p.max_abs, ma[j]);
     p.max_abs_ref = std::max(p.max_abs_ref, mr[j]);
     p.max_rel = std::max(p.max_rel, mq[j]);
+    p.max_abs_scaled = std::max(p.max_abs_scaled, ms[j]);
   }
   for (; i < n; ++i) {  // the tail, in element order after the lanes
     const double a = static_cast<double>(r[i]), b = static_cast<double>(c[i]), d = b - a;
@@ -70,6 +76,7 @@ __attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, c
     p.max_abs = std::max(p.max_abs, ad);
     p.max_abs_ref = std::max(p.max_abs_ref, ar);
     p.max_rel = std::max(p.max_rel, ad / std::max(ar, floor));
+    p.max_abs_scaled = std::max(p.max_abs_scaled, scaled_abs(ad, ar));
   }
   p.compared = n;
   return std::isfinite(p.rr) && std::isfinite(p.cc);
@@ -95,6 +102,7 @@ void careful_chunk(const TR* r, const TC* c, std::int64_t n, double floor, Parti
     p.max_abs = std::max(p.max_abs, ad);
     p.max_abs_ref = std::max(p.max_abs_ref, ar);
     p.max_rel = std::max(p.max_rel, ad / std::max(ar, floor));
+    p.max_abs_scaled = std::max(p.max_abs_scaled, scaled_abs(ad, ar));
     p.n_diff += d != 0.0;
     ++p.compared;
   }
@@ -146,11 +154,13 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
   }
 
   Partial t;
-  std::int64_t worst_chunk = -1;
+  std::int64_t worst_chunk = -1, worst_scaled_chunk = -1;
   for (std::int64_t k = 0; k < nchunks; ++k) {
     const Partial& p = parts[static_cast<std::size_t>(k)];
     t.rr += p.rr, t.cc += p.cc, t.rc += p.rc, t.dd += p.dd;
     if (p.max_abs > t.max_abs || worst_chunk < 0) t.max_abs = p.max_abs, worst_chunk = k;
+    if (p.max_abs_scaled > t.max_abs_scaled || worst_scaled_chunk < 0)
+      t.max_abs_scaled = p.max_abs_scaled, worst_scaled_chunk = k;
     t.max_abs_ref = std::max(t.max_abs_ref, p.max_abs_ref);
     t.max_rel = std::max(t.max_rel, p.max_rel);
     t.compared += p.compared, t.n_diff += p.n_diff;
@@ -162,6 +172,7 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
   m.count = n;
   m.compared = t.compared;
   m.max_abs = t.max_abs;
+  m.max_abs_scaled = t.max_abs_scaled;
   m.max_abs_ref = t.max_abs_ref;
   m.max_rel = t.max_rel;
   m.n_diff = t.n_diff;
@@ -177,12 +188,21 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
   else m.cosine = std::clamp(t.rc / (nr * nc), -1.0, 1.0);
   m.rel_l2 = nr > 0 ? nd / nr : (nd == 0 ? 0.0 : std::numeric_limits<double>::infinity());
 
-  // The first element reaching max_abs, found by rescanning only the chunk that holds it.
+  // The first elements reaching max_abs and max_abs_scaled, found by rescanning only the
+  // chunks that hold them.
   if (t.max_abs > 0 && worst_chunk >= 0) {
     const std::int64_t begin = worst_chunk * kChunk, end = std::min(n, begin + kChunk);
     for (std::int64_t i = begin; i < end && m.argmax_abs < 0; ++i) {
       const double a = ref.value(i), b = cand.value(i);
       if (std::isfinite(a) && std::isfinite(b) && std::fabs(b - a) == t.max_abs) m.argmax_abs = i;
+    }
+  }
+  if (t.max_abs_scaled > 0 && worst_scaled_chunk >= 0) {
+    const std::int64_t begin = worst_scaled_chunk * kChunk, end = std::min(n, begin + kChunk);
+    for (std::int64_t i = begin; i < end && m.argmax_abs_scaled < 0; ++i) {
+      const double a = ref.value(i), b = cand.value(i);
+      if (std::isfinite(a) && std::isfinite(b) && scaled_abs(std::fabs(b - a), std::fabs(a)) == t.max_abs_scaled)
+        m.argmax_abs_scaled = i, m.ref_at_max_abs_scaled = std::fabs(a);
     }
   }
   return m;

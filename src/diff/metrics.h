@@ -6,6 +6,9 @@
 // where both sides are finite; the non-finite ones are counted instead):
 //   cosine  = <r,c> / (|r| |c|); both zero vectors -> 1, exactly one zero vector -> 0
 //   max_abs = max |d|,  rmse = sqrt(mean d^2),  rel_l2 = |d| / |r| (|r| = 0: 0 if |d| = 0, else inf)
+//   max_abs_scaled = max |d_i| / max(1, |r_i|): the absolute error where |r| <= 1, the
+//             relative error above. bf16/fp16 round relative to the value (one bf16 step at
+//             |x| = 26 is 0.125), so this is what the max_abs rules judge by default
 //   max_rel = max |d| / max(|r_i|, rel_floor): the floor keeps near-zero reference values
 //             (whose relative error is pure noise) from dominating; default 1e-3, absolute
 //   new_nonfinite = positions where c is NaN/Inf and r is not the same non-finite value:
@@ -33,6 +36,9 @@ struct TensorMetrics {
   double cosine = 1.0;
   double max_abs = 0.0;
   std::int64_t argmax_abs = -1;    // flat index of the first element reaching max_abs
+  double max_abs_scaled = 0.0;
+  std::int64_t argmax_abs_scaled = -1;  // flat index of the first element reaching max_abs_scaled
+  double ref_at_max_abs_scaled = 0.0;   // |r| there, so a verdict can say what was scaled by what
   double rmse = 0.0;
   double rel_l2 = 0.0;
   double max_rel = 0.0;

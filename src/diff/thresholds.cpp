@@ -24,6 +24,7 @@ struct Field {
 constexpr std::array kFields{
     Field{"cosine_fail", &Thresholds::cosine_fail},     Field{"cosine_warn", &Thresholds::cosine_warn},
     Field{"max_abs_fail", &Thresholds::max_abs_fail},   Field{"max_abs_warn", &Thresholds::max_abs_warn},
+    Field{"max_abs_scaled", &Thresholds::max_abs_scaled},
     Field{"rel_l2_fail", &Thresholds::rel_l2_fail},     Field{"rel_l2_warn", &Thresholds::rel_l2_warn},
     Field{"top1_fail", &Thresholds::top1_fail},         Field{"kl_fail", &Thresholds::kl_fail},
     Field{"kl_warn", &Thresholds::kl_warn},             Field{"mismatch_fail", &Thresholds::mismatch_fail},
@@ -47,6 +48,19 @@ class Verdicts {
   std::vector<std::string> reasons_;
 };
 
+// The max_abs rule at one threshold, with a reason naming the number that reached it.
+void judge_max_abs(Verdicts& v, Verdict level, const TensorMetrics& m, const Thresholds& t, double threshold) {
+  if (!(judged_max_abs(m, t) >= threshold)) return;
+  const bool scaled = t.max_abs_scaled != 0.0;
+  if (!scaled || m.max_abs_scaled == m.max_abs)
+    v.add(level, fmt::format("max_abs {:.3g} >= {:g}", m.max_abs, threshold));
+  else if (m.ref_at_max_abs_scaled <= 1.0)  // an absolute error, but not the tensor's largest
+    v.add(level, fmt::format("max_abs_scaled {:.3g} (|d| where |r| <= 1) >= {:g}", m.max_abs_scaled, threshold));
+  else
+    v.add(level, fmt::format("max_abs_scaled {:.3g} (|d| {:.3g} at |r| {:.3g}) >= {:g}", m.max_abs_scaled,
+                             m.max_abs_scaled * m.ref_at_max_abs_scaled, m.ref_at_max_abs_scaled, threshold));
+}
+
 }  // namespace
 
 const char* verdict_name(Verdict v) {
@@ -58,12 +72,19 @@ const char* verdict_name(Verdict v) {
   return "?";
 }
 
+double judged_max_abs(const TensorMetrics& m, const Thresholds& t) {
+  return t.max_abs_scaled != 0.0 ? m.max_abs_scaled : m.max_abs;
+}
+
 Thresholds::Thresholds() : rel_l2_fail(kOff), rel_l2_warn(kOff), kl_fail(kOff), kl_warn(kOff) {}
 
 void set_threshold(Thresholds& t, std::string_view key, double value) {
   for (const auto& f : kFields)
     if (key == f.name) {
       if (std::isnan(value)) input_error("threshold {} is NaN", key);
+      if (f.member == &Thresholds::max_abs_scaled && value != 0.0 && value != 1.0)
+        input_error("threshold max_abs_scaled is a switch: 1 (judge |d| / max(1, |r|)) or 0 (plain |d|), not {:g}",
+                    value);
       t.*f.member = value;
       return;
     }
@@ -124,7 +145,7 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   }
   if (m.new_nonfinite > 0) v.add(Verdict::fail, fmt::format("{} NaN/Inf not in the reference", m.new_nonfinite));
   if (m.cosine < t.cosine_fail) v.add(Verdict::fail, fmt::format("cosine {:.6g} < {:g}", m.cosine, t.cosine_fail));
-  if (m.max_abs >= t.max_abs_fail) v.add(Verdict::fail, fmt::format("max_abs {:.3g} >= {:g}", m.max_abs, t.max_abs_fail));
+  judge_max_abs(v, Verdict::fail, m, t, t.max_abs_fail);
   if (m.rel_l2 >= t.rel_l2_fail) v.add(Verdict::fail, fmt::format("rel_l2 {:.3g} >= {:g}", m.rel_l2, t.rel_l2_fail));
   if (in.logits) {
     const LogitsMetrics& l = *in.logits;
@@ -138,7 +159,7 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
       v.add(Verdict::fail, fmt::format("rmse {:.3g} > {:g} x floor {:.3g}", m.rmse, t.floor_k, in.floor->rmse));
   }
   if (m.cosine < t.cosine_warn) v.add(Verdict::warn, fmt::format("cosine {:.6g} < {:g}", m.cosine, t.cosine_warn));
-  if (m.max_abs >= t.max_abs_warn) v.add(Verdict::warn, fmt::format("max_abs {:.3g} >= {:g}", m.max_abs, t.max_abs_warn));
+  judge_max_abs(v, Verdict::warn, m, t, t.max_abs_warn);
   if (m.rel_l2 >= t.rel_l2_warn) v.add(Verdict::warn, fmt::format("rel_l2 {:.3g} >= {:g}", m.rel_l2, t.rel_l2_warn));
   return v.result();
 }

@@ -119,6 +119,7 @@ std::string render_audit_json(const AuditResult& r, const RunInfo& info) {
           t["rel_l2"] = number(d.metrics.rel_l2);
           t["cosine"] = number(d.metrics.cosine);
           t["max_abs"] = number(d.metrics.max_abs);
+          t["max_abs_scaled"] = number(d.metrics.max_abs_scaled);
           t["new_nonfinite"] = d.metrics.new_nonfinite;
         }
         stages.push_back(std::move(t));
@@ -129,7 +130,8 @@ std::string render_audit_json(const AuditResult& r, const RunInfo& info) {
                 {"stages", std::move(stages)}};
       if (s.ran_full) {
         const auto& m = s.full.logits.metrics;
-        j["logits"] = {{"rel_l2", number(m.rel_l2)}, {"cosine", number(m.cosine)}, {"max_abs", number(m.max_abs)}};
+        j["logits"] = {{"rel_l2", number(m.rel_l2)}, {"cosine", number(m.cosine)}, {"max_abs", number(m.max_abs)},
+                       {"max_abs_scaled", number(m.max_abs_scaled)}};
         if (s.full.logits.logits) {
           j["logits"]["top1_agree"] = number(s.full.logits.logits->top1_agree);
           j["logits"]["kl_mean"] = number(s.full.logits.logits->kl_mean);

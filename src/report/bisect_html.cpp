@@ -84,8 +84,8 @@ std::string trace_table(const BisectReport& r) {
   const bool floor = !r.floor.empty();
   std::string o = fmt::format(
       "<table id=\"stages\" class=\"sortable\"><thead><tr><th>step</th><th>phase</th><th>stages on the candidate</th>"
-      "<th>error</th>{}<th>cosine</th><th>max_abs</th><th>computed</th><th>reused</th><th>cached</th>"
-      "<th>s</th><th>verdict</th><th>reason</th></tr></thead><tbody>\n",
+      "<th>error</th>{}<th>cosine</th><th>max_abs</th><th>max_abs_scaled</th><th>computed</th><th>reused</th>"
+      "<th>cached</th><th>s</th><th>verdict</th><th>reason</th></tr></thead><tbody>\n",
       floor ? "<th>floor</th><th>ratio</th>" : "");
   for (const auto& p : r.trace) {
     const WatchedError& w = p.watched;
@@ -99,6 +99,7 @@ std::string trace_table(const BisectReport& r) {
     }
     o += cell(w.diff.metrics.cosine, exact(w.diff) ? "exact" : report::cosine_text(w.diff.metrics.cosine));
     o += cell(w.diff.metrics.max_abs, exact(w.diff) ? "" : num(w.diff.metrics.max_abs, "{:.2e}"));
+    o += cell(w.diff.metrics.max_abs_scaled, exact(w.diff) ? "" : num(w.diff.metrics.max_abs_scaled, "{:.2e}"));
     o += cell(static_cast<double>(p.computed), std::to_string(p.computed));
     o += cell(static_cast<double>(p.reused), std::to_string(p.reused));
     o += cell(static_cast<double>(p.cached), std::to_string(p.cached));

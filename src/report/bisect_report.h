@@ -40,7 +40,8 @@ std::string grouping_name(Grouping g);  // "operator class" | "operator kind"
 void print_bisect_terminal(std::FILE* out, const BisectReport& r, bool color = false);
 std::string render_bisect_html(const BisectReport& r);
 std::string render_bisect_json(const BisectReport& r);
-// step,phase,prefix,pinned,group,split,tensor,rmse,row_median,floor_rmse,floor_row_median,vs_floor,cosine,max_abs,verdict,reason,computed,reused,cached,seconds
+// step,phase,prefix,pinned,group,split,tensor,error,companion_error,floor_error,ratio,cosine,max_abs,max_abs_scaled,
+// verdict,reason,computed,reused,cached,seconds
 std::string render_trace_csv(const BisectReport& r);
 std::string render_isolation_csv(const IsolationResult& r);
 std::string render_attribution_csv(const AttributionResult& r);

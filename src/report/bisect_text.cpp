@@ -38,7 +38,9 @@ nlohmann::json watched_json(const WatchedError& w) {
   nlohmann::json j = {{"tensor", w.diff.key()},        {"verdict", verdict_name(w.diff.verdict)},
                       {"reason", w.diff.reason},        {"error", number(w.error())},
                       {"rmse", number(w.diff.metrics.rmse)}, {"cosine", number(w.diff.metrics.cosine)},
-                      {"max_abs", number(w.diff.metrics.max_abs)}, {"rel_l2", number(w.diff.metrics.rel_l2)},
+                      {"max_abs", number(w.diff.metrics.max_abs)},
+                      {"max_abs_scaled", number(w.diff.metrics.max_abs_scaled)},
+                      {"rel_l2", number(w.diff.metrics.rel_l2)},
                      };
   if (w.has_floor) {
     j["identical_to_floor"] = w.identical;
@@ -90,8 +92,9 @@ std::string watch_rule(const BisectReport& r) {
   const Thresholds& t = r.watch_thresholds;
   std::string atol = t.floor_atol > 0 ? fmt::format(" + {:g}", t.floor_atol) : "";
   if (r.floor.empty())
-    return fmt::format("FAIL when {} crosses its thresholds (cosine < {:g}, max_abs >= {:g}, ...) or holds a new NaN/Inf",
-                       r.watch.key(), t.cosine_fail, t.max_abs_fail);
+    return fmt::format("FAIL when {} crosses its thresholds (cosine < {:g}, {} >= {:g}, ...) or holds a new NaN/Inf",
+                       r.watch.key(), t.cosine_fail, t.max_abs_scaled != 0 ? "max_abs_scaled" : "max_abs",
+                       t.max_abs_fail);
   return fmt::format(
       "FAIL when {} has {} > {:g} x the floor's{} (floor: {} on the same split, or the all-floor run where that is "
       "smaller; equal bits to the floor pass), crosses a threshold the floor passes, or holds a new NaN/Inf",
@@ -171,28 +174,30 @@ void print_bisect_terminal(std::FILE* out, const BisectReport& r, bool color) {
 std::string render_trace_csv(const BisectReport& r) {
   std::string o =
       "step,phase,prefix,pinned,group,split,tensor,error,companion_error,floor_error,ratio,cosine,"
-      "max_abs,verdict,reason,computed,reused,cached,seconds\n";
+      "max_abs,max_abs_scaled,verdict,reason,computed,reused,cached,seconds\n";
   for (const auto& p : r.trace) {
     std::vector<std::string> pinned;
     for (auto i : p.pinned) pinned.push_back(std::to_string(i + 1));
     const WatchedError& w = p.watched;
-    o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", p.step, p.phase, p.prefix,
+    o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", p.step, p.phase, p.prefix,
                      csv_field(fmt::format("{}", fmt::join(pinned, " "))), csv_field(p.group), csv_field(p.split),
                      csv_field(w.diff.key()), full(w.error()), w.has_floor ? full(w.companion_error) : "",
                      w.has_floor ? full(w.floor_error) : "", w.has_floor ? full(w.vs_floor()) : "", full(w.diff.metrics.cosine),
-                     full(w.diff.metrics.max_abs), verdict_name(w.diff.verdict), csv_field(w.diff.reason), p.computed,
-                     p.reused, p.cached, full(p.seconds));
+                     full(w.diff.metrics.max_abs), full(w.diff.metrics.max_abs_scaled), verdict_name(w.diff.verdict),
+                     csv_field(w.diff.reason), p.computed, p.reused, p.cached, full(p.seconds));
   }
   return o;
 }
 
 std::string render_isolation_csv(const IsolationResult& r) {
-  std::string o = "rank,stage_index,stage,class,tensor,cosine,max_abs,rmse,rel_l2,floor_error,score,verdict,reason\n";
+  std::string o =
+      "rank,stage_index,stage,class,tensor,cosine,max_abs,max_abs_scaled,rmse,rel_l2,floor_error,score,verdict,reason\n";
   int rank = 0;
   for (const auto& s : r.ranked) {
     const TensorDiff& d = s.worst;
-    o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", ++rank, s.index + 1, csv_field(s.stage), csv_field(s.cls),
-                     csv_field(d.tensor), full(d.metrics.cosine), full(d.metrics.max_abs), full(d.metrics.rmse),
+    o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", ++rank, s.index + 1, csv_field(s.stage),
+                     csv_field(s.cls), csv_field(d.tensor), full(d.metrics.cosine), full(d.metrics.max_abs),
+                     full(d.metrics.max_abs_scaled), full(d.metrics.rmse),
                      full(d.metrics.rel_l2), s.floor_error ? full(*s.floor_error) : "", full(s.score),
                      verdict_name(d.verdict), csv_field(d.reason));
   }

@@ -20,9 +20,9 @@ std::string full(double v) { return report::num(v, "{}"); }
 std::string opt_num(bool has, double v) { return has ? full(v) : ""; }
 
 const char* kColumns =
-    "stage,tensor,cosine,max_abs,rmse,rel_l2,verdict,max_rel,ref_rms,max_abs_ref,count,compared,n_diff,"
-    "nan_ref,inf_ref,nan_cand,inf_cand,new_nonfinite,argmax_abs,kind,dtype_ref,dtype_cand,shape,floor_rmse,"
-    "top1_agree,topk_overlap_mean,topk_overlap_min,kl_mean,kl_p99,kl_max,routing_equal_share,"
+    "stage,tensor,cosine,max_abs,rmse,rel_l2,verdict,max_abs_scaled,max_rel,ref_rms,max_abs_ref,count,compared,"
+    "n_diff,nan_ref,inf_ref,nan_cand,inf_cand,new_nonfinite,argmax_abs,argmax_abs_scaled,kind,dtype_ref,dtype_cand,"
+    "shape,floor_rmse,top1_agree,topk_overlap_mean,topk_overlap_min,kl_mean,kl_p99,kl_max,routing_equal_share,"
     "routing_mismatch_share,routing_flips,routing_ties,reason\n";
 
 nlohmann::json number(double v) {
@@ -38,11 +38,13 @@ nlohmann::json row_json(const TensorDiff& d) {
       {"kind", tensor_kind_name(d.kind)}, {"dtype_ref", dtype_name(d.dtype_ref)},
       {"dtype_cand", dtype_name(d.dtype_cand)}, {"shape", d.shape},
       {"metrics",
-       {{"cosine", number(m.cosine)}, {"max_abs", number(m.max_abs)}, {"rmse", number(m.rmse)},
+       {{"cosine", number(m.cosine)}, {"max_abs", number(m.max_abs)},
+        {"max_abs_scaled", number(m.max_abs_scaled)}, {"rmse", number(m.rmse)},
         {"rel_l2", number(m.rel_l2)}, {"max_rel", number(m.max_rel)}, {"ref_rms", number(m.ref_rms)},
         {"max_abs_ref", number(m.max_abs_ref)}, {"count", m.count}, {"compared", m.compared},
         {"n_diff", m.n_diff}, {"nan_ref", m.nan_ref}, {"inf_ref", m.inf_ref}, {"nan_cand", m.nan_cand},
-        {"inf_cand", m.inf_cand}, {"new_nonfinite", m.new_nonfinite}, {"argmax_abs", m.argmax_abs}}},
+        {"inf_cand", m.inf_cand}, {"new_nonfinite", m.new_nonfinite}, {"argmax_abs", m.argmax_abs},
+        {"argmax_abs_scaled", m.argmax_abs_scaled}}},
   };
   if (d.floor_rmse) j["floor_rmse"] = number(*d.floor_rmse);
   if (d.logits) {
@@ -82,10 +84,11 @@ std::string render_csv(const CompareResult& r) {
     const RoutingMetrics ro = rt ? *d.routing : RoutingMetrics{};
     const std::vector<std::string> f = {
         csv_field(d.stage), csv_field(d.tensor), full(m.cosine), full(m.max_abs), full(m.rmse), full(m.rel_l2),
-        verdict_name(d.verdict), full(m.max_rel), full(m.ref_rms), full(m.max_abs_ref),
+        verdict_name(d.verdict), full(m.max_abs_scaled), full(m.max_rel), full(m.ref_rms), full(m.max_abs_ref),
         std::to_string(m.count), std::to_string(m.compared), std::to_string(m.n_diff), std::to_string(m.nan_ref),
         std::to_string(m.inf_ref), std::to_string(m.nan_cand), std::to_string(m.inf_cand),
-        std::to_string(m.new_nonfinite), std::to_string(m.argmax_abs), tensor_kind_name(d.kind),
+        std::to_string(m.new_nonfinite), std::to_string(m.argmax_abs), std::to_string(m.argmax_abs_scaled),
+        tensor_kind_name(d.kind),
         std::string(dtype_name(d.dtype_ref)), std::string(dtype_name(d.dtype_cand)), csv_field(shape_str(d.shape)),
         opt_num(d.floor_rmse.has_value(), d.floor_rmse.value_or(0)), opt_num(lg, l.top1_agree),
         opt_num(lg, l.topk_overlap_mean), opt_num(lg, l.topk_overlap_min), opt_num(lg, l.kl_mean),
@@ -97,7 +100,7 @@ std::string render_csv(const CompareResult& r) {
   auto missing = [&](const std::vector<std::string>& keys, const char* why) {
     for (const auto& k : keys) {
       auto [stage, tensor] = split_key(k);
-      out += fmt::format("{},{},,,,,MISSING{},{}\n", csv_field(stage), csv_field(tensor), std::string(27, ','), why);
+      out += fmt::format("{},{},,,,,MISSING{},{}\n", csv_field(stage), csv_field(tensor), std::string(29, ','), why);
     }
   };
   missing(r.only_ref, "only in the reference");
@@ -114,6 +117,7 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
   const Thresholds& t = info.thresholds;
   const nlohmann::json thr = {{"cosine_fail", number(t.cosine_fail)}, {"cosine_warn", number(t.cosine_warn)},
          {"max_abs_fail", number(t.max_abs_fail)}, {"max_abs_warn", number(t.max_abs_warn)},
+         {"max_abs_scaled", number(t.max_abs_scaled)},
          {"rel_l2_fail", number(t.rel_l2_fail)}, {"rel_l2_warn", number(t.rel_l2_warn)},
          {"top1_fail", number(t.top1_fail)}, {"kl_fail", number(t.kl_fail)}, {"kl_warn", number(t.kl_warn)},
          {"mismatch_fail", number(t.mismatch_fail)}, {"mismatch_warn", number(t.mismatch_warn)},

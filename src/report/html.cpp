@@ -54,14 +54,18 @@ std::string plots(const CompareResult& r, const RunInfo& info) {
   cos.lines.push_back({t.cosine_fail, fmt::format("FAIL below {:g}", t.cosine_fail), "fail"});
   if (t.cosine_warn > -1) cos.lines.push_back({t.cosine_warn, fmt::format("WARN below {:g}", t.cosine_warn), "warn"});
 
+  // The number the default max_abs rules judge, so that the threshold lines apply to the points.
+  const bool scaled = t.max_abs_scaled != 0;
+  auto judged = [&](const report::StageSummary* s) { return scaled ? s->max_abs_scaled : s->max_abs; };
   report::PlotSpec mab;
-  mab.title = "max-abs error per stage, log10 scale (highest tensor of the stage)";
+  mab.title = scaled ? "max_abs_scaled (max-abs error / max(1, |r|)) per stage, log10 scale (highest tensor of the stage)"
+                     : "max-abs error per stage, log10 scale (highest tensor of the stage)";
   mab.bands = bands;
   double hi = std::log10(t.max_abs_fail), low = std::log10(t.max_abs_warn);
   for (auto* s : shown)
-    if (s->max_abs > 0 && std::isfinite(s->max_abs)) {
-      hi = std::max(hi, std::log10(s->max_abs));
-      low = std::min(low, std::log10(s->max_abs));
+    if (judged(s) > 0 && std::isfinite(judged(s))) {
+      hi = std::max(hi, std::log10(judged(s)));
+      low = std::min(low, std::log10(judged(s)));
     }
   mab.y_lo = low - 0.3;
   mab.y_hi = hi + 0.3;
@@ -72,10 +76,11 @@ std::string plots(const CompareResult& r, const RunInfo& info) {
 
   for (auto* s : shown) {
     const std::string href = fmt::format("#row-{}", s->rows.front());
-    const std::string tip = fmt::format("{}: {} cosine {} max_abs {}", s->stage, verdict_name(s->verdict),
-                                        report::cosine_text(s->cosine), num(s->max_abs));
+    const std::string tip =
+        fmt::format("{}: {} cosine {} max_abs {} max_abs_scaled {}", s->stage, verdict_name(s->verdict),
+                    report::cosine_text(s->cosine), num(s->max_abs), num(s->max_abs_scaled));
     cos.points.push_back({std::max(s->cosine, cos.y_lo), s->verdict, tip, href});
-    const double lm = s->max_abs > 0 ? std::log10(s->max_abs) : mab.y_lo;
+    const double lm = judged(s) > 0 ? std::log10(judged(s)) : mab.y_lo;
     mab.points.push_back({std::isfinite(lm) ? lm : mab.y_hi, s->verdict, tip, href});
   }
   return report::svg_plot(cos) + report::svg_plot(mab) +
@@ -122,7 +127,7 @@ std::string stage_table(const CompareResult& r) {
       "<div class=\"tools\"><label><input type=\"checkbox\" id=\"only-bad\"> show only WARN and FAIL</label>"
       "<span>click a column to sort</span></div>\n"
       "<table id=\"stages\" class=\"sortable\"><thead><tr><th>#</th><th>stage</th><th>tensor</th><th>cosine</th>"
-      "<th>max_abs</th><th>rmse</th><th>rel_l2</th><th>max_rel</th><th>ref_rms</th><th>NaN/Inf</th><th>verdict</th>"
+      "<th>max_abs</th><th>max_abs_scaled</th><th>rmse</th><th>rel_l2</th><th>max_rel</th><th>ref_rms</th><th>NaN/Inf</th><th>verdict</th>"
       "<th>reason</th></tr></thead><tbody>\n";
   std::string group;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
@@ -130,7 +135,7 @@ std::string stage_table(const CompareResult& r) {
     const TensorMetrics& m = d.metrics;
     if (const auto g = report::group_name(d.stage); g != group) {
       group = g;
-      o += fmt::format("<tr class=\"grp\"><td colspan=\"12\">{}</td></tr>\n", html_escape(g));
+      o += fmt::format("<tr class=\"grp\"><td colspan=\"13\">{}</td></tr>\n", html_escape(g));
     }
     const bool exact = d.kind == TensorKind::exact || d.kind == TensorKind::routing;
     const std::int64_t bad = m.nan_cand + m.inf_cand;
@@ -148,14 +153,15 @@ std::string stage_table(const CompareResult& r) {
     o += num_cell(m.cosine, exact ? "exact" : report::cosine_text(m.cosine));
     // Distances between ids mean nothing: exact tensors show only their mismatch count.
     auto metric = [&](double v) { return num_cell(v, exact ? "" : num(v, "{:.2e}")); };
-    o += metric(m.max_abs) + metric(m.rmse) + metric(m.rel_l2) + metric(m.max_rel) + metric(m.ref_rms);
+    o += metric(m.max_abs) + metric(m.max_abs_scaled) + metric(m.rmse) + metric(m.rel_l2) + metric(m.max_rel) + metric(m.ref_rms);
     o += num_cell(static_cast<double>(bad),
                   bad || m.nan_ref + m.inf_ref ? fmt::format("{} / {}", m.nan_ref + m.inf_ref, bad) : "");
     o += fmt::format("<td data-v=\"{}\">{}</td><td class=\"reason\">{}</td></tr>\n", static_cast<int>(d.verdict),
                      badge(d.verdict), html_escape(reason));
   }
   o += "</tbody></table>\n";
-  o += "<p class=\"legend\">NaN/Inf: reference / candidate counts. rel_l2 = |c-r|/|r|; max_rel floors |r| at the "
+  o += "<p class=\"legend\">NaN/Inf: reference / candidate counts. max_abs_scaled = max |c-r| / max(1, |r|): the "
+       "absolute error where |r| &le; 1, the relative error above. rel_l2 = |c-r|/|r|; max_rel floors |r| at the "
        "documented rel_floor. Integer tensors are compared exactly.</p>\n";
   return o;
 }
@@ -244,11 +250,13 @@ std::string render_html(const CompareResult& r, const RunInfo& info) {
   o += missing_section(r);
   o += fmt::format("<h2>Reproduce</h2>\n<pre>{}</pre>\n", html_escape(info.command.empty() ? "(not recorded)" : info.command));
   const Thresholds& t = info.thresholds;
+  const char* max_abs_name = t.max_abs_scaled != 0 ? "max_abs_scaled" : "max_abs";
   o += fmt::format(
-      "<p class=\"legend\">Default thresholds: FAIL when cosine &lt; {:g}, max_abs &ge; {:g} or a NaN/Inf the "
-      "reference lacks; WARN when max_abs &ge; {:g}; integer tensors FAIL above {:g}% mismatches, WARN above {:g}%. "
+      "<p class=\"legend\">Default thresholds: FAIL when cosine &lt; {:g}, {} &ge; {:g} or a NaN/Inf the "
+      "reference lacks; WARN when {} &ge; {:g}; integer tensors FAIL above {:g}% mismatches, WARN above {:g}%. "
       "Per-stage rules of a thresholds file show in each row's reason.</p>\n",
-      t.cosine_fail, t.max_abs_fail, t.max_abs_warn, 100 * t.mismatch_fail, 100 * t.mismatch_warn);
+      t.cosine_fail, max_abs_name, t.max_abs_fail, max_abs_name, t.max_abs_warn, 100 * t.mismatch_fail,
+      100 * t.mismatch_warn);
   o += "<h2>Environment</h2>\n<table class=\"env\"><tbody>\n";
   for (const auto& [k, v] : info.env)
     o += fmt::format("<tr><td>{}</td><td><code>{}</code></td></tr>\n", html_escape(k), html_escape(v));

@@ -11,9 +11,10 @@ namespace {
 using report::xml_escape;
 
 std::string tensor_line(const TensorDiff& d) {
-  return fmt::format("{} {}: {} cosine={} max_abs={} rmse={} rel_l2={}{}", verdict_name(d.verdict), d.key(),
-                     d.reason.empty() ? "ok" : d.reason, report::cosine_text(d.metrics.cosine),
-                     report::num(d.metrics.max_abs), report::num(d.metrics.rmse), report::num(d.metrics.rel_l2),
+  return fmt::format("{} {}: {} cosine={} max_abs={} max_abs_scaled={} rmse={} rel_l2={}{}", verdict_name(d.verdict),
+                     d.key(), d.reason.empty() ? "ok" : d.reason, report::cosine_text(d.metrics.cosine),
+                     report::num(d.metrics.max_abs), report::num(d.metrics.max_abs_scaled),
+                     report::num(d.metrics.rmse), report::num(d.metrics.rel_l2),
                      d.floor_rmse ? " floor_rmse=" + report::num(*d.floor_rmse) : "");
 }
 

@@ -38,7 +38,7 @@ std::vector<std::string> write_report_files(const std::string& dir,
                                             const std::vector<std::pair<std::string, std::string>>& files);
 
 // One row per tensor; the header starts "stage,tensor,cosine,max_abs,rmse,rel_l2,verdict"
-// (stable for users' scripts), the other metrics follow. Tensors present on one side only
+// (stable for users' scripts), the other metrics follow, max_abs_scaled first. Tensors present on one side only
 // are rows with verdict MISSING.
 std::string render_csv(const CompareResult& r);
 std::string render_json(const CompareResult& r, const RunInfo& info);

@@ -24,6 +24,8 @@ std::vector<StageSummary> summarize_stages(const CompareResult& r) {
     if (d.kind == TensorKind::values || d.kind == TensorKind::logits) {
       s.cosine = s.has_values ? std::min(s.cosine, d.metrics.cosine) : d.metrics.cosine;
       s.max_abs = s.has_values ? std::max(s.max_abs, d.metrics.max_abs) : d.metrics.max_abs;
+      s.max_abs_scaled =
+          s.has_values ? std::max(s.max_abs_scaled, d.metrics.max_abs_scaled) : d.metrics.max_abs_scaled;
       s.has_values = true;
     }
   }

@@ -16,6 +16,7 @@ struct StageSummary {
   bool has_values = false;      // at least one floating-point tensor
   double cosine = 1.0;          // lowest over its floating-point tensors
   double max_abs = 0.0;         // highest over its floating-point tensors
+  double max_abs_scaled = 0.0;  // highest over its floating-point tensors
   std::vector<std::size_t> rows;  // indices into CompareResult::rows
   std::string reason;           // the worst tensor's reason
 };
