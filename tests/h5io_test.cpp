@@ -226,6 +226,57 @@ TEST_F(H5io, AbandonedUpdateLeavesFileUntouched) {
   EXPECT_EQ(entries(), std::vector<std::string>{"case.h5"});
 }
 
+// A full disk: HDF5 1.10 crashes inside H5Ocopy when a copy meets ENOSPC, so the writer
+// checks the free space first and fails with one line, leaving the file as it was and no
+// temporary file. Needs a small filesystem: a 24 MiB tmpfs (skipped where mounting is not
+// allowed).
+TEST_F(H5io, FullDiskFailsCleanlyAndLeavesTheFileAlone) {
+  const fs::path mnt = dir_ / "small";
+  fs::create_directories(mnt);
+  if (run("mount -t tmpfs -o size=24M tmpfs " + mnt.string() + " 2>/dev/null") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { run("umount " + p.string()); }
+  } unmount{mnt};
+  // 6 MiB that deflate cannot shrink.
+  Tensor big(DType::f64, {786432});
+  std::uint64_t h = 88172645463325252ull;
+  for (std::int64_t i = 0; i < big.numel(); ++i) {
+    h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+    const double v = static_cast<double>(h) / 1e19 - 0.9;
+    std::memcpy(big.raw() + i * 8, &v, 8);
+  }
+  const std::string f = (mnt / "case.h5").string();
+  {
+    H5Writer w(f);
+    w.write("/reference/x", big);
+    w.commit();
+  }
+  const std::string before = slurp(f);
+  // Rewriting the case needs another 6 MiB (plus the margin) next to the 6 it holds.
+  const std::string e = read_error([&] {
+    H5Writer w(f, f);
+    w.set_attr("/env/r1", "backend", "emu");
+    w.commit();
+  });
+  EXPECT_NE(e.find(f), std::string::npos) << e;
+  EXPECT_NE(e.find("not enough free disk space"), std::string::npos) << e;
+  EXPECT_EQ(slurp(f), before);
+  // So does a new tensor that does not fit.
+  const std::string e2 = read_error([&] {
+    H5Writer w((mnt / "other.h5").string());
+    w.write("/a", big);
+    w.write("/b", big);
+    w.write("/c", big);
+    w.commit();
+  });
+  EXPECT_NE(e2.find("not enough free disk space to write the new data"), std::string::npos) << e2;
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(mnt)) left.push_back(entry.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"case.h5"});
+}
+
 TEST_F(H5io, UpdateKeepsWhatItDoesNotTouch) {
   const std::string f = file("case.h5");
   {

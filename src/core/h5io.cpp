@@ -458,10 +458,27 @@ struct H5Writer::Impl {
     if (committed) throw std::logic_error("H5Writer used after commit(): " + path);
   }
 
+  // An InputError unless the folder of the temporary file has `bytes` free (plus a margin for
+  // HDF5's metadata). HDF5 1.10 does not always fail cleanly when a write meets a full disk
+  // (H5Ocopy crashes), so the writer checks before each large write instead.
+  void ensure_space(std::uintmax_t bytes, const char* what) const {
+    constexpr std::uintmax_t kMargin = 16u << 20;
+    std::error_code ec;
+    const fs::space_info sp = fs::space(fs::absolute(tmp, ec).parent_path(), ec);
+    if (ec || sp.available >= bytes + kMargin) return;
+    input_error("{}: not enough free disk space to {} ({:.1f} MiB needed, {:.1f} MiB free in {})", path, what,
+                double(bytes + kMargin) / (1 << 20), double(sp.available) / (1 << 20),
+                fs::absolute(tmp, ec).parent_path().string());
+  }
+
   // Copies the top-level object `top` from the source, if not done yet. By value: callers
   // pass elements of `pending`, which the erase would free.
   void materialize(std::string top) {
     if (!pending.erase(top)) return;
+    // The rest of the copy needs at most what the source holds beyond what is written.
+    std::error_code ec;
+    const std::uintmax_t have = fs::file_size(tmp, ec), whole = fs::file_size(source, ec);
+    if (!ec) ensure_space(whole > have ? whole - have : 0, "rewrite the case file");
     if (H5Ocopy(src.get(), top.c_str(), file.get(), top.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
       input_error("{}: cannot copy '/{}' from {} ({})", path, top, source, h5_detail());
   }
@@ -527,6 +544,7 @@ void H5Writer::write(const std::string& path, const Tensor& t) {
   hid_t f = m.file.get();
   if (path_exists(f, p) && H5Ldelete(f, p.c_str(), H5P_DEFAULT) < 0) m.fail(fmt::format("cannot replace '{}'", p));
 
+  m.ensure_space(t.nbytes(), "write the new data");
   Storage s = storage_for(t.dtype());
   Hid space(t.rank() == 0 ? H5Screate(H5S_SCALAR)
                           : H5Screate_simple(t.rank(), std::vector<hsize_t>(t.shape().begin(), t.shape().end()).data(), nullptr));
