@@ -9,12 +9,15 @@
 //   partial rounded to `out` and atomically added (CAS, rounded to `out` per add) into y,
 //   which the launcher zeroes first (unless told the caller did); the order is whatever order the workgroups arrive in.
 // Vector-ALU kernel: tiles of 128x128 (32x128 for short products) per workgroup, 8x8 (2x8)
-// per thread, x and w tiles staged through LDS. Matrix-core kernel (spec.matrix_cores, for
-// bf16/fp16 operands, float accumulator, fixed reduction): the same 32-deep blocks, each
-// summed by two 16-deep matrix products into fresh accumulators and then added to the
-// total in float; inside a 16-deep product the hardware's summation order applies, so the
-// result can differ from emu's sequential sum by a few float ulps (and then by one ulp of
-// the output format where the sum lies next to a rounding boundary).
+// per thread, x and w tiles staged through LDS. Matrix-core kernels (spec.matrix_cores, for
+// bf16/fp16 operands, float accumulator, fixed reduction): one float accumulator per output
+// runs over the whole K in 16-deep matrix products, as a real port's MFMA / tensor-core
+// chains do, in a fixed order (so runs repeat bit for bit); the hardware's summation order
+// inside a 16-deep product and the absence of emu's 32-deep block partials make the result
+// differ from emu's by a few float ulps of Σ|x·w| (and then by one ulp of the output format
+// where the sum lies next to a rounding boundary). With both operands as 16-bit patterns
+// and every row a whole number of 16-byte chunks, the pipelined kernel copies them into LDS
+// asynchronously, several blocks ahead; its bits equal the register-staged kernel's.
 // Grouped form (blockIdx.z = group g): x/w/y offset by g·{x,w,y}_stride elements; with a
 // row list, group g covers list[starts[g] .. starts[g+1]) and its row i reads x row
 // list[..+i] / a_div and writes y row list[..+i] (the routed experts: tokens gathered per
@@ -65,9 +68,24 @@ struct GemmWeight {
   explicit GemmWeight(const std::uint16_t* w) : bits16(w) {}
 };
 
+// The activations on the device: float32 values already rounded to spec.in, or (matrix-core
+// path only) their bf16/fp16 bit patterns (quantize_activations_bits16), which let the
+// pipelined matrix-core kernel copy both operands into LDS as they are.
+struct GemmInput {
+  const float* f32 = nullptr;
+  const std::uint16_t* bits16 = nullptr;
+  GemmInput(const float* x) : f32(x) {}  // NOLINT(google-explicit-constructor): the common case
+  explicit GemmInput(const std::uint16_t* x) : bits16(x) {}
+};
+
 // M is the row count (with a row list: the largest group's size bound).
-void gemm(const float* d_x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t ldy, std::int64_t M,
+void gemm(GemmInput x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t ldy, std::int64_t M,
           std::int64_t K, std::int64_t O, const GemmSpec& spec, hipStream_t stream, const GemmGroups& groups = {});
+
+// dst = the bf16/fp16 bit patterns of src rounded as an MMA operand of `in` (bf16 or f16):
+// quantize_activations and pack_bits16 in one pass.
+void quantize_activations_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, arith::Fmt in,
+                                 hipStream_t stream);
 
 // dst[i] = the bf16 or fp16 bit pattern of src[i] (already rounded to `in`; exact).
 void pack_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, arith::Fmt in, hipStream_t stream);

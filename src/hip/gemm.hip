@@ -19,6 +19,7 @@ constexpr std::int64_t kKStep = 8;   // emu::kKStep
 
 struct Args {
   const float* x;
+  const std::uint16_t* x16;  // the activations as 16-bit patterns (matrix-core path), or null
   const float* w;
   const std::uint16_t* w16;  // the weight as 16-bit patterns (matrix-core path), or null
   float* y;
@@ -182,10 +183,10 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a, bool vec4) {
 // The matrix-core path (16-bit operands, float accumulator, fixed reduction): a BM x 128
 // output tile per workgroup (BM = 128, or 32 for short products and the routed experts'
 // gathered rows), split between its wavefronts as 2 x (waves/2) sub-tiles of 16x16
-// matrix-core tiles. Each 32-deep K block is summed into fresh accumulators by two 16-deep
-// matrix products and then added to the running total in float, so the block structure is
-// emu's; only the summation order inside a 16-deep product is the hardware's (gemm.h). Two
-// such blocks are staged per LDS step, the next two fetched into registers meanwhile.
+// matrix-core tiles, each accumulating over the whole K in 16-deep matrix products (gemm.h).
+// (Keeping emu's 32-deep block partials cost a zeroing and an add per accumulator and block:
+// with them the wavefronts issued more bookkeeping than matrix products.) 64 k are staged
+// per LDS step, the next 64 fetched into registers meanwhile.
 // Operands are converted to 16-bit patterns on their way to LDS (exactly: they are already
 // rounded to the format), four at a time where rows are 16-byte aligned.
 constexpr int kMmaBN = 128;
@@ -214,8 +215,8 @@ __device__ inline void put4(std::uint16_t* dst, float4 v) {
   *reinterpret_cast<uint2*>(dst) = packed;
 }
 
-// W: float (float32 weights holding 16-bit values) or std::uint16_t (their patterns).
-template <bool kBf16, int BM, typename W>
+// X, W: float (float32 values holding 16-bit values) or std::uint16_t (their patterns).
+template <bool kBf16, int BM, typename X, typename W>
 __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
   constexpr int kWaves = kThreads / kWaveSize;
   constexpr int kWavesN = kWaves / 2;
@@ -250,14 +251,17 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
       x_row[i] = -1, y_row[i] = -1;
     }
   }
-  const float* x = a.x + g * a.x_stride;
+  const X* x = [&] {
+    if constexpr (std::is_same_v<X, float>) return a.x + g * a.x_stride;
+    else return a.x16 + g * a.x_stride;
+  }();
   const W* w = [&] {
     if constexpr (std::is_same_v<W, float>) return a.w + g * a.w_stride;
     else return a.w16 + g * a.w_stride;
   }();
   float* y = a.y + g * a.y_stride;
 
-  mma::Acc total[kTilesM][kTilesN], part[kTilesM][kTilesN];
+  mma::Acc total[kTilesM][kTilesN];
 #pragma unroll
   for (int i = 0; i < kTilesM; ++i)
 #pragma unroll
@@ -268,7 +272,7 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
   constexpr int kGroups = kMmaStage / 4;
   constexpr int kXSlots = BM * kGroups / kThreads, kWSlots = kMmaBN * kGroups / kThreads;
   static_assert(BM * kGroups % kThreads == 0 && kMmaBN * kGroups % kThreads == 0, "whole slots");
-  float4 xv[kXSlots];
+  std::conditional_t<std::is_same_v<X, float>, float4, uint2> xv[kXSlots];
   std::conditional_t<std::is_same_v<W, float>, float4, uint2> wv[kWSlots];
   auto fetch = [&](std::int64_t b0) {
 #pragma unroll
@@ -299,29 +303,18 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
     __syncthreads();
     if (b0 + kMmaStage < a.K) fetch(b0 + kMmaStage);
 #pragma unroll
-    for (int kb = 0; kb < kMmaStage; kb += kKTile) {
-      if (b0 + kb >= a.K) break;
+    for (int ks = 0; ks < kMmaStage; ks += 16) {
+      if (b0 + ks >= a.K) break;
+      mma::ATile<kBf16> at[kTilesM];
+      mma::BTile<kBf16> bt[kTilesN];
+#pragma unroll
+      for (int i = 0; i < kTilesM; ++i) mma::load_a<kBf16>(at[i], xs + (wm * kTilesM + i) * 16 * kMmaLd + ks, kMmaLd);
+#pragma unroll
+      for (int j = 0; j < kTilesN; ++j) mma::load_b<kBf16>(bt[j], ws + (wn * kTilesN + j) * 16 * kMmaLd + ks, kMmaLd);
 #pragma unroll
       for (int i = 0; i < kTilesM; ++i)
 #pragma unroll
-        for (int j = 0; j < kTilesN; ++j) mma::zero(part[i][j]);
-#pragma unroll
-      for (int ks = kb; ks < kb + kKTile; ks += 16) {
-        mma::ATile<kBf16> at[kTilesM];
-        mma::BTile<kBf16> bt[kTilesN];
-#pragma unroll
-        for (int i = 0; i < kTilesM; ++i) mma::load_a<kBf16>(at[i], xs + (wm * kTilesM + i) * 16 * kMmaLd + ks, kMmaLd);
-#pragma unroll
-        for (int j = 0; j < kTilesN; ++j) mma::load_b<kBf16>(bt[j], ws + (wn * kTilesN + j) * 16 * kMmaLd + ks, kMmaLd);
-#pragma unroll
-        for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-          for (int j = 0; j < kTilesN; ++j) mma::mma<kBf16>(part[i][j], at[i], bt[j]);
-      }
-#pragma unroll
-      for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-        for (int j = 0; j < kTilesN; ++j) mma::add(total[i][j], part[i][j]);
+        for (int j = 0; j < kTilesN; ++j) mma::mma<kBf16>(total[i][j], at[i], bt[j]);
     }
     __syncthreads();
   }
@@ -342,28 +335,203 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
     }
 }
 
-// Whether every operand row starts 16-byte aligned, so four consecutive k load as one float4.
-bool float4_rows(const Args& a) {
-  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  return a.ldx % 4 == 0 && a.K % 4 == 0 && a.x_stride % 4 == 0 && a.w_stride % 4 == 0 && aligned(a.x) &&
-         aligned(a.w16 ? static_cast<const void*>(a.w16) : a.w);
+// The pipelined matrix-core kernel: both operands as 16-bit patterns, copied into LDS by
+// asynchronous 16-byte copies kPipeStages - 1 blocks ahead of the products, so that the
+// loads of later blocks overlap this block's matrix products and one barrier per 32-deep
+// block remains. Otherwise the same arithmetic as gemm_mma_kernel, product for product (the
+// same bits): BM x 128 tiles, 2 x (waves/2) wavefront sub-tiles, 16-deep products in k
+// order. Needs K, the row strides and group strides in whole 16-byte chunks (8 elements)
+// and 16-byte aligned bases; chunks outside the rows or K are zero-filled.
+constexpr int kPipeStages = 4;
+constexpr int kPipeLd = kKTile + 8;  // 80-byte LDS rows: the 8 rows of a 16-byte-per-lane
+                                     // fragment load fall into 8 different groups of 4 banks
+
+template <int BM>
+constexpr std::size_t pipe_lds_bytes() {
+  return static_cast<std::size_t>(kPipeStages) * (BM + kMmaBN) * kPipeLd * 2 + 2 * BM * sizeof(std::int64_t);
 }
 
-template <bool kBf16, typename W>
-void launch_mma(const Args& a, std::int64_t groups, hipStream_t stream) {
-  const bool vec4 = float4_rows(a);
-  if (!a.rows && a.M >= 96) {
-    const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, 128), static_cast<unsigned>(groups));
-    gemm_mma_kernel<kBf16, 128, W><<<grid, kThreads, 0, stream>>>(a, vec4);
-  } else {
-    const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, 32), static_cast<unsigned>(groups));
-    gemm_mma_kernel<kBf16, 32, W><<<grid, kThreads, 0, stream>>>(a, vec4);
+template <bool kBf16, int BM>
+__global__ void TDIFF_LAUNCH_BOUNDS(kThreads, BM >= 128 ? 2 : 4) gemm_mma_pipe_kernel(Args a) {
+  constexpr int kWaves = kThreads / kWaveSize;
+  constexpr int kWavesN = kWaves / 2;
+  constexpr int kTilesM = BM / 2 / 16;
+  constexpr int kTilesN = kMmaBN / kWavesN / 16;
+  constexpr int kStage = (BM + kMmaBN) * kPipeLd;  // elements per stage: x rows, then w rows
+  constexpr int kChunks = kKTile / 8;              // 16-byte chunks per row and block
+  static_assert(kWaves >= 2 && kTilesM >= 1 && kTilesN >= 1, "two rows of wavefronts");
+  static_assert(kWaves * 16 * 16 * sizeof(float) <= kStage * 2, "the output tiles fit in stage 0");
+  // Stage s at lds + s * kStage (every stage a multiple of 32 bytes: wmma's tile alignment);
+  // the row tables after the stages.
+  extern __shared__ __attribute__((aligned(128))) std::uint16_t lds[];
+  auto* x_row = reinterpret_cast<std::int64_t*>(lds + kPipeStages * kStage);
+  std::int64_t* y_row = x_row + BM;
+
+  const std::int64_t g = blockIdx.z;
+  std::int64_t rows = a.M, first = 0;
+  if (a.rows) first = a.starts[g], rows = a.starts[g + 1] - first;
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * BM;
+  if (row0 >= rows) return;
+  const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * kMmaBN;
+  const int tid = threadIdx.x, wave = tid / kWaveSize, lane = tid % kWaveSize;
+  const int wm = wave / kWavesN, wn = wave % kWavesN;
+  for (int i = tid; i < BM; i += kThreads) {
+    const std::int64_t r = row0 + i;
+    if (r < rows) {
+      if (a.rows) {
+        const std::int64_t e = a.rows[first + r];
+        x_row[i] = e / a.a_div, y_row[i] = e;
+      } else {
+        x_row[i] = r, y_row[i] = r;
+      }
+    } else {
+      x_row[i] = -1, y_row[i] = -1;
+    }
   }
+  __syncthreads();
+  const std::uint16_t* x = a.x16 + g * a.x_stride;
+  const std::uint16_t* w = a.w16 + g * a.w_stride;
+  float* y = a.y + g * a.y_stride;
+
+  // A thread's 16-byte chunks keep their row and column from block to block: their sources
+  // (null outside the rows) and LDS offsets are worked out once.
+  constexpr int kXCopies = (BM * kChunks + kThreads - 1) / kThreads, kWCopies = kMmaBN * kChunks / kThreads;
+  static_assert(kMmaBN * kChunks % kThreads == 0, "whole weight chunks per thread");
+  const std::uint16_t* x_src[kXCopies];
+  const std::uint16_t* w_src[kWCopies];
+  int x_dst[kXCopies], w_dst[kWCopies], x_col[kXCopies], w_col[kWCopies];
+#pragma unroll
+  for (int q = 0; q < kXCopies; ++q) {
+    const int i = tid + q * kThreads, r = i / kChunks, c = (i % kChunks) * 8;
+    const std::int64_t xr = i < BM * kChunks ? x_row[r] : -1;
+    x_src[q] = xr >= 0 ? x + xr * a.ldx + c : nullptr;
+    x_dst[q] = r * kPipeLd + c, x_col[q] = c;
+  }
+#pragma unroll
+  for (int q = 0; q < kWCopies; ++q) {
+    const int i = tid + q * kThreads, r = i / kChunks, c = (i % kChunks) * 8;
+    w_src[q] = col0 + r < a.O ? w + (col0 + r) * a.K + c : nullptr;
+    w_dst[q] = BM * kPipeLd + r * kPipeLd + c, w_col[q] = c;
+  }
+  auto load_block = [&](std::int64_t block) {
+    std::uint16_t* stage = lds + (block % kPipeStages) * kStage;
+    const std::int64_t k0 = block * kKTile;
+#pragma unroll
+    for (int q = 0; q < kXCopies; ++q) {
+      if (tid + q * kThreads >= BM * kChunks) break;
+      const bool valid = x_src[q] && k0 + x_col[q] < a.K;
+      async::copy16(stage + x_dst[q], valid ? x_src[q] + k0 : x, valid);
+    }
+#pragma unroll
+    for (int q = 0; q < kWCopies; ++q) {
+      const bool valid = w_src[q] && k0 + w_col[q] < a.K;
+      async::copy16(stage + w_dst[q], valid ? w_src[q] + k0 : w, valid);
+    }
+  };
+
+  mma::Acc total[kTilesM][kTilesN];
+#pragma unroll
+  for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < kTilesN; ++j) mma::zero(total[i][j]);
+  const std::int64_t blocks = (a.K + kKTile - 1) / kKTile;
+#pragma unroll
+  for (int s = 0; s < kPipeStages - 1; ++s) {
+    if (s < blocks) load_block(s);
+    async::commit();  // empty groups too: the wait below counts groups
+  }
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    async::wait<kPipeStages - 2>();  // this block's copies (issued by this thread) are done,
+    __syncthreads();                 // and everyone's; the stage read last round is free
+    if (block + kPipeStages - 1 < blocks) load_block(block + kPipeStages - 1);
+    async::commit();
+    const std::uint16_t* xs = lds + (block % kPipeStages) * kStage;
+    const std::uint16_t* ws = xs + BM * kPipeLd;
+#pragma unroll
+    for (int ks = 0; ks < kKTile; ks += 16) {
+      mma::ATile<kBf16> at[kTilesM];
+      mma::BTile<kBf16> bt[kTilesN];
+#pragma unroll
+      for (int i = 0; i < kTilesM; ++i) mma::load_a<kBf16>(at[i], xs + (wm * kTilesM + i) * 16 * kPipeLd + ks, kPipeLd);
+#pragma unroll
+      for (int j = 0; j < kTilesN; ++j) mma::load_b<kBf16>(bt[j], ws + (wn * kTilesN + j) * 16 * kPipeLd + ks, kPipeLd);
+#pragma unroll
+      for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+        for (int j = 0; j < kTilesN; ++j) mma::mma<kBf16>(total[i][j], at[i], bt[j]);
+    }
+  }
+  async::wait<0>();
+  __syncthreads();  // the stages are free: stage 0 holds the per-wavefront output tiles
+  float* t = reinterpret_cast<float*>(lds) + wave * 16 * 16;
+#pragma unroll
+  for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < kTilesN; ++j) {
+      mma::store(total[i][j], t, 16);
+      __syncthreads();
+      for (int e = lane; e < 256; e += kWaveSize) {
+        const int r = (wm * kTilesM + i) * 16 + e / 16;
+        const std::int64_t yr = y_row[r], o = col0 + (wn * kTilesN + j) * 16 + e % 16;
+        if (yr >= 0 && o < a.O) y[yr * a.ldy + o] = arith::round_fmt(t[e], a.out);
+      }
+      __syncthreads();
+    }
 }
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Whether every operand row starts 16-byte aligned, so four consecutive k load as one float4
+// (or four 16-bit patterns as 8 bytes).
+bool float4_rows(const Args& a) {
+  return a.ldx % 4 == 0 && a.K % 4 == 0 && a.x_stride % 4 == 0 && a.w_stride % 4 == 0 &&
+         aligned16(a.x16 ? static_cast<const void*>(a.x16) : a.x) &&
+         aligned16(a.w16 ? static_cast<const void*>(a.w16) : a.w);
+}
+
+// Whether the pipelined kernel applies: 16-bit patterns on both sides, every row and group
+// in whole 16-byte chunks.
+bool pipe_rows(const Args& a) {
+  return a.x16 && a.w16 && a.ldx % 8 == 0 && a.K % 8 == 0 && a.x_stride % 8 == 0 && a.w_stride % 8 == 0 &&
+         aligned16(a.x16) && aligned16(a.w16);
+}
+
+template <bool kBf16, int BM>
+void launch_pipe(const Args& a, std::int64_t groups, hipStream_t stream) {
+  constexpr std::size_t lds = pipe_lds_bytes<BM>();
+  const auto kernel = gemm_mma_pipe_kernel<kBf16, BM>;
+  if (lds > 48 * 1024 && hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                             hipFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(lds)) != hipSuccess)
+    check_kernel("gemm: LDS opt-in");
+  const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, BM), static_cast<unsigned>(groups));
+  kernel<<<grid, kThreads, lds, stream>>>(a);
+}
+
+template <bool kBf16, int BM, typename X>
+void launch_mma_tile(const Args& a, std::int64_t groups, bool vec4, hipStream_t stream) {
+  const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, BM), static_cast<unsigned>(groups));
+  if (a.w16) gemm_mma_kernel<kBf16, BM, X, std::uint16_t><<<grid, kThreads, 0, stream>>>(a, vec4);
+  else gemm_mma_kernel<kBf16, BM, X, float><<<grid, kThreads, 0, stream>>>(a, vec4);
+}
+
+// 128-row tiles for long dense products, 32 for short ones and the routed experts' gathered
+// rows (a few dozen per expert).
 template <bool kBf16>
 void launch_mma(const Args& a, std::int64_t groups, hipStream_t stream) {
-  if (a.w16) launch_mma<kBf16, std::uint16_t>(a, groups, stream);
-  else launch_mma<kBf16, float>(a, groups, stream);
+  const bool tall = !a.rows && a.M >= 96;
+  if (pipe_rows(a)) {
+    if (tall) launch_pipe<kBf16, 128>(a, groups, stream);
+    else launch_pipe<kBf16, 32>(a, groups, stream);
+    return;
+  }
+  const bool vec4 = float4_rows(a);
+  if (a.x16) {
+    if (tall) launch_mma_tile<kBf16, 128, std::uint16_t>(a, groups, vec4, stream);
+    else launch_mma_tile<kBf16, 32, std::uint16_t>(a, groups, vec4, stream);
+  } else {
+    if (tall) launch_mma_tile<kBf16, 128, float>(a, groups, vec4, stream);
+    else launch_mma_tile<kBf16, 32, float>(a, groups, vec4, stream);
+  }
 }
 
 // Tile shapes: 128x128 for large products, 32x128 for short ones (the routed experts see a
@@ -384,6 +552,11 @@ void launch(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream)
 __global__ void bits16_kernel(const float* src, std::uint16_t* dst, std::int64_t n, bool bf16) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) dst[i] = mma::bits16(src[i], bf16);
+}
+
+__global__ void operand_bits16_kernel(const float* src, std::uint16_t* dst, std::int64_t n, Fmt in) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = mma::bits16(arith::mfma_operand(src[i], in), in == Fmt::bf16);
 }
 
 __global__ void operand_kernel(const float* src, float* dst, std::int64_t n, Fmt in) {
@@ -465,12 +638,12 @@ bool runs_on_matrix_cores(const GemmSpec& spec) {
   return (spec.in == Fmt::bf16 || spec.in == Fmt::f16) && spec.acc == Fmt::f32 && spec.matrix_cores && !spec.atomic;
 }
 
-void gemm(const float* d_x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t ldy, std::int64_t M,
+void gemm(GemmInput x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t ldy, std::int64_t M,
           std::int64_t K, std::int64_t O, const GemmSpec& spec, hipStream_t stream, const GemmGroups& groups) {
   if (M <= 0 || O <= 0) return;
   const bool mma = runs_on_matrix_cores(spec);
-  if (w.bits16 && !mma) throw std::logic_error("gemm: 16-bit weight patterns outside the matrix-core path");
-  Args a{d_x, w.f32, w.bits16, d_y, ldx, ldy, M, K, O, groups.x_stride, groups.w_stride, groups.y_stride,
+  if ((w.bits16 || x.bits16) && !mma) throw std::logic_error("gemm: 16-bit operand patterns outside the matrix-core path");
+  Args a{x.f32, x.bits16, w.f32, w.bits16, d_y, ldx, ldy, M, K, O, groups.x_stride, groups.w_stride, groups.y_stride,
          groups.d_rows, groups.d_starts, groups.a_div, 0, spec.acc, spec.out};
   if (spec.atomic) {
     a.per_split = (K + kSplits * kKStep - 1) / (kSplits * kKStep) * kKStep;
@@ -534,6 +707,14 @@ void pack_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, Fmt i
   if (n == 0) return;
   bits16_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(d_src, d_dst, n, in == Fmt::bf16);
   check_kernel("pack_bits16");
+}
+
+void quantize_activations_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, Fmt in,
+                                 hipStream_t stream) {
+  if (in != Fmt::bf16 && in != Fmt::f16) throw std::logic_error("quantize_activations_bits16: the format is not 16-bit");
+  if (n == 0) return;
+  operand_bits16_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(d_src, d_dst, n, in);
+  check_kernel("quantize_activations_bits16");
 }
 
 }  // namespace tdiff::hip

@@ -378,11 +378,18 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   Stream cs = compute_;
   auto spec_out = [&](Fmt out) { return GemmSpec{mi, fmt_of(num.matmul_accum), out, atomic, matrix_cores_}; };
-  // x [rows, K] in storage -> quantized GEMM operand (fp8: 1x128 groups within `segment`).
-  auto operand = [&](const float* x, std::int64_t rows, std::int64_t K, Fmt in, std::int64_t segment = 0) -> const float* {
-    if (in == Fmt::f32) return x;
+  // x [rows, K] in storage -> the GEMM operand under `spec`: rounded to spec.in (fp8: 1x128
+  // groups within `segment`), as 16-bit patterns where the product runs on the matrix cores.
+  auto operand = [&](const float* x, std::int64_t rows, std::int64_t K, const GemmSpec& spec,
+                     std::int64_t segment = 0) -> GemmInput {
+    if (runs_on_matrix_cores(spec)) {
+      auto* q = r.scratch_of<std::uint16_t>(rows * K);
+      quantize_activations_bits16(x, q, rows * K, spec.in, cs);
+      return GemmInput(q);
+    }
+    if (spec.in == Fmt::f32) return x;
     float* q = r.scratch(rows * K);
-    quantize_activations(x, q, rows, K, segment, in, cs);
+    quantize_activations(x, q, rows, K, segment, spec.in, cs);
     return q;
   };
   auto rows_of = [](const Shape& sh) { return shape_numel(sh) / sh.back(); };
@@ -496,7 +503,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       osh.back() = O;
       if (s.width > 0) osh.back() = O / s.width, osh.push_back(s.width);
       auto y = r.out(osh, spec.out);
-      gemm(operand(r.f(0, st), rows, K, spec.in), K, r.gemm_weight(0, spec), y.f(), O, rows, K, O, spec, cs);
+      gemm(operand(r.f(0, st), rows, K, spec), K, r.gemm_weight(0, spec), y.f(), O, rows, K, O, spec, cs);
       emit(std::move(y));
       break;
     }
@@ -528,7 +535,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
     }
     case OpKind::cmp_proj: {
       const auto K = c.hidden_size;
-      const float* x = operand(r.f(0, st), N, K, mi);
+      const GemmInput x = operand(r.f(0, st), N, K, spec_out(st));
       for (std::size_t i = 0; i < 2; ++i) {
         const auto O = r.ctx.weights.files().info(s.weights[i]).shape.at(0);
         auto y = r.out({B, S, O}, st);
@@ -548,7 +555,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
     case OpKind::idx_weights: {
       const auto HI = r.ctx.weights.files().info(s.weights[0]).shape.at(0), K = c.hidden_size;
       float* tmp = r.scratch(N * HI);
-      gemm(operand(r.f(0, st), N, K, mi), K, r.gemm_weight(0, spec_out(Fmt::f32)), tmp, HI, N, K, HI, spec_out(Fmt::f32), cs);
+      gemm(operand(r.f(0, st), N, K, spec_out(Fmt::f32)), K, r.gemm_weight(0, spec_out(Fmt::f32)), tmp, HI, N, K, HI, spec_out(Fmt::f32), cs);
       const Fmt f = fmt_of(num.index_score);
       auto y = r.out({B, S, HI}, f);
       scale_round(tmp, N * HI, 1.0f / std::sqrt(static_cast<float>(HI)), f, y.f(), cs);
@@ -584,7 +591,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
     }
     case OpKind::grouped_linear: {
       const auto G = c.o_groups, Ro = c.o_lora_rank, per = c.num_attention_heads * c.head_dim / G;
-      const float* x = operand(r.f(0, st), N, G * per, mi, per);
+      const GemmInput x = operand(r.f(0, st), N, G * per, spec_out(st), per);
       auto y = r.out({B, S, G * Ro}, st);
       GemmGroups groups;
       groups.count = G, groups.x_stride = per, groups.w_stride = Ro * per, groups.y_stride = Ro, groups.y_rows = N;
@@ -605,7 +612,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       const Fmt rf = fmt_of(num.router);
       const GemmSpec spec{rf, rf == Fmt::f32 ? Fmt::f32 : fmt_of(num.matmul_accum), rf, atomic, matrix_cores_};
       auto logit = r.out({N, E}, rf), score = r.out({N, E}, rf);
-      gemm(operand(r.f(0, st), N, D, rf), D, r.gemm_weight(0, spec), logit.f(), E, N, D, E, spec, cs);
+      gemm(operand(r.f(0, st), N, D, spec), D, r.gemm_weight(0, spec), logit.f(), E, N, D, E, spec, cs);
       router_scores(logit.f(), N * E, rf, score.f(), cs);
       emit(std::move(logit));
       emit(std::move(score));
@@ -644,8 +651,8 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       const auto K = routed ? c.num_experts_per_tok : 1;
       const bool clip = routed || num.shared_clip;
       const float limit = static_cast<float>(c.swiglu_limit);
-      const float* z = operand(r.f(0, st), N, D, mi);
       const GemmSpec gu_spec = spec_out(Fmt::f32), down_spec = spec_out(st);
+      const GemmInput z = operand(r.f(0, st), N, D, gu_spec);
       auto y = r.out({N, D}, st);
       if (!routed) {
         float* gu = r.scratch(N * 2 * I);
@@ -657,7 +664,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
         gemm(z, D, r.gemm_weight(0, gu_spec), gu, 2 * I, N, D, I, gu_spec, cs, side);
         gemm(z, D, r.gemm_weight(1, gu_spec), gu + I, 2 * I, N, D, I, gu_spec, cs, side);
         swiglu(gu, N, I, clip, limit, st, h, cs);
-        gemm(operand(h, N, I, mi), I, r.gemm_weight(2, down_spec), y.f(), D, N, I, D, down_spec, cs);
+        gemm(operand(h, N, I, down_spec), I, r.gemm_weight(2, down_spec), y.f(), D, N, I, D, down_spec, cs);
         emit(std::move(y));
         break;
       }
@@ -682,7 +689,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       swiglu(gu, NK, I, clip, limit, st, h, cs);
       GemmGroups g2 = g1;
       g2.w_stride = D * I, g2.a_div = 1;
-      gemm(operand(h, NK, I, mi), I, r.gemm_weight(1, down_spec), slot, D, max_rows, I, D, down_spec, cs, g2);
+      gemm(operand(h, NK, I, down_spec), I, r.gemm_weight(1, down_spec), slot, D, max_rows, I, D, down_spec, cs, g2);
       combine(slot, r.exact(2), N, K, D, atomic, st, y.f(), cs);
       emit(std::move(y));
       break;

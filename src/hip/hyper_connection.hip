@@ -1,8 +1,8 @@
 // Hyper-connection kernels (hip/hyper_connection.h), the arithmetic of emu/hyper_connection.cpp.
-//   hc_mix:      one workgroup of kLanes threads per token: the RMS factor exactly as
-//                emu::rms_factor (lane k sums x[k], x[k + 64], ... then a tree), then the
-//                normalised row staged through LDS in chunks, one thread per output q with
-//                its float32 sum sequential over the flat row.
+//   hc_mix:      one workgroup of 256 threads per 8 tokens, 32 per token: the RMS factor
+//                exactly as emu::rms_factor (lane k sums x[k], x[k + 64], ... then a tree),
+//                then the normalised rows and fn staged through LDS in chunks, one thread
+//                per token and output q with its float32 sum sequential over the flat row.
 //   hc_sinkhorn: one thread per token (n ≤ kMaxHc; the whole map is n² ≤ 64 values).
 //   hc_pre/post: one thread per output element, sums in stream order.
 #include "hip/vendor.h"  // first: arith.h needs __host__ / __device__
@@ -23,61 +23,103 @@ namespace {
 using arith::Fmt;
 
 constexpr int kLanes = static_cast<int>(emu::kLanes);  // emu's RMS lanes (one CDNA wavefront)
-constexpr int kMixChunk = 2048;                          // normalised values staged per pass
 constexpr int kMaxHc = 8;
+// hc_mix: kMixTokens tokens per workgroup of kMixThreads, kMixPer threads per token. Each
+// chunk of the tokens' normalised rows and of fn's M rows is staged in LDS, both already
+// rounded to the sinkhorn format (fn with coalesced 16-byte loads, read and rounded once per
+// workgroup instead of once per token: 1.5 MB a token at v4 sizes), then thread (token j,
+// output q) adds its terms in c order from LDS: a multiply and an add per term.
+constexpr int kMixTokens = 8;
+constexpr int kMixThreads = 256;
+constexpr int kMixPer = kMixThreads / kMixTokens;
+constexpr int kMixOwned = 4;  // mix outputs per thread: M <= kMixOwned * kMixPer
+constexpr int kMixPad = 4;    // fn rows 4 floats longer than the chunk: the float4 reads of 8
+                              // consecutive rows at one column fall into 8 groups of 4 banks
+static_assert(kLanes % kMixPer == 0, "whole RMS lanes per thread");
 
-// emu::rms_factor over x[0..flat) by the kLanes threads of the workgroup; all get the factor.
-__device__ float rms_factor_wg(const float* x, std::int64_t flat, float eps, Fmt stats, float* lane) {
-  const int tid = static_cast<int>(threadIdx.x);
-  float a = 0.0f;
-  for (std::int64_t i = tid; i < flat; i += kLanes) a = arith::fma_fmt(x[i], x[i], a, stats);
-  lane[tid] = a;
+// emu::rms_factor of x[0..flat) by the kMixPer threads `l` of one token: thread l sums lanes
+// l, l + kMixPer, ... (lane k: x[k], x[k + 64], ... in order), then emu's shuffle-down tree
+// over the token's row of `lane`.
+__device__ float rms_factor_token(const float* x, std::int64_t flat, float eps, Fmt stats, float* lane, int l) {
+  for (int k = l; k < kLanes; k += kMixPer) {
+    float a = 0.0f;
+    for (std::int64_t i = k; i < flat; i += kLanes) a = arith::fma_fmt(x[i], x[i], a, stats);
+    lane[k] = a;
+  }
   __syncthreads();
   for (int width = kLanes / 2; width > 0; width /= 2) {  // shuffle-down tree, in emu's pairing
-    if (tid < width) lane[tid] = arith::add_fmt(lane[tid], lane[tid + width], stats);
+    for (int k = l; k < width; k += kMixPer) lane[k] = arith::add_fmt(lane[k], lane[k + width], stats);
     __syncthreads();
   }
   const float mean = arith::round_fmt(arith::div_rn(lane[0], static_cast<float>(flat)), stats);
   return arith::round_fmt(arith::div_rn(1.0f, arith::sqrt_rn(arith::add_fmt(mean, eps, stats))), stats);
 }
 
-__global__ void __launch_bounds__(kLanes)
-    hc_mix_kernel(const float* X, std::int64_t flat, const float* fn, std::int64_t M, float eps, Fmt sk, Fmt stats,
-                  float* mix) {
-  __shared__ float lane[kLanes];
-  __shared__ float u[kMixChunk];
-  const std::int64_t t = blockIdx.x;
-  const float* x = X + t * flat;
-  const float f = rms_factor_wg(x, flat, eps, stats, lane);
-  const int tid = static_cast<int>(threadIdx.x);
-  // Each thread owns outputs q = tid, tid + kLanes, ... (M is (2+n)·n = 24 for n = 4).
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const int owned = static_cast<int>((M - tid + kLanes - 1) / kLanes);
-  // Rows of fn start 16-byte aligned when fn does and flat is a multiple of 4 (chunks start
-  // at multiples of kMixChunk).
+// The chunk length (a multiple of 4, at most 256) whose LDS fits in 48 KB for M rows of fn.
+int mix_chunk(std::int64_t M) {
+  int chunk = 256;
+  while (chunk > 4 && (M * (chunk + kMixPad) + kMixTokens * (chunk + kLanes)) * 4 > 48 * 1024) chunk /= 2;
+  return chunk;
+}
+
+// LDS (dynamic): fn tile [M][chunk + kMixPad], u [kMixTokens][chunk], lane [kMixTokens][kLanes].
+__global__ void __launch_bounds__(kMixThreads)
+    hc_mix_kernel(const float* X, std::int64_t tokens, std::int64_t flat, const float* fn, std::int64_t M, float eps,
+                  Fmt sk, Fmt stats, int chunk, float* mix) {
+  extern __shared__ __attribute__((aligned(16))) float mix_lds[];
+  const int ld = chunk + kMixPad;
+  float* tile = mix_lds;
+  float* u = tile + M * ld;
+  float* lane = u + kMixTokens * chunk;
+  __shared__ float factor[kMixTokens];
+  const int tid = static_cast<int>(threadIdx.x), j = tid / kMixPer, l = tid % kMixPer;
+  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * kMixTokens;
+  const int live = static_cast<int>(tokens - t0 < kMixTokens ? tokens - t0 : kMixTokens);
+  // Rows past the end compute token t0's factor again and are never written.
+  const float f = rms_factor_token(X + (j < live ? t0 + j : t0) * flat, flat, eps, stats, lane + j * kLanes, l);
+  if (l == 0) factor[j] = f;
+  float acc[kMixOwned] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int owned = static_cast<int>((M - l + kMixPer - 1) / kMixPer);
+  // fn's rows and each chunk start 16-byte aligned when fn does and flat is a multiple of 4.
   const bool vec4 = flat % 4 == 0 && reinterpret_cast<std::uintptr_t>(fn) % 16 == 0;
-  for (std::int64_t c0 = 0; c0 < flat; c0 += kMixChunk) {
-    const int cn = static_cast<int>(flat - c0 < kMixChunk ? flat - c0 : kMixChunk);
+  for (std::int64_t c0 = 0; c0 < flat; c0 += chunk) {
+    const int cn = static_cast<int>(flat - c0 < chunk ? flat - c0 : chunk);
+    __syncthreads();  // the previous chunk is consumed (and `factor` written)
+    for (int i = tid; i < live * cn; i += kMixThreads) {
+      const int jj = i / cn, c = i % cn;
+      u[jj * chunk + c] = arith::round_fmt(arith::mul_rn(X[(t0 + jj) * flat + c0 + c], factor[jj]), sk);
+    }
+    if (vec4) {
+      const int quads = cn / 4;
+      for (int i = tid; i < M * quads; i += kMixThreads) {
+        const int q = i / quads, c = (i % quads) * 4;
+        const float4 v = *reinterpret_cast<const float4*>(fn + q * flat + c0 + c);
+        *reinterpret_cast<float4*>(tile + q * ld + c) =
+            make_float4(arith::round_fmt(v.x, sk), arith::round_fmt(v.y, sk), arith::round_fmt(v.z, sk),
+                        arith::round_fmt(v.w, sk));
+      }
+    } else {
+      for (int i = tid; i < M * cn; i += kMixThreads)
+        tile[(i / cn) * ld + i % cn] = arith::round_fmt(fn[(i / cn) * flat + c0 + i % cn], sk);
+    }
     __syncthreads();
-    for (int c = tid; c < cn; c += kLanes) u[c] = arith::round_fmt(arith::mul_rn(x[c0 + c], f), sk);
-    __syncthreads();
+    if (j >= live) continue;
+    const float* uj = u + j * chunk;
     for (int r = 0; r < owned; ++r) {
-      const float* w = fn + (tid + r * kLanes) * flat + c0;
+      const float* w = tile + (l + r * kMixPer) * ld;
       float a = acc[r];
-      auto term = [&](int c, float wc) { a = arith::add_rn(a, arith::mul_rn(u[c], arith::round_fmt(wc, sk))); };
+      auto term = [&](float uc, float wc) { a = arith::add_rn(a, arith::mul_rn(uc, wc)); };  // both already rounded
       int c = 0;
-      // Each thread streams its own row of fn: 16-byte loads take a quarter of the cache
-      // requests of 4-byte ones; the terms are still added one at a time in c order.
-      if (vec4)
-        for (; c + 4 <= cn; c += 4) {
-          const float4 w4 = *reinterpret_cast<const float4*>(w + c);
-          term(c, w4.x), term(c + 1, w4.y), term(c + 2, w4.z), term(c + 3, w4.w);
-        }
-      for (; c < cn; ++c) term(c, w[c]);
+      for (; c + 4 <= cn; c += 4) {  // float4 reads; the terms still added one at a time in c order
+        const float4 w4 = *reinterpret_cast<const float4*>(w + c), u4 = *reinterpret_cast<const float4*>(uj + c);
+        term(u4.x, w4.x), term(u4.y, w4.y), term(u4.z, w4.z), term(u4.w, w4.w);
+      }
+      for (; c < cn; ++c) term(uj[c], w[c]);
       acc[r] = a;
     }
   }
-  for (int r = 0; r < owned; ++r) mix[t * M + tid + r * kLanes] = arith::round_fmt(acc[r], sk);
+  if (j >= live) return;
+  for (int r = 0; r < owned; ++r) mix[(t0 + j) * M + l + r * kMixPer] = arith::round_fmt(acc[r], sk);
 }
 
 __device__ float sigmoid_fmt(float x, Fmt f) {
@@ -167,10 +209,12 @@ constexpr int kThreads = 256;
 
 void hc_mix(const float* d_X, std::int64_t tokens, std::int64_t flat, const float* d_fn, std::int64_t M, float eps,
             const Numerics& num, float* d_mix, hipStream_t stream) {
-  if (M > 4 * kLanes) throw std::invalid_argument("hip::hc_mix: more than 256 mix outputs");
+  if (M > kMixOwned * kMixPer) throw std::invalid_argument("hip::hc_mix: more than 128 mix outputs");
   if (tokens == 0) return;
-  hc_mix_kernel<<<static_cast<unsigned>(tokens), kLanes, 0, stream>>>(d_X, flat, d_fn, M, eps, emu::fmt_of(num.sinkhorn),
-                                                                      emu::fmt_of(num.norm_stats), d_mix);
+  const int chunk = mix_chunk(M);
+  const auto lds = static_cast<std::size_t>(M * (chunk + kMixPad) + kMixTokens * (chunk + kLanes)) * sizeof(float);
+  hc_mix_kernel<<<blocks_for(tokens, kMixTokens), kMixThreads, lds, stream>>>(
+      d_X, tokens, flat, d_fn, M, eps, emu::fmt_of(num.sinkhorn), emu::fmt_of(num.norm_stats), chunk, d_mix);
   check_kernel("hc_mix");
 }
 

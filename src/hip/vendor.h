@@ -60,6 +60,9 @@ inline constexpr unsigned hipEventDisableTiming = cudaEventDisableTiming;
 
 // Lanes of one wavefront/warp, known at compile time on both sides of the build.
 inline constexpr int kWaveSize = 32;
+// A kernel's workgroup size, and how many workgroups should fit on one SM at once (the
+// compiler then keeps the registers per thread under that share).
+#define TDIFF_LAUNCH_BOUNDS(threads, per_sm) __launch_bounds__(threads, per_sm)
 #define TDIFF_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
 #else
 #include <hip/hip_runtime.h>
@@ -69,6 +72,8 @@ inline constexpr int kWaveSize = __AMDGCN_WAVEFRONT_SIZE;
 inline constexpr int kWaveSize = 64;  // host pass of the AMD build: CDNA2 wavefronts
 #endif
 #define TDIFF_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask))
+// HIP's second bound means waves per execution unit, not workgroups per CU: only the size.
+#define TDIFF_LAUNCH_BOUNDS(threads, per_sm) __launch_bounds__(threads)
 #endif
 
 // ---- Matrix cores: one 16x16x16 product per wavefront/warp ------------------------------
@@ -79,7 +84,7 @@ inline constexpr int kWaveSize = 64;  // host pass of the AMD build: CDNA2 wavef
 //   mma::Acc             a 16x16 float accumulator tile, held across the lanes
 //   load_a / load_b      LDS -> tile;   mma(c, a, b): c += A·Bᵀ (products exact, fp32 sums in
 //                        the hardware's own order inside the 16-deep step)
-//   zero(c), add(total, part): total += part element by element, rounded to float
+//   zero(c)              c = 0
 //   store(c, lds, ld)    the tile as float [16][ld] in LDS
 // NVIDIA: the wmma API (tensor cores, warp of 32). AMD: gfx90a's MFMA
 // v_mfma_f32_16x16x16{bf16_1k,f16} (wavefront of 64): lane l holds A[l%16][4(l/16)..+3],
@@ -108,9 +113,6 @@ __device__ inline void mma(Acc& c, const ATile<kBf16>& a, const BTile<kBf16>& b)
   nvcuda::wmma::mma_sync(c, a, b, c);
 }
 __device__ inline void zero(Acc& c) { nvcuda::wmma::fill_fragment(c, 0.0f); }
-__device__ inline void add(Acc& total, const Acc& part) {
-  for (int i = 0; i < total.num_elements; ++i) total.x[i] = __fadd_rn(total.x[i], part.x[i]);
-}
 __device__ inline void store(const Acc& c, float* p, int ld) {
   nvcuda::wmma::store_matrix_sync(p, c, ld, nvcuda::wmma::mem_row_major);
 }
@@ -161,9 +163,6 @@ __device__ inline void mma(Acc& c, const ATile<kBf16>& a, const BTile<kBf16>& b)
 #endif
 }
 __device__ inline void zero(Acc& c) { c.v = f32x4{0.0f, 0.0f, 0.0f, 0.0f}; }
-__device__ inline void add(Acc& total, const Acc& part) {
-  for (int j = 0; j < 4; ++j) total.v[j] = __fadd_rn(total.v[j], part.v[j]);
-}
 __device__ inline void store(const Acc& c, float* p, int ld) {
   for (int j = 0; j < 4; ++j) p[(4 * quad() + j) * ld + lane16()] = c.v[j];
 }
@@ -176,3 +175,32 @@ __device__ inline std::uint16_t bits16(float v, bool bf16) {
 #endif
 }  // namespace tdiff::hip::mma
 
+// ---- Asynchronous global -> LDS copies (the GEMM's operand pipeline) --------------------
+//   copy16(lds, src, valid)  16 bytes from global memory into LDS (zeros when !valid; src is
+//                            then never read), issued without waiting for them
+//   commit()                 closes the group of copies issued since the last commit
+//   wait<N>()                waits until at most N committed groups are still in flight
+// The copies become visible to the other threads of the workgroup after a barrier.
+// NVIDIA: cp.async (sm_80+), so the loads of later stages overlap this stage's products.
+// AMD: plain 16-byte loads and stores (gfx90a has no asynchronous 16-byte copy into LDS),
+// complete when copy16 returns.
+namespace tdiff::hip::async {
+#if defined(TDIFF_HIP_NVIDIA)
+__device__ inline void copy16(void* lds, const void* src, bool valid) {
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(lds));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ inline void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ inline void wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#else
+__device__ inline void copy16(void* lds, const void* src, bool valid) {
+  *static_cast<uint4*>(lds) = valid ? *static_cast<const uint4*>(src) : make_uint4(0u, 0u, 0u, 0u);
+}
+__device__ inline void commit() {}
+template <int N>
+__device__ inline void wait() {}
+#endif
+}  // namespace tdiff::hip::async

@@ -1,6 +1,7 @@
 // hip::gemm against emu::gemm (bit-identical in fixed mode on the vector ALU; on the matrix
 // cores within one ulp of the output format plus the float reordering of the 16-deep
-// products, and bit-identical between float32 weights and their 16-bit patterns; in atomic
+// products, and bit-identical between float32 operands and their 16-bit patterns, which
+// take the pipelined kernel; in atomic
 // mode within the rounding of the split-K adds) and against
 // refcpu::linear in float64 (error within the operand format's budget), on awkward shapes;
 // grouped and gathered forms against per-group emu products.
@@ -71,6 +72,17 @@ void check_dense(std::int64_t M, std::int64_t K, std::int64_t O, const Case& c) 
     hip::gemm(d_xq.ptr(), K, hip::GemmWeight(d_w16.ptr()), d_y16.ptr(), O, M, K, O,
               hip::GemmSpec{c.in, c.acc, out, false, true}, test_stream());
     EXPECT_EQ(d_y16.get(), y) << "16-bit weight patterns give other bits than float32 weights";
+    // Both operands as 16-bit patterns (how the backend feeds the matrix cores): the
+    // pipelined kernel where rows are whole 16-byte chunks, the same 16-deep products in the
+    // same order, so again the same bits.
+    Dev<std::uint16_t> d_x16(M * K), d_xq16(M * K);
+    hip::quantize_activations_bits16(d_x.ptr(), d_x16.ptr(), M * K, c.in, test_stream());
+    hip::pack_bits16(d_xq.ptr(), d_xq16.ptr(), M * K, c.in, test_stream());
+    EXPECT_EQ(d_x16.get(), d_xq16.get()) << "quantize_activations_bits16 differs from quantize_activations + pack_bits16";
+    Dev<float> d_y16x(M * O);
+    hip::gemm(hip::GemmInput(d_x16.ptr()), K, hip::GemmWeight(d_w16.ptr()), d_y16x.ptr(), O, M, K, O,
+              hip::GemmSpec{c.in, c.acc, out, false, true}, test_stream());
+    EXPECT_EQ(d_y16x.get(), y) << "16-bit activation and weight patterns give other bits than float32 operands";
     std::int64_t same = 0;
     for (std::int64_t m = 0; m < M; ++m)
       for (std::int64_t o = 0; o < O; ++o) {
@@ -117,7 +129,9 @@ TEST(Gemm, MatrixCoresAgainstEmu) {
     check_dense(99, 200, 77, {in, Fmt::f32, false, true});
     check_dense(1, 33, 5, {in, Fmt::f32, false, true});
     check_dense(300, 1000, 520, {in, Fmt::f32, false, true});
+    check_dense(40, 776, 130, {in, Fmt::f32, false, true});  // K % 32 = 8: a partial last block
   }
+  check_dense(256, 4096, 384, {Fmt::bf16, Fmt::f32, false, true});  // 128 blocks through the pipeline
   // Combinations the matrix cores do not take fall back to the vector ALU, bit for bit.
   check_dense(99, 200, 77, {Fmt::bf16, Fmt::f16, false, true});
   check_dense(99, 200, 77, {Fmt::f8, Fmt::f32, false, true});
@@ -166,16 +180,20 @@ void check_grouped(bool matrix_cores) {
   hip::gemm(d_x.ptr(), G * per, d_w.ptr(), d_y.ptr(), G * Ro, N, per, Ro, spec, test_stream(), g);
   const auto y = d_y.get();
   // On the matrix cores, the weights as 16-bit patterns give the same bits.
-  auto same_with_bits16 = [&](const Dev<float>& wf, std::int64_t n, auto&& run) {
+  // So do both operands as patterns (the pipelined kernel: every row and group stride here
+  // is a whole number of 16-byte chunks).
+  auto same_with_bits16 = [&](const Dev<float>& wf, std::int64_t n, const Dev<float>& xf, std::int64_t nx, auto&& run) {
     if (!matrix_cores) return;
-    Dev<std::uint16_t> w16(n);
+    Dev<std::uint16_t> w16(n), x16(nx);
     hip::pack_bits16(wf.ptr(), w16.ptr(), n, Fmt::bf16, test_stream());
-    run(hip::GemmWeight(w16.ptr()));
+    hip::pack_bits16(xf.ptr(), x16.ptr(), nx, Fmt::bf16, test_stream());
+    run(hip::GemmInput(xf.ptr()), hip::GemmWeight(w16.ptr()));
+    run(hip::GemmInput(x16.ptr()), hip::GemmWeight(w16.ptr()));
   };
-  same_with_bits16(d_w, G * Ro * per, [&](hip::GemmWeight w16) {
+  same_with_bits16(d_w, G * Ro * per, d_x, N * G * per, [&](hip::GemmInput x16, hip::GemmWeight w16) {
     Dev<float> d_y16(N * G * Ro);
-    hip::gemm(d_x.ptr(), G * per, w16, d_y16.ptr(), G * Ro, N, per, Ro, spec, test_stream(), g);
-    EXPECT_EQ(d_y16.get(), y) << "column groups: 16-bit weight patterns give other bits";
+    hip::gemm(x16, G * per, w16, d_y16.ptr(), G * Ro, N, per, Ro, spec, test_stream(), g);
+    EXPECT_EQ(d_y16.get(), y) << "column groups: 16-bit operand patterns give other bits";
   });
   for (std::int64_t k = 0; k < G; ++k) {
     std::vector<float> xg(static_cast<std::size_t>(N * per)), yg(static_cast<std::size_t>(N * Ro));
@@ -202,10 +220,10 @@ void check_grouped(bool matrix_cores) {
   gg.count = E, gg.w_stride = I * D, gg.d_rows = d_rows.ptr(), gg.d_starts = d_starts.ptr(), gg.a_div = Kp, gg.y_rows = T * Kp;
   hip::gemm(d_z.ptr(), D, d_we.ptr(), d_out.ptr(), I, T * Kp, D, I, spec, test_stream(), gg);
   const auto out = d_out.get();
-  same_with_bits16(d_we, E * I * D, [&](hip::GemmWeight w16) {
+  same_with_bits16(d_we, E * I * D, d_z, T * D, [&](hip::GemmInput z16, hip::GemmWeight w16) {
     Dev<float> d_out16(T * Kp * I);
-    hip::gemm(d_z.ptr(), D, w16, d_out16.ptr(), I, T * Kp, D, I, spec, test_stream(), gg);
-    EXPECT_EQ(d_out16.get(), out) << "gathered rows: 16-bit weight patterns give other bits";
+    hip::gemm(z16, D, w16, d_out16.ptr(), I, T * Kp, D, I, spec, test_stream(), gg);
+    EXPECT_EQ(d_out16.get(), out) << "gathered rows: 16-bit operand patterns give other bits";
   });
   for (std::int64_t e = 0; e < E; ++e)
     for (auto i = starts[e]; i < starts[e + 1]; ++i) {
