@@ -46,16 +46,19 @@ struct Plain {
 Plain plain_metrics(const Tensor& r, const Tensor& c, double floor) {
   double rr = 0, cc = 0, rc = 0, dd = 0;
   Plain p{0, 0, 0, 0, 0, 0, 0, 0, -1, -1};
+  const double n = static_cast<double>(r.numel());
+  for (std::int64_t i = 0; i < r.numel(); ++i) rr += r.value(i) * r.value(i);
+  const double s = std::max(1.0, std::sqrt(rr / n));  // the scale floor of max_abs_scaled
+  rr = 0;
   for (std::int64_t i = 0; i < r.numel(); ++i) {
     const double a = r.value(i), b = c.value(i), d = b - a;
     rr += a * a, cc += b * b, rc += a * b, dd += d * d;
     if (std::fabs(d) > p.max_abs) p.max_abs = std::fabs(d), p.argmax = i;
-    const double scaled = std::fabs(d) / std::max(1.0, std::fabs(a));
+    const double scaled = std::fabs(d) / std::max(s, std::fabs(a));
     if (scaled > p.max_abs_scaled) p.max_abs_scaled = scaled, p.argmax_scaled = i;
     p.max_rel = std::max(p.max_rel, std::fabs(d) / std::max(std::fabs(a), floor));
     p.max_abs_ref = std::max(p.max_abs_ref, std::fabs(a));
   }
-  const double n = static_cast<double>(r.numel());
   p.cosine = rc / std::sqrt(rr) / std::sqrt(cc);
   p.rmse = std::sqrt(dd / n);
   p.rel_l2 = std::sqrt(dd) / std::sqrt(rr);
@@ -71,7 +74,8 @@ void expect_matches_plain(const Tensor& r, const Tensor& c) {
   EXPECT_NEAR(m.cosine, p.cosine, 1e-13);
   EXPECT_DOUBLE_EQ(m.max_abs, p.max_abs);  // a maximum is exact, whatever the order
   EXPECT_EQ(m.argmax_abs, p.argmax);
-  EXPECT_DOUBLE_EQ(m.max_abs_scaled, p.max_abs_scaled);
+  // Divided by rms(r) where that exceeds 1, whose sum runs in another order here.
+  EXPECT_NEAR(m.max_abs_scaled, p.max_abs_scaled, 1e-12 * p.max_abs_scaled);
   EXPECT_EQ(m.argmax_abs_scaled, p.argmax_scaled);
   if (p.argmax_scaled >= 0) EXPECT_EQ(m.ref_at_max_abs_scaled, std::fabs(r.value(p.argmax_scaled)));
   EXPECT_NEAR(m.rmse, p.rmse, 1e-12 * p.rmse);
@@ -117,25 +121,47 @@ TEST(DiffMetrics, HandComputedTinyExample) {
   EXPECT_EQ(m.n_diff, 2);
 }
 
-// Below |r| = 1 the absolute error, above it the relative one; values exact in binary.
+// On a tensor of order 1 (rms(r) <= 1): below |r| = 1 the absolute error, above it the
+// relative one. On a larger tensor, relative to rms(r) where |r| is below it. Values exact in
+// binary.
 TEST(DiffMetrics, MaxAbsScaledHandComputed) {
-  Tensor r(DType::f64, {5}), c(DType::f64, {5});
-  const double rv[] = {0.5, -4, 32, 0.25, 1};
-  const double cv[] = {0.75, -5, 33.5, 0.25, 1.125};
+  Tensor r(DType::f64, {8}), c(DType::f64, {8});
+  const double rv[] = {0.5, -2, 0.25, 0, 0, 0, 0, 0};  // rms sqrt(4.3125 / 8) = 0.73
+  const double cv[] = {0.75, -2.5, 0.25, 0, 0, 0, 0, 0.125};
   std::memcpy(r.raw(), rv, sizeof rv);
   std::memcpy(c.raw(), cv, sizeof cv);
-  // |d| = 0.25, 1, 1.5, 0, 0.125; scaled: 0.25 / 1, 1 / 4, 1.5 / 32, 0, 0.125 / 1.
+  // |d| = 0.25, 0.5, 0, 0, 0, 0, 0, 0.125; scaled: 0.25 / 1, 0.5 / 2, 0, ..., 0.125 / 1.
   TensorMetrics m = tensor_metrics(r, c);
-  EXPECT_EQ(m.max_abs, 1.5);
-  EXPECT_EQ(m.argmax_abs, 2);
+  EXPECT_EQ(m.max_abs, 0.5);
+  EXPECT_EQ(m.argmax_abs, 1);
+  EXPECT_EQ(m.max_abs_scale, 1.0);
   EXPECT_EQ(m.max_abs_scaled, 0.25);
   EXPECT_EQ(m.argmax_abs_scaled, 0);  // the first of the two elements reaching 0.25
   EXPECT_EQ(m.ref_at_max_abs_scaled, 0.5);
-  c.data<double>()[0] = 0.625;  // now 0.125: the relative error at |r| = 4 is the largest
+  c.data<double>()[0] = 0.625;  // now 0.125: the relative error at |r| = 2 is the largest
   m = tensor_metrics(r, c);
   EXPECT_EQ(m.max_abs_scaled, 0.25);
   EXPECT_EQ(m.argmax_abs_scaled, 1);
-  EXPECT_EQ(m.ref_at_max_abs_scaled, 4.0);
+  EXPECT_EQ(m.ref_at_max_abs_scaled, 2.0);
+
+  // rms(r) = sqrt(36 / 4) = 3: an error of 0.75 where r = 0 counts as 0.75 / 3, one of 1.5 at
+  // |r| = 6 as 1.5 / 6.
+  Tensor r2(DType::f64, {4}), c2(DType::f64, {4});
+  const double rv2[] = {6, 0, 0, 0}, cv2[] = {7.5, 0.75, 0, 0};
+  std::memcpy(r2.raw(), rv2, sizeof rv2);
+  std::memcpy(c2.raw(), cv2, sizeof cv2);
+  m = tensor_metrics(r2, c2);
+  EXPECT_EQ(m.ref_rms, 3.0);
+  EXPECT_EQ(m.max_abs_scale, 3.0);
+  EXPECT_EQ(m.max_abs, 1.5);
+  EXPECT_EQ(m.max_abs_scaled, 0.25);
+  EXPECT_EQ(m.argmax_abs_scaled, 0);  // 1.5 / 6 and 0.75 / 3 tie: the first
+  EXPECT_EQ(m.ref_at_max_abs_scaled, 6.0);
+  c2.data<double>()[0] = 6.75;  // 0.125 at |r| = 6: the near-zero element, against rms(r)
+  m = tensor_metrics(r2, c2);
+  EXPECT_EQ(m.max_abs_scaled, 0.25);
+  EXPECT_EQ(m.argmax_abs_scaled, 1);
+  EXPECT_EQ(m.ref_at_max_abs_scaled, 0.0);
 }
 
 TEST(DiffMetrics, ZeroVectors) {

@@ -103,6 +103,37 @@ TEST(DiffVerdicts, BrokenTensorsStillFailScaled) {
   EXPECT_NE(j.reason.find("max_abs_scaled 0.02 (|d| 0.52 at |r| 26) >= 0.01"), std::string::npos) << j.reason;
 }
 
+// The hyper-connection collapse: x = a + b with a, b up to 26 in magnitude and often of
+// opposite sign, so that some sums land near zero while the tensor's rms is ~ 15. bf16
+// operands err by up to 0.0625 each; where the sum is near zero that error is all there is,
+// so |d| / max(1, |r|) would read it as 10% of the value. Relative to rms(r) it is < 1%.
+TEST(DiffVerdicts, CollapseOfLargeStreamsNearZeroPassesScaledByTheTensorsRms) {
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u(-26.0, 26.0);
+  const std::int64_t n = 4096;
+  Tensor r(DType::f64, {n}), c(DType::f64, {n});
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double a = u(rng), b = i % 16 == 0 ? -a + 0.01 * u(rng) : u(rng);
+    r.data<double>()[i] = a + b;
+    c.data<double>()[i] = static_cast<double>(static_cast<float>(round_to(a, DType::bf16)) +
+                                              static_cast<float>(round_to(b, DType::bf16)));
+  }
+  TensorMetrics m = tensor_metrics(r, c);
+  ASSERT_GT(m.ref_rms, 10.0);
+  ASSERT_GE(m.max_abs, 0.06);  // bf16 noise of the operands
+  EXPECT_EQ(m.max_abs_scale, m.ref_rms);
+  EXPECT_LT(m.max_abs_scaled, 0.01);
+  EXPECT_EQ(judge_tensor({.metrics = &m}, Thresholds{}).verdict, Verdict::pass);
+  // An error of 15% of rms(r) at a near-zero sum is not noise: FAIL, read against rms(r).
+  const double scale = m.ref_rms;
+  c.data<double>()[16] = r.data<double>()[16] + 0.15 * scale;
+  m = tensor_metrics(r, c);
+  EXPECT_NEAR(m.max_abs_scaled, 0.15, 1e-9);
+  const Judgement j = judge_tensor({.metrics = &m}, Thresholds{});
+  EXPECT_EQ(j.verdict, Verdict::fail);
+  EXPECT_NE(j.reason.find("against rms(r)"), std::string::npos) << j.reason;
+}
+
 TEST(DiffVerdicts, MaxAbsScaledIsASwitch) {
   Thresholds t;
   EXPECT_EQ(t.max_abs_scaled, 1.0);  // on by default

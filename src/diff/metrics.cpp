@@ -27,8 +27,8 @@ struct Partial {
   std::int64_t nan_ref = 0, inf_ref = 0, nan_cand = 0, inf_cand = 0, new_nonfinite = 0;
 };
 
-// |d| / max(1, |r|): written once, so that the argmax rescan divides exactly as the kernels do.
-inline double scaled_abs(double abs_d, double abs_r) { return abs_d / std::max(1.0, abs_r); }
+// |d| / max(s, |r|): written once, so that the argmax rescan divides exactly as the kernels do.
+inline double scaled_abs(double abs_d, double abs_r, double s = 1.0) { return abs_d / std::max(s, abs_r); }
 
 // Branch-free kernel for chunks without NaN/Inf. Returns false when a non-finite value was
 // seen (its squares then poison rr or cc), and the caller redoes the chunk carefully.
@@ -129,6 +129,21 @@ Partial chunk_partial(const Tensor& ref, const Tensor& cand, std::int64_t begin,
   return p;
 }
 
+// max |d| / max(s, |r|) over the finite pairs of one chunk (the second pass, s > 1).
+double chunk_scaled_max(const Tensor& ref, const Tensor& cand, std::int64_t begin, std::int64_t n, double s,
+                        std::vector<double>& buf_r, std::vector<double>& buf_c) {
+  double m = 0;
+  std::visit(
+      [&](auto r, auto c) {
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double a = static_cast<double>(r[i]), b = static_cast<double>(c[i]);
+          if (std::isfinite(a) && std::isfinite(b)) m = std::max(m, scaled_abs(std::fabs(b - a), std::fabs(a), s));
+        }
+      },
+      chunk_elems(ref, begin, n, buf_r), chunk_elems(cand, begin, n, buf_c));
+  return m;
+}
+
 void check_shapes(const Tensor& ref, const Tensor& cand, const char* what) {
   if (ref.shape() != cand.shape())
     input_error("{}: shape mismatch, reference {} vs candidate {}", what, shape_str(ref.shape()),
@@ -188,6 +203,28 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
   else m.cosine = std::clamp(t.rc / (nr * nc), -1.0, 1.0);
   m.rel_l2 = nr > 0 ? nd / nr : (nd == 0 ? 0.0 : std::numeric_limits<double>::infinity());
 
+  // max_abs_scaled: the first pass divided by max(1, |r|), which is the answer when rms(r)
+  // <= 1; otherwise a second pass divides by max(rms(r), |r|).
+  m.max_abs_scale = std::max(1.0, m.ref_rms);
+  if (m.max_abs_scale > 1.0) {
+    std::vector<double> scaled(static_cast<std::size_t>(nchunks));
+#pragma omp parallel
+    {
+      std::vector<double> buf_r, buf_c;
+#pragma omp for schedule(static)
+      for (std::int64_t k = 0; k < nchunks; ++k) {
+        const std::int64_t begin = k * kChunk;
+        scaled[static_cast<std::size_t>(k)] =
+            chunk_scaled_max(ref, cand, begin, std::min(kChunk, n - begin), m.max_abs_scale, buf_r, buf_c);
+      }
+    }
+    t.max_abs_scaled = 0, worst_scaled_chunk = -1;
+    for (std::int64_t k = 0; k < nchunks; ++k)
+      if (scaled[static_cast<std::size_t>(k)] > t.max_abs_scaled || worst_scaled_chunk < 0)
+        t.max_abs_scaled = scaled[static_cast<std::size_t>(k)], worst_scaled_chunk = k;
+    m.max_abs_scaled = t.max_abs_scaled;
+  }
+
   // The first elements reaching max_abs and max_abs_scaled, found by rescanning only the
   // chunks that hold them.
   if (t.max_abs > 0 && worst_chunk >= 0) {
@@ -201,7 +238,8 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
     const std::int64_t begin = worst_scaled_chunk * kChunk, end = std::min(n, begin + kChunk);
     for (std::int64_t i = begin; i < end && m.argmax_abs_scaled < 0; ++i) {
       const double a = ref.value(i), b = cand.value(i);
-      if (std::isfinite(a) && std::isfinite(b) && scaled_abs(std::fabs(b - a), std::fabs(a)) == t.max_abs_scaled)
+      if (std::isfinite(a) && std::isfinite(b) &&
+          scaled_abs(std::fabs(b - a), std::fabs(a), m.max_abs_scale) == t.max_abs_scaled)
         m.argmax_abs_scaled = i, m.ref_at_max_abs_scaled = std::fabs(a);
     }
   }

@@ -6,15 +6,20 @@
 // where both sides are finite; the non-finite ones are counted instead):
 //   cosine  = <r,c> / (|r| |c|); both zero vectors -> 1, exactly one zero vector -> 0
 //   max_abs = max |d|,  rmse = sqrt(mean d^2),  rel_l2 = |d| / |r| (|r| = 0: 0 if |d| = 0, else inf)
-//   max_abs_scaled = max |d_i| / max(1, |r_i|): the absolute error where |r| <= 1, the
-//             relative error above. bf16/fp16 round relative to the value (one bf16 step at
-//             |x| = 26 is 0.125), so this is what the max_abs rules judge by default
+//   max_abs_scaled = max |d_i| / max(s, |r_i|), s = max(1, rms(r)) (max_abs_scale): the
+//             absolute error on tensors of order 1 (the paper's regime, unchanged), else the
+//             error relative to the tensor's scale, or to the element where it is larger.
+//             bf16/fp16 round relative to the values a result is made of (one bf16 step at
+//             |x| = 26 is 0.125), and a sum of large terms can land near zero (the
+//             hyper-connection collapse of four streams), so neither |d| alone nor |d|/|r_i|
+//             reads rounding noise as noise; this is what the max_abs rules judge by default
 //   max_rel = max |d| / max(|r_i|, rel_floor): the floor keeps near-zero reference values
 //             (whose relative error is pure noise) from dominating; default 1e-3, absolute
 //   new_nonfinite = positions where c is NaN/Inf and r is not the same non-finite value:
 //             the candidate produced a NaN/Inf the reference lacks (always FAIL)
-// One pass over both tensors, parallel over fixed chunks whose partial results are combined
-// in chunk order, so the numbers are bit-identical for any OpenMP thread count.
+// One pass over both tensors (a second one for max_abs_scaled where rms(r) > 1), parallel
+// over fixed chunks whose partial results are combined in chunk order, so the numbers are
+// bit-identical for any OpenMP thread count.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -39,6 +44,7 @@ struct TensorMetrics {
   double max_abs_scaled = 0.0;
   std::int64_t argmax_abs_scaled = -1;  // flat index of the first element reaching max_abs_scaled
   double ref_at_max_abs_scaled = 0.0;   // |r| there, so a verdict can say what was scaled by what
+  double max_abs_scale = 1.0;           // s = max(1, ref_rms), the floor of that scale
   double rmse = 0.0;
   double rel_l2 = 0.0;
   double max_rel = 0.0;

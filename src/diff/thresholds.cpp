@@ -54,8 +54,11 @@ void judge_max_abs(Verdicts& v, Verdict level, const TensorMetrics& m, const Thr
   const bool scaled = t.max_abs_scaled != 0.0;
   if (!scaled || m.max_abs_scaled == m.max_abs)
     v.add(level, fmt::format("max_abs {:.3g} >= {:g}", m.max_abs, threshold));
-  else if (m.ref_at_max_abs_scaled <= 1.0)  // an absolute error, but not the tensor's largest
+  else if (m.ref_at_max_abs_scaled <= m.max_abs_scale && m.max_abs_scale <= 1.0)  // absolute, not the largest |d|
     v.add(level, fmt::format("max_abs_scaled {:.3g} (|d| where |r| <= 1) >= {:g}", m.max_abs_scaled, threshold));
+  else if (m.ref_at_max_abs_scaled <= m.max_abs_scale)  // relative to the tensor's scale
+    v.add(level, fmt::format("max_abs_scaled {:.3g} (|d| {:.3g} against rms(r) {:.3g}) >= {:g}", m.max_abs_scaled,
+                             m.max_abs_scaled * m.max_abs_scale, m.max_abs_scale, threshold));
   else
     v.add(level, fmt::format("max_abs_scaled {:.3g} (|d| {:.3g} at |r| {:.3g}) >= {:g}", m.max_abs_scaled,
                              m.max_abs_scaled * m.ref_at_max_abs_scaled, m.ref_at_max_abs_scaled, threshold));
@@ -83,7 +86,7 @@ void set_threshold(Thresholds& t, std::string_view key, double value) {
     if (key == f.name) {
       if (std::isnan(value)) input_error("threshold {} is NaN", key);
       if (f.member == &Thresholds::max_abs_scaled && value != 0.0 && value != 1.0)
-        input_error("threshold max_abs_scaled is a switch: 1 (judge |d| / max(1, |r|)) or 0 (plain |d|), not {:g}",
+        input_error("threshold max_abs_scaled is a switch: 1 (judge |d| / max(1, rms(r), |r|)) or 0 (plain |d|), not {:g}",
                     value);
       t.*f.member = value;
       return;

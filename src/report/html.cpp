@@ -58,7 +58,7 @@ std::string plots(const CompareResult& r, const RunInfo& info) {
   const bool scaled = t.max_abs_scaled != 0;
   auto judged = [&](const report::StageSummary* s) { return scaled ? s->max_abs_scaled : s->max_abs; };
   report::PlotSpec mab;
-  mab.title = scaled ? "max_abs_scaled (max-abs error / max(1, |r|)) per stage, log10 scale (highest tensor of the stage)"
+  mab.title = scaled ? "max_abs_scaled (max-abs error / max(1, rms(r), |r|)) per stage, log10 scale (highest tensor of the stage)"
                      : "max-abs error per stage, log10 scale (highest tensor of the stage)";
   mab.bands = bands;
   double hi = std::log10(t.max_abs_fail), low = std::log10(t.max_abs_warn);
@@ -160,8 +160,8 @@ std::string stage_table(const CompareResult& r) {
                      badge(d.verdict), html_escape(reason));
   }
   o += "</tbody></table>\n";
-  o += "<p class=\"legend\">NaN/Inf: reference / candidate counts. max_abs_scaled = max |c-r| / max(1, |r|): the "
-       "absolute error where |r| &le; 1, the relative error above. rel_l2 = |c-r|/|r|; max_rel floors |r| at the "
+  o += "<p class=\"legend\">NaN/Inf: reference / candidate counts. max_abs_scaled = max |c-r| / max(1, rms(r), |r|): "
+       "the absolute error on tensors of order 1, else relative to the tensor's scale or the element. rel_l2 = |c-r|/|r|; max_rel floors |r| at the "
        "documented rel_floor. Integer tensors are compared exactly.</p>\n";
   return o;
 }
