@@ -129,12 +129,41 @@ Partial chunk_partial(const Tensor& ref, const Tensor& cand, std::int64_t begin,
   return p;
 }
 
-// max |d| / max(s, |r|) over the finite pairs of one chunk (the second pass, s > 1).
+// max |d| / max(s, |r|) over one chunk (the second pass, s > 1): four lanes as in
+// fast_chunk for chunks of finite values; element by element, skipping non-finite pairs,
+// for the chunks the first pass found NaN/Inf in. A maximum is exact in any order.
+template <class TR, class TC>
+__attribute__((target_clones("avx2", "default"))) double fast_scaled_max(const TR* r, const TC* c, std::int64_t n,
+                                                                         double s) {
+  v4d ms = {};
+  const v4d sv = {s, s, s, s};
+  constexpr std::int64_t no_sign = std::numeric_limits<std::int64_t>::max();
+  const v4l abs_mask = {no_sign, no_sign, no_sign, no_sign};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const v4d a = {static_cast<double>(r[i]), static_cast<double>(r[i + 1]), static_cast<double>(r[i + 2]),
+                   static_cast<double>(r[i + 3])};
+    const v4d b = {static_cast<double>(c[i]), static_cast<double>(c[i + 1]), static_cast<double>(c[i + 2]),
+                   static_cast<double>(c[i + 3])};
+    const v4d ad = (v4d)((v4l)(b - a) & abs_mask), ar = (v4d)((v4l)a & abs_mask);
+    const v4d q = ad / (ar > sv ? ar : sv);
+    ms = q > ms ? q : ms;
+  }
+  double m = 0;
+  for (int j = 0; j < kLanes; ++j) m = std::max(m, ms[j]);
+  for (; i < n; ++i) m = std::max(m, scaled_abs(std::fabs(double(c[i]) - double(r[i])), std::fabs(double(r[i])), s));
+  return m;
+}
+
 double chunk_scaled_max(const Tensor& ref, const Tensor& cand, std::int64_t begin, std::int64_t n, double s,
-                        std::vector<double>& buf_r, std::vector<double>& buf_c) {
+                        bool finite, std::vector<double>& buf_r, std::vector<double>& buf_c) {
   double m = 0;
   std::visit(
       [&](auto r, auto c) {
+        if (finite) {
+          m = fast_scaled_max(r, c, n, s);
+          return;
+        }
         for (std::int64_t i = 0; i < n; ++i) {
           const double a = static_cast<double>(r[i]), b = static_cast<double>(c[i]);
           if (std::isfinite(a) && std::isfinite(b)) m = std::max(m, scaled_abs(std::fabs(b - a), std::fabs(a), s));
@@ -214,8 +243,10 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
 #pragma omp for schedule(static)
       for (std::int64_t k = 0; k < nchunks; ++k) {
         const std::int64_t begin = k * kChunk;
+        const Partial& p = parts[static_cast<std::size_t>(k)];
+        const bool finite = p.nan_ref + p.inf_ref + p.nan_cand + p.inf_cand == 0;
         scaled[static_cast<std::size_t>(k)] =
-            chunk_scaled_max(ref, cand, begin, std::min(kChunk, n - begin), m.max_abs_scale, buf_r, buf_c);
+            chunk_scaled_max(ref, cand, begin, std::min(kChunk, n - begin), m.max_abs_scale, finite, buf_r, buf_c);
       }
     }
     t.max_abs_scaled = 0, worst_scaled_chunk = -1;
