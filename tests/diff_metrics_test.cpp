@@ -91,8 +91,17 @@ TEST(DiffMetrics, MatchesPlainComputationSmallAwkwardShape) {
   expect_matches_plain(r, c);
 }
 
+// Times a power of two (exact): the same data at rms(r) ~ 1 and ~ 5, so max_abs_scaled
+// once from the first pass and once from the second.
+void scale_both(Tensor& r, Tensor& c, double k) {
+  for (std::int64_t i = 0; i < r.numel(); ++i) r.data<double>()[i] *= k, c.data<double>()[i] *= k;
+}
+
 TEST(DiffMetrics, MatchesPlainComputationAcrossChunks) {
   auto [r, c] = random_pair({2, 65599}, 1e-2);  // several 65536-element chunks plus a tail
+  expect_matches_plain(r, c);
+  scale_both(r, c, 4.0);
+  ASSERT_GT(tensor_metrics(r, c).max_abs_scale, 3.0);
   expect_matches_plain(r, c);
 }
 
@@ -216,6 +225,18 @@ TEST(DiffMetrics, NonFiniteValues) {
   EXPECT_EQ(m.nan_cand, 2);
   EXPECT_EQ(m.inf_cand, 1);
   EXPECT_EQ(judge_tensor({.metrics = &m}, Thresholds{}).verdict, Verdict::fail);
+  // The second max_abs_scaled pass (rms(r) > 1) skips the non-finite pairs as the first does.
+  scale_both(r, c, 8.0);
+  m = tensor_metrics(r, c);
+  ASSERT_GT(m.max_abs_scale, 1.0);
+  EXPECT_TRUE(std::isfinite(m.max_abs_scaled));
+  double expect = 0;
+  for (std::int64_t i = 0; i < r.numel(); ++i) {
+    const double a = r.data<double>()[i], b = c.data<double>()[i];
+    if (std::isfinite(a) && std::isfinite(b))
+      expect = std::max(expect, std::fabs(b - a) / std::max(m.max_abs_scale, std::fabs(a)));
+  }
+  EXPECT_EQ(m.max_abs_scaled, expect);
   // A NaN in an f32 candidate, too (the fast kernel must notice it).
   auto [r32, c32] = random_pair({70000}, 1e-4, DType::f32);
   c32.data<float>()[69999] = std::numeric_limits<float>::quiet_NaN();
@@ -231,18 +252,23 @@ TEST(DiffMetrics, ShapeMismatchIsAnInputError) {
 // Bit-identical results for 1, 2 and 3 threads.
 TEST(DiffMetrics, ThreadCountIndependence) {
   auto [r, c] = random_pair({5, 65537}, 1e-3, DType::f32);
+  auto [r5, c5] = random_pair({5, 65537}, 1e-3);
+  scale_both(r5, c5, 4.0);  // rms(r) ~ 4: the second max_abs_scaled pass
   auto [lr, lc] = random_pair({2, 9, 301}, 0.3);
   const int saved = omp_get_max_threads();
-  std::vector<TensorMetrics> ms;
+  std::vector<TensorMetrics> ms, ms5;
   std::vector<LogitsMetrics> ls;
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
     ms.push_back(tensor_metrics(r, c));
+    ms5.push_back(tensor_metrics(r5, c5));
     ls.push_back(logits_metrics(lr, lc));
   }
   omp_set_num_threads(saved);
+  ASSERT_GT(ms5[0].max_abs_scale, 1.0);
   for (std::size_t i = 1; i < ms.size(); ++i) {
     EXPECT_EQ(std::memcmp(&ms[0], &ms[i], sizeof(TensorMetrics)), 0) << "threads " << i + 1;
+    EXPECT_EQ(std::memcmp(&ms5[0], &ms5[i], sizeof(TensorMetrics)), 0) << "rms 4, threads " << i + 1;
     EXPECT_EQ(ls[0].kl_mean, ls[i].kl_mean);
     EXPECT_EQ(ls[0].kl_p99, ls[i].kl_p99);
     EXPECT_EQ(ls[0].kl_max, ls[i].kl_max);

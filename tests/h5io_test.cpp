@@ -227,20 +227,20 @@ TEST_F(H5io, AbandonedUpdateLeavesFileUntouched) {
 }
 
 // A full disk: HDF5 1.10 crashes inside H5Ocopy when a copy meets ENOSPC, so the writer
-// checks the free space first and fails with one line, leaving the file as it was and no
-// temporary file. Needs a small filesystem: a 24 MiB tmpfs (skipped where mounting is not
-// allowed).
+// checks the free space before each copy and each new dataset and fails with one line,
+// leaving the file as it was and no temporary file. Needs a small filesystem: a 40 MiB tmpfs
+// (skipped where mounting is not allowed).
 TEST_F(H5io, FullDiskFailsCleanlyAndLeavesTheFileAlone) {
   const fs::path mnt = dir_ / "small";
   fs::create_directories(mnt);
-  if (run("mount -t tmpfs -o size=24M tmpfs " + mnt.string() + " 2>/dev/null") != 0)
+  if (run("mount -t tmpfs -o size=40M tmpfs " + mnt.string() + " 2>/dev/null") != 0)
     GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   struct Unmount {
     fs::path p;
     ~Unmount() { run("umount " + p.string()); }
   } unmount{mnt};
-  // 6 MiB that deflate cannot shrink.
-  Tensor big(DType::f64, {786432});
+  // 12 MiB that deflate cannot shrink.
+  Tensor big(DType::f64, {1572864});
   std::uint64_t h = 88172645463325252ull;
   for (std::int64_t i = 0; i < big.numel(); ++i) {
     h ^= h << 13, h ^= h >> 7, h ^= h << 17;
@@ -253,28 +253,34 @@ TEST_F(H5io, FullDiskFailsCleanlyAndLeavesTheFileAlone) {
     w.write("/reference/x", big);
     w.commit();
   }
-  const std::string before = slurp(f);
-  // Rewriting the case needs another 6 MiB (plus the margin) next to the 6 it holds.
-  const std::string e = read_error([&] {
+  // What `tdiff run` does: new data first, the 12 MiB /reference copied at commit. With 28
+  // MiB free it fits.
+  auto record_run = [&](const std::string& id) {
     H5Writer w(f, f);
-    w.set_attr("/env/r1", "backend", "emu");
+    w.write("/runs/" + id + "/y", sample(DType::f32, {16}));
+    w.set_attr("/env/" + id, "backend", "emu");
     w.commit();
-  });
+  };
+  record_run("r1");
+  EXPECT_TRUE(h5_exists(f, "/runs/r1/y"));
+  // 17 MiB of something else: about 11 MiB left, less than the copy needs.
+  std::ofstream((mnt / "filler").string(), std::ios::binary) << std::string(17u << 20, 'x');
+  const std::string before = slurp(f);
+  const std::string e = read_error([&] { record_run("r2"); });
   EXPECT_NE(e.find(f), std::string::npos) << e;
-  EXPECT_NE(e.find("not enough free disk space"), std::string::npos) << e;
+  EXPECT_NE(e.find("not enough free disk space to rewrite the case file"), std::string::npos) << e;
   EXPECT_EQ(slurp(f), before);
   // So does a new tensor that does not fit.
   const std::string e2 = read_error([&] {
     H5Writer w((mnt / "other.h5").string());
     w.write("/a", big);
-    w.write("/b", big);
-    w.write("/c", big);
     w.commit();
   });
   EXPECT_NE(e2.find("not enough free disk space to write the new data"), std::string::npos) << e2;
   std::vector<std::string> left;
   for (const auto& entry : fs::directory_iterator(mnt)) left.push_back(entry.path().filename().string());
-  EXPECT_EQ(left, std::vector<std::string>{"case.h5"});
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"case.h5", "filler"}));
 }
 
 TEST_F(H5io, UpdateKeepsWhatItDoesNotTouch) {

@@ -258,6 +258,22 @@ std::vector<std::string> child_names(hid_t group) {
   return names;
 }
 
+// Bytes the datasets under `name` (relative to loc) occupy in their file: what copying the
+// object into another file writes, give or take its headers.
+std::uintmax_t storage_bytes(hid_t loc, const char* name) {
+  Hid obj(H5Oopen(loc, name, H5P_DEFAULT));
+  if (!obj.ok()) return 0;
+  switch (H5Iget_type(obj.get())) {
+    case H5I_DATASET: return H5Dget_storage_size(obj.get());
+    case H5I_GROUP: {
+      std::uintmax_t sum = 0;
+      for (const auto& child : child_names(obj.get())) sum += storage_bytes(obj.get(), child.c_str());
+      return sum;
+    }
+    default: return 0;
+  }
+}
+
 void collect_datasets(hid_t group, const std::string& prefix, std::vector<std::string>& out) {
   for (const auto& name : child_names(group)) {
     Hid o(H5Oopen(group, name.c_str(), H5P_DEFAULT));
@@ -460,9 +476,10 @@ struct H5Writer::Impl {
 
   // An InputError unless the folder of the temporary file has `bytes` free (plus a margin for
   // HDF5's metadata). HDF5 1.10 does not always fail cleanly when a write meets a full disk
-  // (H5Ocopy crashes), so the writer checks before each large write instead.
+  // (H5Ocopy crashes), so the writer checks before each copy of a top-level object (its
+  // datasets' stored bytes) and each new dataset (its uncompressed bytes: an upper bound).
   void ensure_space(std::uintmax_t bytes, const char* what) const {
-    constexpr std::uintmax_t kMargin = 16u << 20;
+    constexpr std::uintmax_t kMargin = 4u << 20;
     std::error_code ec;
     const fs::space_info sp = fs::space(fs::absolute(tmp, ec).parent_path(), ec);
     if (ec || sp.available >= bytes + kMargin) return;
@@ -475,10 +492,7 @@ struct H5Writer::Impl {
   // pass elements of `pending`, which the erase would free.
   void materialize(std::string top) {
     if (!pending.erase(top)) return;
-    // The rest of the copy needs at most what the source holds beyond what is written.
-    std::error_code ec;
-    const std::uintmax_t have = fs::file_size(tmp, ec), whole = fs::file_size(source, ec);
-    if (!ec) ensure_space(whole > have ? whole - have : 0, "rewrite the case file");
+    ensure_space(storage_bytes(src.get(), top.c_str()), "rewrite the case file");
     if (H5Ocopy(src.get(), top.c_str(), file.get(), top.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
       input_error("{}: cannot copy '/{}' from {} ({})", path, top, source, h5_detail());
   }

@@ -4,7 +4,8 @@
 //   holding already-quantized operands (quantize_* below). The sum runs over K in blocks of
 //   32 (one LDS tile step; emu::kKBlock), products summed sequentially inside a block in the
 //   accumulator format (fused multiply-adds in an SGEMM: float32 operands and accumulator),
-//   block partials added in order. Fixed reduction: y = round_out(total).
+//   block partials added in order (the vector-ALU kernel; the matrix-core kernels below differ).
+//   Fixed reduction: y = round_out(total).
 //   Atomic reduction (split-K): K cut into 4 ranges of whole 8-deep MFMA steps, each range's
 //   partial rounded to `out` and atomically added (CAS, rounded to `out` per add) into y,
 //   which the launcher zeroes first (unless told the caller did); the order is whatever order the workgroups arrive in.
@@ -14,8 +15,9 @@
 // runs over the whole K in 16-deep matrix products, as a real port's MFMA / tensor-core
 // chains do, in a fixed order (so runs repeat bit for bit); the hardware's summation order
 // inside a 16-deep product and the absence of emu's 32-deep block partials make the result
-// differ from emu's by a few float ulps of Σ|x·w| (and then by one ulp of the output format
-// where the sum lies next to a rounding boundary). With both operands as 16-bit patterns
+// differ from emu's by float roundings of Σ|x·w|, at most about 2(K/16 + 2) float ulps of it
+// (the tests' bound), and then by one ulp of the output format where the sum lies next to a
+// rounding boundary. With both operands as 16-bit patterns
 // and every row a whole number of 16-byte chunks, the pipelined kernel copies them into LDS
 // asynchronously, several blocks ahead; its bits equal the register-staged kernel's.
 // Grouped form (blockIdx.z = group g): x/w/y offset by g·{x,w,y}_stride elements; with a

@@ -187,8 +187,9 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a, bool vec4) {
 // (Keeping emu's 32-deep block partials cost a zeroing and an add per accumulator and block:
 // with them the wavefronts issued more bookkeeping than matrix products.) 64 k are staged
 // per LDS step, the next 64 fetched into registers meanwhile.
-// Operands are converted to 16-bit patterns on their way to LDS (exactly: they are already
-// rounded to the format), four at a time where rows are 16-byte aligned.
+// float32 operands are converted to 16-bit patterns on their way to LDS (exactly: they are
+// already rounded to the format), 16-bit patterns copied as they are; four at a time where
+// rows are 16-byte aligned.
 constexpr int kMmaBN = 128;
 constexpr int kMmaStage = 2 * kKTile;  // k per LDS stage: two of emu's blocks between barriers
 constexpr int kMmaLd = kMmaStage + 8;  // LDS row stride in 16-bit elements (a multiple of 8)
@@ -336,13 +337,13 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
 }
 
 // The pipelined matrix-core kernel: both operands as 16-bit patterns, copied into LDS by
-// asynchronous 16-byte copies kPipeStages - 1 blocks ahead of the products, so that the
+// asynchronous 16-byte copies kPipeStages - 1 blocks ahead of the products (vendor.h), so that the
 // loads of later blocks overlap this block's matrix products and one barrier per 32-deep
 // block remains. Otherwise the same arithmetic as gemm_mma_kernel, product for product (the
 // same bits): BM x 128 tiles, 2 x (waves/2) wavefront sub-tiles, 16-deep products in k
 // order. Needs K, the row strides and group strides in whole 16-byte chunks (8 elements)
 // and 16-byte aligned bases; chunks outside the rows or K are zero-filled.
-constexpr int kPipeStages = 4;
+constexpr int kPipeStages = async::kStages;  // LDS stages: 4 on NVIDIA (84 KB at BM = 128), 2 on AMD
 constexpr int kPipeLd = kKTile + 8;  // 80-byte LDS rows: the 8 rows of a 16-byte-per-lane
                                      // fragment load fall into 8 different groups of 4 banks
 
@@ -360,6 +361,7 @@ __global__ void TDIFF_LAUNCH_BOUNDS(kThreads, BM >= 128 ? 2 : 4) gemm_mma_pipe_k
   constexpr int kStage = (BM + kMmaBN) * kPipeLd;  // elements per stage: x rows, then w rows
   constexpr int kChunks = kKTile / 8;              // 16-byte chunks per row and block
   static_assert(kWaves >= 2 && kTilesM >= 1 && kTilesN >= 1, "two rows of wavefronts");
+  static_assert(kPipeStages >= 2, "a stage read while the next is written");
   static_assert(kWaves * 16 * 16 * sizeof(float) <= kStage * 2, "the output tiles fit in stage 0");
   // Stage s at lds + s * kStage (every stage a multiple of 32 bytes: wmma's tile alignment);
   // the row tables after the stages.
@@ -489,10 +491,10 @@ bool float4_rows(const Args& a) {
          aligned16(a.w16 ? static_cast<const void*>(a.w16) : a.w);
 }
 
-// Whether the pipelined kernel applies: 16-bit patterns on both sides, every row and group
-// in whole 16-byte chunks.
+// Whether the pipelined kernel applies: copies that overlap the products (NVIDIA), 16-bit
+// patterns on both sides, every row and group in whole 16-byte chunks.
 bool pipe_rows(const Args& a) {
-  return a.x16 && a.w16 && a.ldx % 8 == 0 && a.K % 8 == 0 && a.x_stride % 8 == 0 && a.w_stride % 8 == 0 &&
+  return async::kOverlaps && a.x16 && a.w16 && a.ldx % 8 == 0 && a.K % 8 == 0 && a.x_stride % 8 == 0 && a.w_stride % 8 == 0 &&
          aligned16(a.x16) && aligned16(a.w16);
 }
 
@@ -500,9 +502,12 @@ template <bool kBf16, int BM>
 void launch_pipe(const Args& a, std::int64_t groups, hipStream_t stream) {
   constexpr std::size_t lds = pipe_lds_bytes<BM>();
   const auto kernel = gemm_mma_pipe_kernel<kBf16, BM>;
-  if (lds > 48 * 1024 && hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                             hipFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(lds)) != hipSuccess)
-    check_kernel("gemm: LDS opt-in");
+  static const bool opted_in = [&] {  // once per kernel and process
+    return lds <= 48 * 1024 || hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                                   hipFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(lds)) == hipSuccess;
+  }();
+  if (!opted_in) check_kernel("gemm: LDS opt-in");
   const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, BM), static_cast<unsigned>(groups));
   kernel<<<grid, kThreads, lds, stream>>>(a);
 }

@@ -184,8 +184,15 @@ __device__ inline std::uint16_t bits16(float v, bool bf16) {
 // NVIDIA: cp.async (sm_80+), so the loads of later stages overlap this stage's products.
 // AMD: plain 16-byte loads and stores (gfx90a has no asynchronous 16-byte copy into LDS),
 // complete when copy16 returns.
+//   kOverlaps                whether the copies overlap the work issued after them (false
+//                            on AMD: a kernel staging through registers hides more there)
+//   kStages                  LDS stages a copy pipeline should cycle through: 4 on NVIDIA
+//                            (3 blocks in flight); 2 on AMD, whose copies complete at once
+//                            (and whose 64 KiB of LDS per workgroup would not hold 4)
 namespace tdiff::hip::async {
 #if defined(TDIFF_HIP_NVIDIA)
+inline constexpr bool kOverlaps = true;
+inline constexpr int kStages = 4;
 __device__ inline void copy16(void* lds, const void* src, bool valid) {
   const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(lds));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
@@ -196,6 +203,8 @@ __device__ inline void wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 #else
+inline constexpr bool kOverlaps = false;
+inline constexpr int kStages = 2;
 __device__ inline void copy16(void* lds, const void* src, bool valid) {
   *static_cast<uint4*>(lds) = valid ? *static_cast<const uint4*>(src) : make_uint4(0u, 0u, 0u, 0u);
 }
