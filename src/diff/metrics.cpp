@@ -38,7 +38,7 @@ __attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, c
                                                                   double floor, Partial& p) {
   v4d rr = {}, cc = {}, rc = {}, dd = {}, ma = {}, mr = {}, mq = {}, ms = {};
   v4l nd = {};
-  const v4d fl = {floor, floor, floor, floor}, one = {1.0, 1.0, 1.0, 1.0};
+  const v4d fl = {floor, floor, floor, floor};
   constexpr std::int64_t no_sign = std::numeric_limits<std::int64_t>::max();
   const v4l abs_mask = {no_sign, no_sign, no_sign, no_sign};
   std::int64_t i = 0;
@@ -58,7 +58,9 @@ __attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, c
     mr = ar > mr ? ar : mr;
     const v4d q = ad / (ar > fl ? ar : fl);
     mq = q > mq ? q : mq;
-    const v4d s = ad / (ar > one ? ar : one);
+    // ad / max(1, ar) without a second division: min(ad, q) is q = ad / ar where ar >= 1 (the
+    // floor being <= 1) and ad below, exactly (the caller takes the careful path otherwise).
+    const v4d s = ad < q ? ad : q;
     ms = s > ms ? s : ms;
     nd -= d != 0.0;  // a true comparison is -1
   }
@@ -123,7 +125,8 @@ Partial chunk_partial(const Tensor& ref, const Tensor& cand, std::int64_t begin,
   Partial p;
   std::visit(
       [&](auto r, auto c) {
-        if (!fast_chunk(r, c, n, floor, p)) careful_chunk(r, c, n, floor, p);
+        // The fast kernel shares max_rel's division with max_abs_scaled, which needs floor <= 1.
+        if (floor > 1.0 || !fast_chunk(r, c, n, floor, p)) careful_chunk(r, c, n, floor, p);
       },
       chunk_elems(ref, begin, n, buf_r), chunk_elems(cand, begin, n, buf_c));
   return p;
