@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
   for (std::int64_t i = 0; i < n; ++i) r[i] *= 8.0f, c[i] *= 8.0f;
   const double t_scaled = best_seconds(reps, [&] { m = tdiff::tensor_metrics(tr, tc); });
   const double gbps_scaled = total / t_scaled / 1e9;
-  fmt::print("tdiff metrics, rms(r) > 1 (second max_abs_scaled pass) {:7.2f} GB/s  ({:.3f} s)   {:.0f}% of stream read\n",
-             gbps_scaled, t_scaled, 100 * gbps_scaled / bw);
+  fmt::print("tdiff metrics, rms(r) > 1 (second max_abs_scaled pass) {:7.2f} GB/s  ({:.3f} s)   "
+             "{:.0f}% of stream read\n", gbps_scaled, t_scaled, 100 * gbps_scaled / bw);
   fmt::print("RESULT stream_gbps={:.3f} metrics_gbps={:.3f} metrics_s={:.4f} metrics_scaled_gbps={:.3f}\n", bw, gbps,
              t_metrics, gbps_scaled);
   return 0;

@@ -90,8 +90,10 @@ int main(int argc, char** argv) {
             const auto e = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(sh.experts));
             if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
           }
-          for (std::int64_t k = 0; k < sh.picks; ++k)
-            per[static_cast<std::size_t>(picked[static_cast<std::size_t>(k)])].push_back(static_cast<std::int32_t>(t * sh.picks + k));
+          for (std::int64_t k = 0; k < sh.picks; ++k) {
+            const auto e = static_cast<std::size_t>(picked[static_cast<std::size_t>(k)]);
+            per[e].push_back(static_cast<std::int32_t>(t * sh.picks + k));
+          }
         }
         std::vector<std::int32_t> rows, starts{0};
         max_rows = 0;
@@ -115,8 +117,8 @@ int main(int argc, char** argv) {
       const Variant variants[] = {
           {"matrix cores, pipelined (16-bit x, w)", hip::GemmInput(d_x16.as<std::uint16_t>()),
            hip::GemmWeight(d_w16.as<std::uint16_t>()), true},
-          {"matrix cores, float32 x, 16-bit w", hip::GemmInput(d_x.as<float>()), hip::GemmWeight(d_w16.as<std::uint16_t>()),
-           true},
+          {"matrix cores, float32 x, 16-bit w", hip::GemmInput(d_x.as<float>()),
+           hip::GemmWeight(d_w16.as<std::uint16_t>()), true},
           {"vector ALU (emu's bits)", hip::GemmInput(d_x.as<float>()), hip::GemmWeight(d_w.as<float>()), false},
       };
       for (const Variant& v : variants) {
