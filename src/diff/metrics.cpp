@@ -30,6 +30,18 @@ struct Partial {
 // |d| / max(s, |r|): written once, so that the argmax rescan divides exactly as the kernels do.
 inline double scaled_abs(double abs_d, double abs_r, double s = 1.0) { return abs_d / std::max(s, abs_r); }
 
+// Four consecutive elements of r and c widened to double (built element by element: the
+// compiler turns this into one widening load each), and |v| by clearing the sign bits.
+// Always inlined, so each target clone of the kernels below compiles them for its own
+// instruction set; results through references, as a vector return would change the ABI.
+template <class TR, class TC>
+__attribute__((always_inline)) inline void widen4(const TR* r, const TC* c, v4d& a, v4d& b) {
+  a = v4d{static_cast<double>(r[0]), static_cast<double>(r[1]), static_cast<double>(r[2]), static_cast<double>(r[3])};
+  b = v4d{static_cast<double>(c[0]), static_cast<double>(c[1]), static_cast<double>(c[2]), static_cast<double>(c[3])};
+}
+constexpr std::int64_t kNoSign = std::numeric_limits<std::int64_t>::max();
+#define TDIFF_ABS4(v) ((v4d)((v4l)(v) & v4l{kNoSign, kNoSign, kNoSign, kNoSign}))
+
 // Branch-free kernel for chunks without NaN/Inf. Returns false when a non-finite value was
 // seen (its squares then poison rr or cc), and the caller redoes the chunk carefully.
 // Cloned for AVX2 where the CPU has it; no FMA, so both clones round identically.
@@ -39,17 +51,12 @@ __attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, c
   v4d rr = {}, cc = {}, rc = {}, dd = {}, ma = {}, mr = {}, mq = {}, ms = {};
   v4l nd = {};
   const v4d fl = {floor, floor, floor, floor};
-  constexpr std::int64_t no_sign = std::numeric_limits<std::int64_t>::max();
-  const v4l abs_mask = {no_sign, no_sign, no_sign, no_sign};
   std::int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    // Built element by element: the compiler turns this into one widening load.
-    const v4d a = {static_cast<double>(r[i]), static_cast<double>(r[i + 1]), static_cast<double>(r[i + 2]),
-                   static_cast<double>(r[i + 3])};
-    const v4d b = {static_cast<double>(c[i]), static_cast<double>(c[i + 1]), static_cast<double>(c[i + 2]),
-                   static_cast<double>(c[i + 3])};
+    v4d a, b;
+    widen4(r + i, c + i, a, b);
     const v4d d = b - a;
-    const v4d ad = (v4d)((v4l)d & abs_mask), ar = (v4d)((v4l)a & abs_mask);  // clear the sign bits
+    const v4d ad = TDIFF_ABS4(d), ar = TDIFF_ABS4(a);
     rr += a * a;
     cc += b * b;
     rc += a * b;
@@ -140,15 +147,11 @@ __attribute__((target_clones("avx2", "default"))) double fast_scaled_max(const T
                                                                          double s) {
   v4d ms = {};
   const v4d sv = {s, s, s, s};
-  constexpr std::int64_t no_sign = std::numeric_limits<std::int64_t>::max();
-  const v4l abs_mask = {no_sign, no_sign, no_sign, no_sign};
   std::int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    const v4d a = {static_cast<double>(r[i]), static_cast<double>(r[i + 1]), static_cast<double>(r[i + 2]),
-                   static_cast<double>(r[i + 3])};
-    const v4d b = {static_cast<double>(c[i]), static_cast<double>(c[i + 1]), static_cast<double>(c[i + 2]),
-                   static_cast<double>(c[i + 3])};
-    const v4d ad = (v4d)((v4l)(b - a) & abs_mask), ar = (v4d)((v4l)a & abs_mask);
+    v4d a, b;
+    widen4(r + i, c + i, a, b);
+    const v4d ad = TDIFF_ABS4(b - a), ar = TDIFF_ABS4(a);
     const v4d q = ad / (ar > sv ? ar : sv);
     ms = q > ms ? q : ms;
   }
@@ -157,6 +160,8 @@ __attribute__((target_clones("avx2", "default"))) double fast_scaled_max(const T
   for (; i < n; ++i) m = std::max(m, scaled_abs(std::fabs(double(c[i]) - double(r[i])), std::fabs(double(r[i])), s));
   return m;
 }
+
+#undef TDIFF_ABS4
 
 double chunk_scaled_max(const Tensor& ref, const Tensor& cand, std::int64_t begin, std::int64_t n, double s,
                         bool finite, std::vector<double>& buf_r, std::vector<double>& buf_c) {
