@@ -143,6 +143,51 @@ TEST_F(SynthTest, TensorValuesDoNotDependOnOtherTensors) {
   EXPECT_EQ(b.metadata().at("format"), "pt");
 }
 
+TEST_F(SynthTest, Bf16ModelIsTheF32ModelRoundedWithTheReleaseF32TensorsKept) {
+  // --dtype bf16: every *.weight and the routed experts in BF16, each value the f32 twin's
+  // rounded to nearest even; the HC parameters, sinks, position and routing biases in F32,
+  // equal to the twin's; tid2eid unchanged. Over 2^24 elements (a blocked tensor) included.
+  ModelConfig c = synth_preset("tiny");
+  c.vocab_size = 270000;
+  c.truncate_layers(2);  // layer 0 hash-routed (tid2eid), layer 1 top-k (routing bias)
+  SynthOptions bf;
+  bf.dtype = DType::bf16;
+  write_synth_model(c, 4, path("f32"));
+  write_synth_model(c, 4, path("bf16"), {}, bf);
+  SafetensorsFile a(path("f32/model.safetensors")), b(path("bf16/model.safetensors"));
+  std::set<std::string> kept_f32;
+  std::int64_t rounded = 0, changed = 0;
+  for (const auto& [name, spec] : expected_weights(c)) {
+    const Tensor ta = a.tensor(name), tb = b.tensor(name);
+    const DType want = synth_storage(name, spec, DType::bf16);
+    ASSERT_EQ(b.info(name).dtype, want) << name;
+    if (want != DType::bf16) {
+      if (want == DType::f32) kept_f32.insert(name.substr(name.rfind('.') + 1));
+      EXPECT_EQ(std::memcmp(ta.raw(), tb.raw(), ta.nbytes()), 0) << name;
+      continue;
+    }
+    const auto* f = reinterpret_cast<const float*>(ta.raw());
+    const auto* h = reinterpret_cast<const std::uint16_t*>(tb.raw());
+    for (std::int64_t i = 0; i < ta.numel(); ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, &f[i], 4);
+      const auto want_bits = static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+      if (h[i] != want_bits) FAIL() << name << "[" << i << "]";
+      ++rounded;
+      changed += (u & 0xffffu) != 0;
+    }
+    const Tensor tw = synth_weight(c, name, spec, 4, bf);  // the streamed file equals synth_weight
+    EXPECT_EQ(std::memcmp(tw.raw(), tb.raw(), tb.nbytes()), 0) << name;
+  }
+  EXPECT_EQ(kept_f32, (std::set<std::string>{"hc_fn", "hc_base", "hc_scale", "fn", "base", "scale", "sinks",
+                                              "position_bias", "e_score_correction_bias"}));
+  EXPECT_GT(changed, rounded / 2) << "the f32 draws should need rounding";
+  // Half the float bytes; tid2eid (int64, 4 MB of this 146 MB model) stays.
+  EXPECT_LT(fs::file_size(path("bf16/model.safetensors")), fs::file_size(path("f32/model.safetensors")) * 52 / 100);
+  WeightStore ws(path("bf16"), c);  // loads, and the reference reads bf16 exactly
+  EXPECT_EQ(ws.f64("lm_head.weight").value(7), static_cast<double>(b.tensor("lm_head.weight").value(7)));
+}
+
 TEST_F(SynthTest, LargeTensorsAreDrawnInParallelBlocksWithTheSameBytes) {
   // A vocabulary of 270000 x 64 gives an embedding of 17.3M elements: above the 2^24-element
   // block size, so it is drawn in two independent blocks on two threads. The bytes must not

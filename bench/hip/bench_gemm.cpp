@@ -1,7 +1,8 @@
 // bench_gemm (device): the hip GEMM kernels on v4-flash-dims shapes, side by side in one
 // process: the pipelined matrix-core kernel (both operands as 16-bit patterns: what the
 // backend runs), the register-staged matrix-core kernel (float32 activations), and the
-// vector ALU (emu's bits). Prints the median of --runs launches per kernel and shape, with
+// vector ALU (emu's bits); the pipelined kernel also with each tile height (32, 64, 128
+// rows; the first line is the height the shape gets by default). Prints the median of --runs launches per kernel and shape, with
 // TFLOPS and the weight bytes read per second. Usage: bench_gemm [--runs N].
 #include <algorithm>
 #include <cstdint>
@@ -113,17 +114,24 @@ int main(int argc, char** argv) {
         hip::GemmInput x;
         hip::GemmWeight w;
         bool matrix_cores;
+        int tile_rows = 0;
       };
+      const hip::GemmInput x16(d_x16.as<std::uint16_t>());
+      const hip::GemmWeight w16(d_w16.as<std::uint16_t>());
       const Variant variants[] = {
-          {"matrix cores, pipelined (16-bit x, w)", hip::GemmInput(d_x16.as<std::uint16_t>()),
-           hip::GemmWeight(d_w16.as<std::uint16_t>()), true},
+          {"matrix cores, pipelined (16-bit x, w)", x16, w16, true},
+          {"  the same, 32-row tiles", x16, w16, true, 32},
+          {"  the same, 64-row tiles", x16, w16, true, 64},
+          {"  the same, 128-row tiles", x16, w16, true, 128},
           {"matrix cores, float32 x, 16-bit w", hip::GemmInput(d_x.as<float>()),
            hip::GemmWeight(d_w16.as<std::uint16_t>()), true},
           {"vector ALU (emu's bits)", hip::GemmInput(d_x.as<float>()), hip::GemmWeight(d_w.as<float>()), false},
       };
       for (const Variant& v : variants) {
         const hip::GemmSpec spec{Fmt::bf16, Fmt::f32, Fmt::bf16, false, v.matrix_cores};
-        auto launch = [&] { hip::gemm(v.x, sh.K, v.w, d_y.as<float>(), sh.O, max_rows, sh.K, sh.O, spec, s, g); };
+        hip::GemmGroups gv = g;
+        gv.tile_rows = v.tile_rows;
+        auto launch = [&] { hip::gemm(v.x, sh.K, v.w, d_y.as<float>(), sh.O, max_rows, sh.K, sh.O, spec, s, gv); };
         launch();  // warm-up
         std::vector<float> ms;
         for (int r = 0; r < runs; ++r) {

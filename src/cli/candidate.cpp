@@ -23,8 +23,9 @@ void CandidateOptions::add_to(CLI::App* cmd) {
 
 void add_hip_gemm_option(CLI::App* cmd, std::string& hip_gemm) {
   cmd->add_option("--hip-gemm", hip_gemm,
-                  "hip: where 16-bit GEMMs run: matrix (matrix cores: MFMA / tensor cores, the hardware's summation "
-                  "order inside a 16-deep product) or vector (vector ALU, emu's sums bit for bit)")
+                  "hip: where 16-bit GEMMs and attention's products run: matrix (matrix cores: MFMA / tensor "
+                  "cores, the hardware's summation order inside a 16-deep product) or vector (vector ALU, emu's sums "
+                  "bit for bit)")
       ->check(CLI::IsMember({"matrix", "vector"}))
       ->capture_default_str();
 }

@@ -24,6 +24,7 @@ struct SynthOptions {
   bool layers_given = false;
   std::uint64_t seed = 0;
   bool outliers = false;
+  std::string dtype = "f32";
   std::string out;
 };
 
@@ -39,6 +40,7 @@ void run_synth(const SynthOptions& o) {
   int last_pct = -1;
   tdiff::SynthOptions so;
   so.outliers = o.outliers;
+  so.dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
   write_synth_model(
       c, o.seed, o.out,
       [&](std::uint64_t done, std::uint64_t total) {
@@ -49,7 +51,8 @@ void run_synth(const SynthOptions& o) {
         if (done == total) fmt::print(stderr, "\n");
       },
       so);
-  fmt::print("wrote {} ({} layers, {} parameters, seed {})\n", o.out, c.num_hidden_layers, params, o.seed);
+  fmt::print("wrote {} ({} layers, {} parameters, {} weights, seed {})\n", o.out, c.num_hidden_layers, params, o.dtype,
+             o.seed);
   if (o.outliers) {
     const SynthOutliers out = synth_outliers(c, o.seed);
     std::vector<std::string> mags;
@@ -73,13 +76,18 @@ void setup_synth(CLI::App& app) {
   sub->add_flag("--outliers", opt->outliers,
                 "massive activations: a few token ids carry values of 100-1000 in a few fixed channels, as real "
                 "checkpoints do (README: tdiff synth)");
+  sub->add_option("--dtype", opt->dtype,
+                  "f32: every weight float32; bf16: as a bf16 checkpoint, the weights the release keeps in "
+                  "BF16/FP8/FP4 rounded to bf16, the HC parameters, sinks and biases float32 (half the bytes)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("-o,--out", opt->out, "output folder (created, or replaced if it holds only a model)")->required();
   sub->footer(
-      "The weights are float32 (tid2eid int64), named as transformers' DeepseekV4ForCausalLM expects.\n"
+      "The weights are float32 or bf16 (--dtype; tid2eid int64), named as transformers' DeepseekV4ForCausalLM expects.\n"
       "Examples:\n"
       "  tdiff synth --preset tiny --seed 1 -o models/tiny\n"
       "  tdiff synth --preset tiny --outliers --seed 1 -o models/tiny-outliers   (ids and channels printed)\n"
       "  tdiff synth --preset v4-flash-dims --layers 1 --seed 7 -o models/flash1   (about 27 GB a layer)\n"
+      "  tdiff synth --preset v4-flash-dims --layers 2 --dtype bf16 --seed 7 -o models/flash2   (about 13 GB a layer)\n"
       "  tdiff synth --config path/to/config.json --seed 3 -o models/custom\n");
   sub->callback([opt, layers] {
     opt->layers_given = layers->count() > 0;

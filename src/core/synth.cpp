@@ -202,12 +202,13 @@ class WeightGen {
             const SynthOptions& opt)
       : init_(init_for(c, name, spec)), rng_(seed, name), experts_(c.n_routed_experts),
         row_(spec.shape.empty() ? 1 : spec.shape.back()), std_(portable_std(init_.std)),
-        blocked_(init_.kind == Init::normal && shape_numel(spec.shape) > kBlock), seed_(seed), name_(name) {
+        blocked_(init_.kind == Init::normal && shape_numel(spec.shape) > kBlock), seed_(seed), name_(name),
+        dtype_(synth_storage(name, spec, opt.dtype)) {
     if (init_.kind == Init::tid2eid && row_ > experts_)
       throw std::logic_error("synth: tid2eid row wider than the expert count");
     if (opt.outliers && name == "model.embed_tokens.weight") outliers_ = synth_outliers(c, seed);
   }
-  DType dtype() const { return init_.kind == Init::tid2eid ? DType::i64 : DType::f32; }
+  DType dtype() const { return dtype_; }
   // Elements per indivisible group (a tid2eid row).
   std::int64_t group() const { return init_.kind == Init::tid2eid ? row_ : 1; }
 
@@ -218,7 +219,7 @@ class WeightGen {
     std::vector<float> v(static_cast<std::size_t>(n));
     for (auto& x : v) x = static_cast<float>(std::max(init_.floor, init_.mean + std_ * rng.normal()));
     place_outliers(v, b * kBlock);
-    std::memcpy(out, v.data(), static_cast<std::size_t>(n) * 4);
+    store(v, out);
   }
 
   void fill(std::byte* out, std::int64_t n) {
@@ -238,18 +239,34 @@ class WeightGen {
       return;
     }
     if (blocked_) {  // from a block boundary on (synth_weight asks for the whole tensor)
+      const auto es = static_cast<std::int64_t>(dtype_size(dtype_));
       for (std::int64_t done = 0; done < n; done += kBlock, pos_ += kBlock)
-        fill_block(pos_ / kBlock, out + done * 4, std::min(kBlock, n - done));
+        fill_block(pos_ / kBlock, out + done * es, std::min(kBlock, n - done));
       return;
     }
     std::vector<float> v(static_cast<std::size_t>(n));
     for (auto& x : v) x = static_cast<float>(std::max(init_.floor, init_.mean + std_ * rng_.normal()));
     place_outliers(v, pos_);
-    std::memcpy(out, v.data(), static_cast<std::size_t>(n) * 4);
+    store(v, out);
     pos_ += n;
   }
 
  private:
+  // The values in the storage dtype: float32 as drawn, or their bf16 bit patterns.
+  void store(const std::vector<float>& v, std::byte* out) const {
+    if (dtype_ == DType::f32) {
+      std::memcpy(out, v.data(), v.size() * 4);
+      return;
+    }
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      std::uint32_t u;
+      const float r = round_to_bf16(v[i]);
+      std::memcpy(&u, &r, 4);
+      const auto hi = static_cast<std::uint16_t>(u >> 16);
+      std::memcpy(out + 2 * i, &hi, 2);
+    }
+  }
+
   // Embedding rows of the outlier token ids: the outlier channels take their massive values
   // (the random draws stay consumed, so every other value is as without --outliers).
   void place_outliers(std::vector<float>& v, std::int64_t pos) const {
@@ -281,6 +298,7 @@ class WeightGen {
   bool blocked_;
   std::uint64_t seed_;
   std::string name_;
+  DType dtype_;
   SynthOutliers outliers_;  // empty unless --outliers and this is the embedding
   std::int64_t pos_ = 0;    // elements produced so far
 };
@@ -335,8 +353,9 @@ void write_model_file(const ModelConfig& c, std::uint64_t seed, const fs::path& 
   json header = json::object();
   std::uint64_t offset = 0;
   for (const auto& [name, spec] : specs) {
-    const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(spec.shape)) * (spec.integer ? 8 : 4);
-    header[name] = {{"dtype", spec.integer ? "I64" : "F32"}, {"shape", spec.shape},
+    const DType dt = synth_storage(name, spec, opt.dtype);
+    const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(spec.shape)) * dtype_size(dt);
+    header[name] = {{"dtype", dt == DType::i64 ? "I64" : dt == DType::bf16 ? "BF16" : "F32"}, {"shape", spec.shape},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
@@ -366,7 +385,7 @@ void write_model_file(const ModelConfig& c, std::uint64_t seed, const fs::path& 
     for (std::size_t i = 0; i < list.size(); ++i) {
       const auto& spec = list[i].second;
       const std::int64_t total = shape_numel(spec.shape);
-      const std::size_t es = spec.integer ? 8 : 4;
+      const std::size_t es = dtype_size(synth_storage(list[i].first, spec, opt.dtype));
       if (!spec.integer && total > kBlock)
         for (std::int64_t b = 0; b * kBlock < total; ++b)
           items.push_back({i, b, at_byte + static_cast<std::uint64_t>(b * kBlock) * es});
@@ -460,6 +479,14 @@ SynthOutliers synth_outliers(const ModelConfig& c, std::uint64_t seed) {
     o.magnitude.push_back(rng.below(2) ? m : -m);
   }
   return o;
+}
+
+DType synth_storage(const std::string& name, const WeightSpec& spec, DType dtype) {
+  if (spec.integer) return DType::i64;
+  if (dtype != DType::bf16) return DType::f32;
+  const bool release_16bit = name.ends_with(".weight") || name.ends_with("experts.gate_up_proj") ||
+                             name.ends_with("experts.down_proj");
+  return release_16bit ? DType::bf16 : DType::f32;
 }
 
 Tensor synth_weight(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed,

@@ -1,6 +1,6 @@
 #pragma once
 // Deterministic synthetic DeepSeek-V4 models in the Hugging Face layout (config.json +
-// model.safetensors, float32 weights, tid2eid as int64), for tests, demos and oracle runs.
+// model.safetensors: float32 or bf16 weights, tid2eid as int64), for tests, demos and oracle runs.
 // The bytes are a pure function of (config, seed) on every platform: the random numbers use
 // only std::mt19937_64 (fully specified by the standard) and integer arithmetic.
 #include <cstdint>
@@ -29,9 +29,19 @@ ModelConfig synth_preset(const std::string& name);
 // of token ids, a handful of fixed channels hold +-M_c with M_c in [100, 1000) per channel
 // (fixed sign per channel, +-10% per token id), rounded to bf16 as a real checkpoint stores
 // them. Ids and channels depend only on the seed; every other weight is unchanged.
+//
+// Storage (--dtype): f32 stores every float weight as float32. bf16 stores them as a bf16
+// checkpoint does: the weights the release keeps in BF16, FP8 or FP4 (every `*.weight` and the
+// routed experts) rounded to bf16 (ties to even), and those it keeps in F32 (the HC
+// parameters, sinks, position biases, the routing bias; spec section 2) as float32. The random
+// draws are the same, so a bf16 model is its f32 twin rounded; it is half the bytes, and its
+// bf16 weights are exact MMA operands (HIP's fp32 GEMMs of them run on the matrix cores).
 struct SynthOptions {
   bool outliers = false;
+  DType dtype = DType::f32;  // f32 or bf16
 };
+// The dtype `name` is stored in under `dtype` (the rule above).
+DType synth_storage(const std::string& name, const WeightSpec& spec, DType dtype);
 struct SynthOutliers {
   std::vector<std::int64_t> token_ids;  // ascending
   std::vector<std::int64_t> channels;   // ascending
@@ -40,8 +50,8 @@ struct SynthOutliers {
 // max(2, V/128) token ids and min(4, D/16) channels.
 SynthOutliers synth_outliers(const ModelConfig& c, std::uint64_t seed);
 
-// The initial value of one parameter `name` (HF naming, as expected_weights(c) gives it):
-// float32, or int64 for tid2eid.
+// The initial value of one parameter `name` (HF naming, as expected_weights(c) gives it), in
+// its storage dtype (synth_storage).
 Tensor synth_weight(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed,
                     const SynthOptions& opt = {});
 

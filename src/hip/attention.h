@@ -17,8 +17,19 @@
 
 namespace tdiff::hip {
 
+// Matrix-core form (attention_on_matrix_cores): d_kv16 / d_C16 are kv and C as 16-bit
+// patterns of MMA operands of the storage format (quantize_activations_bits16); then the
+// logits Q·Kᵀ and each block's P·V run on the matrix cores, 16 heads per workgroup, with
+// float32 accumulators in the hardware's order inside each 16-deep step (emu sums each dot
+// sequentially: float roundings apart, as the matrix-core GEMMs); the softmax statistics, P
+// and the running output's per-block update are emu's arithmetic. Null: the kernel above.
 void attention(const float* d_q, const float* d_kv, const std::uint8_t* d_win, const float* d_C,
                const std::uint8_t* d_cmask, std::int64_t B, std::int64_t S, std::int64_t n, std::int64_t H,
-               std::int64_t d, const float* d_sinks, const Numerics& num, float* d_o, hipStream_t stream);
+               std::int64_t d, const float* d_sinks, const Numerics& num, float* d_o, hipStream_t stream,
+               const std::uint16_t* d_kv16 = nullptr, const std::uint16_t* d_C16 = nullptr);
+
+// Whether attention may run on the matrix cores under `num`: a device with them
+// (`matrix_cores`), 16-bit storage, float32 qk_accum and pv_accum.
+bool attention_on_matrix_cores(const Numerics& num, bool matrix_cores);
 
 }  // namespace tdiff::hip

@@ -266,14 +266,313 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a, Formats
   }
 }
 
+
+// ---- The matrix-core kernel (qk_accum and pv_accum f32, 16-bit storage) -----------------
+// A workgroup serves one query of one row and 16 heads: the block's logits are the product
+// Q [16 heads x d] · Kᵀ [d x 64 keys] and its P·V the product P [16 x 64] · V [64 x d], both
+// on the matrix cores in 16-deep steps with float32 accumulators (emu sums each dot
+// sequentially; here the hardware's order inside a step, fixed from run to run). Everything
+// else is emu's per-block arithmetic: logits rounded in softmax_stats, the block max, alpha,
+// P rounded as a 16-bit operand, l in emu's sequential order, and the per-block P·V result
+// combined with the running output elementwise (deferred or per_block), as emu does.
+//   K (= V) goes through LDS as 16-bit patterns in chunks of kDc channels (the whole head on
+//   NVIDIA, so the P·V phase reuses what the logits phase staged; 128 on gfx90a's 64 KiB).
+//   Logits: wavefront w owns keys 16(w % 4) .. +15 and the w / 4-th of each chunk's 16-deep
+//   steps (two partial sums with 8 wavefronts, added in a fixed order).
+//   P·V: wavefront w owns the 16-channel tiles w, w + W, w + 2W, ...; each block's tile
+//   goes through a per-wavefront LDS scratch to its lanes' running outputs (registers).
+constexpr int kMmaHeads = 16;
+constexpr int kMmaWaves = kThreads / kWaveSize;
+constexpr int kKeyTiles = kBlk / 16;                  // 4
+constexpr int kParts = kMmaWaves / kKeyTiles;         // 2 on NVIDIA, 1 with 64-wide wavefronts
+constexpr int kElems = 16 * 16 / kWaveSize;           // a tile's elements per lane
+constexpr int kScoreLdMma = kBlk + 4;                 // float rows: a multiple of 4 (wmma store)
+#if defined(TDIFF_HIP_NVIDIA)
+constexpr int kDcMax = 512;
+#else
+constexpr int kDcMax = 128;
+#endif
+static_assert(kParts >= 1 && kMmaWaves % kKeyTiles == 0, "whole key tiles per wavefront row");
+
+struct MmaArgs {
+  const float* q;
+  const std::uint16_t* kv;  // 16-bit patterns
+  const std::uint8_t* win;
+  const std::uint16_t* C;
+  const std::uint8_t* cmask;
+  const float* sinks;
+  float* o;
+  std::int64_t S, n, H, d;
+  int dp, dc;  // d padded to 16; channels per staged chunk (a multiple of 16)
+  bool vec8;   // kv and C rows in whole 16-byte runs
+  Fmt st, stats;
+  bool additive, per_block;
+  float scale, bias;
+};
+
+// LDS in bytes: q [16][dp + 8] and K [64][dc + 8] as 16-bit patterns, P [16][64 + 8] too;
+// float logit partials [kParts][16][kScoreLdMma]; per-wavefront scratch tiles; per-head
+// alpha, l, l_old, m_new. Rows of 16-bit patterns padded by 8 (16 bytes: the 8 rows a
+// fragment load reads fall into different banks).
+std::size_t mma_lds_bytes(int dp, int dc) {
+  return static_cast<std::size_t>(kMmaHeads * (dp + 8) + kBlk * (dc + 8) + kMmaHeads * (kBlk + 8)) * 2 +
+         static_cast<std::size_t>(kParts * kMmaHeads * kScoreLdMma + kMmaWaves * 256 + 4 * kMmaHeads) * 4;
+}
+
+// kUT: 16-channel tiles per wavefront (the running output: kUT x kElems floats per lane).
+template <bool kBf16, int kUT>
+__global__ void __launch_bounds__(kThreads) attention_mma_kernel(MmaArgs a) {
+  extern __shared__ __attribute__((aligned(128))) std::uint16_t lds16[];  // wmma: 32-byte aligned tiles
+  std::uint16_t* q_s = lds16;
+  const int ldq = a.dp + 8, ldk = a.dc + 8, ldp = kBlk + 8, lds_ = kScoreLdMma;
+  std::uint16_t* k_s = q_s + kMmaHeads * ldq;
+  std::uint16_t* p_s = k_s + kBlk * ldk;
+  auto* s_s = reinterpret_cast<float*>(p_s + kMmaHeads * ldp);  // [kParts][16][lds_]
+  float* scratch = s_s + kParts * kMmaHeads * lds_;
+  float* alpha_s = scratch + kMmaWaves * 256;
+  float* l_s = alpha_s + kMmaHeads;
+  float* l_old_s = l_s + kMmaHeads;
+  float* m_new_s = l_old_s + kMmaHeads;
+
+  const std::int64_t d = a.d, S = a.S, n = a.n, total = S + n;
+  const int tid = static_cast<int>(threadIdx.x), wave = tid / kWaveSize, lane = tid % kWaveSize;
+  const std::int64_t head_groups = (a.H + kMmaHeads - 1) / kMmaHeads;
+  const std::int64_t i = blockIdx.x / head_groups, h0 = (blockIdx.x % head_groups) * kMmaHeads, b = blockIdx.y;
+  const int heads = static_cast<int>(a.H - h0 < kMmaHeads ? a.H - h0 : kMmaHeads);
+  const std::uint16_t* kv = a.kv + b * S * d;
+  const std::uint16_t* C = a.C ? a.C + b * n * d : nullptr;
+  const std::uint8_t* win = a.win + (b * S + i) * S;
+  const std::uint8_t* cmask = a.cmask ? a.cmask + (b * S + i) * n : nullptr;
+  const bool bf16 = kBf16;
+
+  // Query rows as 16-bit operands; zeros pad each row to dp and fill idle heads.
+  const float* q = a.q + ((b * S + i) * a.H + h0) * d;
+  for (int e = tid; e < kMmaHeads * ldq; e += kThreads) {
+    const int hl = e / ldq, c = e % ldq;
+    q_s[e] = hl < heads && c < d ? mma::bits16(arith::mfma_operand(q[hl * d + c], a.st), bf16) : std::uint16_t{0};
+  }
+  float m = tid < heads ? arith::round_fmt(a.sinks[h0 + tid], a.stats) : 0.0f;
+  float l = 1.0f;
+  float acc[kUT][kElems];
+#pragma unroll
+  for (int u = 0; u < kUT; ++u)
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) acc[u][e] = 0.0f;
+  const int chunks = (a.dp + a.dc - 1) / a.dc;
+  // Channels [c0, c0 + dc) of the block's keys (zeros past d and past the last key).
+  // 16-byte runs when every key row is whole runs of 8 (the host checks d % 8 == 0 and the
+  // alignment of kv and C), else one pattern at a time.
+  auto stage = [&](std::int64_t j0, int jn, int c0) {
+    if (a.vec8) {
+      const int runs = a.dc / 8;
+      for (int e = tid; e < kBlk * runs; e += kThreads) {
+        const int r = e / runs, c = (e % runs) * 8;
+        const std::int64_t j = j0 + r, ch = c0 + c;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < jn && ch < d) v = *reinterpret_cast<const uint4*>(j < S ? kv + j * d + ch : C + (j - S) * d + ch);
+        *reinterpret_cast<uint4*>(k_s + r * ldk + c) = v;
+      }
+      return;
+    }
+    for (int e = tid; e < kBlk * a.dc; e += kThreads) {
+      const int r = e / a.dc, c = e % a.dc;
+      const std::int64_t j = j0 + r, ch = c0 + c;
+      std::uint16_t v = 0;
+      if (r < jn && ch < d) v = j < S ? kv[j * d + ch] : C[(j - S) * d + ch];
+      k_s[r * ldk + c] = v;
+    }
+  };
+
+  for (std::int64_t j0 = 0; j0 < total; j0 += kBlk) {
+    const int jn = static_cast<int>(total - j0 < kBlk ? total - j0 : kBlk);
+    const bool vis_t = tid < jn && (j0 + tid < S ? win[j0 + tid] != 0 : cmask[j0 + tid - S] != 0);
+    if (!__syncthreads_or(vis_t) && !a.additive) continue;
+    // Logits: partial sums of wavefront (key tile kt, part pt) over every chunk.
+    const int kt = wave % kKeyTiles, pt = wave / kKeyTiles;
+    mma::Acc sacc;
+    mma::zero(sacc);
+    for (int r = 0; r < chunks; ++r) {
+      const int c0 = r * a.dc, cn = a.dp - c0 < a.dc ? a.dp - c0 : a.dc;
+      __syncthreads();
+      stage(j0, jn, c0);
+      __syncthreads();
+      const int steps = cn / 16;
+      for (int step = pt; step < steps; step += kParts) {
+        mma::ATile<kBf16> at;
+        mma::BTile<kBf16> bt;
+        mma::load_a<kBf16>(at, q_s + c0 + step * 16, ldq);
+        mma::load_b<kBf16>(bt, k_s + kt * 16 * ldk + step * 16, ldk);
+        mma::mma<kBf16>(sacc, at, bt);
+      }
+    }
+    mma::store(sacc, s_s + pt * kMmaHeads * lds_ + kt * 16, lds_);
+    __syncthreads();
+    // Logits in softmax_stats; masked keys −∞ (neg_inf) or + finfo.min (additive).
+    for (int e = tid; e < kMmaHeads * kBlk; e += kThreads) {
+      const int hl = e / kBlk, t = e % kBlk;
+      float dot = s_s[hl * lds_ + t];
+#pragma unroll
+      for (int p2 = 1; p2 < kParts; ++p2) dot = arith::add_rn(dot, s_s[p2 * kMmaHeads * lds_ + hl * lds_ + t]);
+      const std::int64_t j = j0 + t;
+      const bool vis = t < jn && (j < S ? win[j] != 0 : cmask[j - S] != 0);
+      float sj = -INFINITY;
+      if (t < jn && hl < heads && (vis || a.additive)) {
+        sj = arith::round_fmt(arith::mul_rn(dot, a.scale), a.stats);
+        if (!vis) sj = arith::add_fmt(sj, a.bias, a.stats);
+      }
+      s_s[hl * lds_ + t] = sj;
+    }
+    __syncthreads();
+    if (tid < heads) {
+      const float* srow = s_s + tid * lds_;
+      float m_blk = -INFINITY;
+      for (int t = 0; t < jn; ++t)
+        if (srow[t] != -INFINITY) m_blk = (m_blk < srow[t]) ? srow[t] : m_blk;
+      const float m_new = (m < m_blk) ? m_blk : m;
+      alpha_s[tid] = arith::round_fmt(arith::exp_f32(m - m_new), a.stats);
+      m_new_s[tid] = m_new;
+      m = m_new;
+    }
+    __syncthreads();
+    // P as 16-bit operands (0 for masked keys, idle heads and past the last key); the float
+    // value kept in the logits' place for l.
+    for (int e = tid; e < kMmaHeads * kBlk; e += kThreads) {
+      const int hl = e / kBlk, t = e % kBlk;
+      const float sj = s_s[hl * lds_ + t];
+      const float pj = sj == -INFINITY ? 0.0f : arith::mfma_operand(arith::exp_f32(sj - m_new_s[hl]), a.st);
+      s_s[hl * lds_ + t] = pj;
+      p_s[hl * ldp + t] = mma::bits16(pj, bf16);
+    }
+    __syncthreads();
+    if (tid < heads) {
+      float l_blk = 0.0f;
+      for (int t = 0; t < jn; ++t) l_blk = arith::add_fmt(l_blk, s_s[tid * lds_ + t], a.stats);
+      l_old_s[tid] = l;
+      l = arith::add_fmt(arith::mul_fmt(l, alpha_s[tid], a.stats), l_blk, a.stats);
+      l_s[tid] = l;
+    }
+    // P·V, chunk by chunk, the last (still staged) first.
+    for (int r = chunks - 1; r >= 0; --r) {
+      const int c0 = r * a.dc, cn = a.dp - c0 < a.dc ? a.dp - c0 : a.dc;
+      if (r != chunks - 1) {
+        __syncthreads();
+        stage(j0, jn, c0);
+      }
+      __syncthreads();
+      float* tile = scratch + wave * 256;
+#pragma unroll
+      for (int u = 0; u < kUT; ++u) {
+        const int T = wave + kMmaWaves * u;  // the wavefront's u-th 16-channel tile
+        if (T * 16 < c0 || T * 16 >= c0 + cn) continue;
+        mma::Acc blk;
+        mma::zero(blk);
+#pragma unroll
+        for (int kk = 0; kk < kBlk; kk += 16) {
+          mma::ATile<kBf16> at;
+          mma::BTileKN<kBf16> bt;
+          mma::load_a<kBf16>(at, p_s + kk, ldp);
+          mma::load_b_kn<kBf16>(bt, k_s + kk * ldk + (T * 16 - c0), ldk);
+          mma::mma<kBf16>(blk, at, bt);
+        }
+        mma::store(blk, tile, 16);
+        TDIFF_WAVE_SYNC();
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) {
+          const int idx = lane + kWaveSize * e, hl = idx / 16;
+          const float v = tile[idx];
+          if (!a.per_block)
+            acc[u][e] = arith::add_rn(arith::mul_rn(acc[u][e], alpha_s[hl]), v);
+          else
+            acc[u][e] = arith::round_fmt(
+                arith::div_rn(arith::add_rn(arith::mul_rn(arith::mul_rn(acc[u][e], l_old_s[hl]), alpha_s[hl]), v), l_s[hl]),
+                a.st);
+        }
+        TDIFF_WAVE_SYNC();
+      }
+    }
+  }
+  __syncthreads();
+  if (tid < heads) l_s[tid] = l;  // blocks may all have been skipped: l is the sink's
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kUT; ++u) {
+    const int T = wave + kMmaWaves * u;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      const int idx = lane + kWaveSize * e, hl = idx / 16;
+      const std::int64_t c = T * 16 + idx % 16;
+      if (hl < heads && c < d)
+        a.o[((b * S + i) * a.H + h0 + hl) * d + c] =
+            a.per_block ? acc[u][e] : arith::round_fmt(arith::div_rn(acc[u][e], l_s[hl]), a.st);
+    }
+  }
+}
+
+}  // namespace
+
+bool attention_on_matrix_cores(const Numerics& num, bool matrix_cores) {
+  const Fmt st = emu::fmt_of(num.storage);
+  return matrix_cores && (st == Fmt::bf16 || st == Fmt::f16) &&
+         emu::fmt_of(num.qk_accum) == Fmt::f32 && emu::fmt_of(num.pv_accum) == Fmt::f32;
+}
+
+namespace {
+
+void attention_mma(const float* d_q, const std::uint16_t* d_kv16, const std::uint8_t* d_win, const std::uint16_t* d_C16,
+                   const std::uint8_t* d_cmask, std::int64_t B, std::int64_t S, std::int64_t n, std::int64_t H,
+                   std::int64_t d, const float* d_sinks, const Numerics& num, float* d_o, hipStream_t stream) {
+  const int dp = static_cast<int>((d + 15) / 16 * 16);
+  // The whole head per staged chunk where LDS allows (the P·V phase then reuses it).
+#if defined(TDIFF_HIP_NVIDIA)
+  constexpr std::size_t kLdsLimit = 160 * 1024;
+#else
+  constexpr std::size_t kLdsLimit = 64 * 1024;
+#endif
+  int dc = dp < kDcMax ? dp : kDcMax;
+  while (dc > 16 && mma_lds_bytes(dp, dc) > kLdsLimit) dc = (dc / 2 + 15) / 16 * 16;
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  MmaArgs a{d_q, d_kv16, d_win, n > 0 ? d_C16 : nullptr, n > 0 ? d_cmask : nullptr, d_sinks, d_o, S, n, H, d, dp, dc,
+            d % 8 == 0 && aligned16(d_kv16) && (n == 0 || aligned16(d_C16)),
+            emu::fmt_of(num.storage), emu::fmt_of(num.softmax_stats), num.mask_style == MaskStyle::additive,
+            num.rescale_order == RescaleOrder::per_block, 1.0f / std::sqrt(static_cast<float>(d)),
+            arith::finfo_min(emu::fmt_of(num.storage))};
+  const std::int64_t head_groups = (H + kMmaHeads - 1) / kMmaHeads;
+  const dim3 grid(static_cast<unsigned>(S * head_groups), static_cast<unsigned>(B));
+  const std::size_t lds = mma_lds_bytes(dp, dc);
+  const int tiles = dp / 16, per_wave = (tiles + kMmaWaves - 1) / kMmaWaves;
+  auto launch = [&](auto kernel) {
+    if (lds > 48 * 1024 &&
+        hipFuncSetAttribute(reinterpret_cast<const void*>(kernel), hipFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(lds)) != hipSuccess)
+      check_kernel("attention: LDS opt-in");
+    kernel<<<grid, kThreads, lds, stream>>>(a);
+  };
+  auto run = [&](auto bf16) {
+    constexpr bool kBf16 = decltype(bf16)::value;
+    if (per_wave <= 1) launch(attention_mma_kernel<kBf16, 1>);
+    else if (per_wave <= 4) launch(attention_mma_kernel<kBf16, 4>);
+    else launch(attention_mma_kernel<kBf16, 16>);
+  };
+  if (a.st == Fmt::bf16) run(std::true_type{});
+  else run(std::false_type{});
+  check_kernel("attention (matrix cores)");
+}
+
 }  // namespace
 
 void attention(const float* d_q, const float* d_kv, const std::uint8_t* d_win, const float* d_C,
                const std::uint8_t* d_cmask, std::int64_t B, std::int64_t S, std::int64_t n, std::int64_t H,
-               std::int64_t d, const float* d_sinks, const Numerics& num, float* d_o, hipStream_t stream) {
+               std::int64_t d, const float* d_sinks, const Numerics& num, float* d_o, hipStream_t stream,
+               const std::uint16_t* d_kv16, const std::uint16_t* d_C16) {
   if (n > 0 && (!d_C || !d_cmask)) throw std::invalid_argument("hip::attention: n > 0 needs C and cmask");
   if (d > kChunk * kMaxChunks) throw std::invalid_argument("hip::attention: head_dim above 1024");
   if (B == 0 || S == 0 || H == 0) return;
+  if (d_kv16) {
+    if (!attention_on_matrix_cores(num, true) || (n > 0 && !d_C16))
+      throw std::logic_error("hip::attention: 16-bit patterns given outside the matrix-core path");
+    attention_mma(d_q, d_kv16, d_win, d_C16, d_cmask, B, S, n, H, d, d_sinks, num, d_o, stream);
+    return;
+  }
   // Heads per workgroup: 16, or fewer for models with fewer heads, or to stay within 64 KiB
   // of LDS (gfx90a's limit; NVIDIA needs an opt-in above 48 KiB).
   const int ldq = static_cast<int>((d + 3) / 4 * 4);

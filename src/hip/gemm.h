@@ -54,6 +54,9 @@ struct GemmGroups {
   std::int32_t a_div = 1;                  // x row = list entry / a_div
   std::int64_t y_rows = 0;                 // atomic mode zeroes y_rows x ldy from y (0: M rows per group)
   bool zero_output = true;                 // false: the caller zeroed y (atomic mode)
+  // Rows per workgroup tile of the pipelined matrix-core kernel: 32, 64 or 128; 0 chooses from
+  // the shape (bench_gemm compares them).
+  int tile_rows = 0;
 };
 
 // Whether gemm() runs `spec` on the matrix cores (16-bit operands, float accumulator, fixed
@@ -88,6 +91,10 @@ void gemm(GemmInput x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t 
 // quantize_activations and pack_bits16 in one pass.
 void quantize_activations_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, arith::Fmt in,
                                  hipStream_t stream);
+
+// Sets *d_flag (a device int the caller zeroed) to 1 when some v[i] is not exactly an MMA
+// operand of `in` (bf16 or f16), i.e. changes when rounded as one.
+void mark_inexact_operands(const float* d_v, std::int64_t n, arith::Fmt in, int* d_flag, hipStream_t stream);
 
 // dst[i] = the bf16 or fp16 bit pattern of src[i] (already rounded to `in`; exact).
 void pack_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, arith::Fmt in, hipStream_t stream);

@@ -353,7 +353,7 @@ constexpr std::size_t pipe_lds_bytes() {
 }
 
 template <bool kBf16, int BM>
-__global__ void TDIFF_LAUNCH_BOUNDS(kThreads, BM >= 128 ? 2 : 4) gemm_mma_pipe_kernel(Args a) {
+__global__ void TDIFF_LAUNCH_BOUNDS(kThreads, BM >= 128 ? 2 : BM >= 64 ? 3 : 4) gemm_mma_pipe_kernel(Args a) {
   constexpr int kWaves = kThreads / kWaveSize;
   constexpr int kWavesN = kWaves / 2;
   constexpr int kTilesM = BM / 2 / 16;
@@ -522,10 +522,12 @@ void launch_mma_tile(const Args& a, std::int64_t groups, bool vec4, hipStream_t 
 // 128-row tiles for long dense products, 32 for short ones and the routed experts' gathered
 // rows (a few dozen per expert).
 template <bool kBf16>
-void launch_mma(const Args& a, std::int64_t groups, hipStream_t stream) {
+void launch_mma(const Args& a, std::int64_t groups, int tile_rows, hipStream_t stream) {
   const bool tall = !a.rows && a.M >= 96;
   if (pipe_rows(a)) {
-    if (tall) launch_pipe<kBf16, 128>(a, groups, stream);
+    if (tile_rows == 0) tile_rows = tall ? 128 : 32;
+    if (tile_rows == 128) launch_pipe<kBf16, 128>(a, groups, stream);
+    else if (tile_rows == 64) launch_pipe<kBf16, 64>(a, groups, stream);
     else launch_pipe<kBf16, 32>(a, groups, stream);
     return;
   }
@@ -562,6 +564,11 @@ __global__ void bits16_kernel(const float* src, std::uint16_t* dst, std::int64_t
 __global__ void operand_bits16_kernel(const float* src, std::uint16_t* dst, std::int64_t n, Fmt in) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) dst[i] = mma::bits16(arith::mfma_operand(src[i], in), in == Fmt::bf16);
+}
+
+__global__ void inexact_kernel(const float* v, std::int64_t n, Fmt in, int* flag) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n && arith::float_bits(arith::mfma_operand(v[i], in)) != arith::float_bits(v[i])) atomicOr(flag, 1);
 }
 
 __global__ void operand_kernel(const float* src, float* dst, std::int64_t n, Fmt in) {
@@ -646,6 +653,8 @@ bool runs_on_matrix_cores(const GemmSpec& spec) {
 void gemm(GemmInput x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t ldy, std::int64_t M,
           std::int64_t K, std::int64_t O, const GemmSpec& spec, hipStream_t stream, const GemmGroups& groups) {
   if (M <= 0 || O <= 0) return;
+  if (groups.tile_rows != 0 && groups.tile_rows != 32 && groups.tile_rows != 64 && groups.tile_rows != 128)
+    throw std::logic_error("gemm: tile_rows must be 0, 32, 64 or 128");
   const bool mma = runs_on_matrix_cores(spec);
   if ((w.bits16 || x.bits16) && !mma) throw std::logic_error("gemm: 16-bit operand patterns outside the matrix-core path");
   Args a{x.f32, x.bits16, w.f32, w.bits16, d_y, ldx, ldy, M, K, O, groups.x_stride, groups.w_stride, groups.y_stride,
@@ -663,8 +672,8 @@ void gemm(GemmInput x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t 
   const bool exact = spec.in == Fmt::bf16 || spec.in == Fmt::f16;
   const bool f32 = spec.acc == Fmt::f32;
   if (mma) {
-    if (spec.in == Fmt::bf16) launch_mma<true>(a, groups.count, stream);
-    else launch_mma<false>(a, groups.count, stream);
+    if (spec.in == Fmt::bf16) launch_mma<true>(a, groups.count, groups.tile_rows, stream);
+    else launch_mma<false>(a, groups.count, groups.tile_rows, stream);
   } else if ((exact || spec.in == Fmt::f32) && f32) {
     launch<true, true>(a, groups.count, spec.atomic, stream);  // 16-bit operands, or an SGEMM (FMA)
   } else if (exact) {
@@ -705,6 +714,13 @@ void quantize_weight(float* d_w, std::int64_t rows, std::int64_t cols, Fmt in, h
   const dim3 grid(blocks_for(cols, 128), blocks_for(rows, 128));
   weight_fp8_kernel<<<grid, 256, 0, stream>>>(d_w, rows, cols);
   check_kernel("quantize_weight fp8");
+}
+
+void mark_inexact_operands(const float* d_v, std::int64_t n, Fmt in, int* d_flag, hipStream_t stream) {
+  if (in != Fmt::bf16 && in != Fmt::f16) throw std::logic_error("mark_inexact_operands: the format is not 16-bit");
+  if (n == 0) return;
+  inexact_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(d_v, n, in, d_flag);
+  check_kernel("mark_inexact_operands");
 }
 
 void pack_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, Fmt in, hipStream_t stream) {

@@ -94,7 +94,7 @@ std::map<std::string, std::string> HipBackend::environment() const {
           {"gpu_runtime", std::to_string(info_.runtime)},
           {"gpu_platform", platform},
           {"gpu_wave_size", std::to_string(info_.wave_size)},
-          {"gpu_gemm", matrix_cores_ ? "matrix cores for 16-bit operands" : "vector ALU (bit-identical to emu)"}};
+          {"gpu_gemm", matrix_cores_ ? "matrix cores for 16-bit operands (fp32 GEMMs of bf16 numbers, attention)" : "vector ALU (bit-identical to emu)"}};
 }
 
 std::vector<std::pair<std::string, double>> HipBackend::stage_ms() const {
@@ -207,6 +207,23 @@ GemmWeight HipBackend::gemm_weight(WeightStore& w, const std::string& name, cons
     it = weights_.emplace(key, std::move(b)).first;
   }
   return GemmWeight(it->second.as<std::uint16_t>());
+}
+
+bool HipBackend::weight_is_bf16(WeightStore& w, const std::string& name) {
+  auto it = bf16_weight_.find(name);
+  if (it != bf16_weight_.end()) return it->second;
+  bool exact = w.files().info(name).dtype == DType::bf16;
+  if (!exact) {  // float32 (or f64) files may still hold bf16 numbers, e.g. a converted checkpoint
+    const DeviceBuffer f = load_weight(w, name, Fmt::f32, false);
+    DeviceBuffer flag(sizeof(int), &pool_);
+    memset_async(flag.get(), 0, sizeof(int), compute_);
+    mark_inexact_operands(f.as<float>(), static_cast<std::int64_t>(f.bytes() / 4), Fmt::bf16, flag.as<int>(), compute_);
+    int inexact = 1;
+    copy_d2h(&inexact, flag.get(), sizeof(int), compute_);
+    stream_sync(compute_);
+    exact = inexact == 0;
+  }
+  return bf16_weight_[name] = exact;
 }
 
 const std::int64_t* HipBackend::table_i64(WeightStore& w, const std::string& name) {
@@ -392,6 +409,16 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
     quantize_activations(x, q, rows, K, segment, spec.in, cs);
     return q;
   };
+  // An SGEMM (float32 operands and accumulator) of bf16 activations and a weight of bf16
+  // numbers sums the same exact products as the bf16 matrix-core GEMM with a float32
+  // accumulator, so it runs there (fixed's lm_head and router on a bf16 checkpoint); only the
+  // float32 summation order differs, as on every matrix-core GEMM.
+  auto exact_sgemm = [&](GemmSpec spec, Fmt x_fmt, std::size_t weight) {
+    if (spec.in == Fmt::f32 && spec.acc == Fmt::f32 && spec.matrix_cores && !spec.atomic && x_fmt == Fmt::bf16 &&
+        weight_is_bf16(r.ctx.weights, s.weights.at(weight)))
+      spec.in = Fmt::bf16;
+    return spec;
+  };
   auto rows_of = [](const Shape& sh) { return shape_numel(sh) / sh.back(); };
   std::vector<Tensor> outs;
   auto emit = [&](DevTensor t) { outs.push_back(publish(s, outs.size(), std::move(t))); };
@@ -499,6 +526,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
         spec.acc = lf == Fmt::f16 ? Fmt::f16 : Fmt::f32;
         spec.out = lf;
       }
+      spec = exact_sgemm(spec, st, 0);
       Shape osh = sh;
       osh.back() = O;
       if (s.width > 0) osh.back() = O / s.width, osh.push_back(s.width);
@@ -584,8 +612,20 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       const bool compressed = r.in.size() > 3;
       const auto n = compressed ? r.shape(3).at(1) : 0;
       auto o = r.out({B, S, H, d}, st);
-      attention(r.f(0, st), r.f(1, st), r.u8(2), compressed ? r.f(3, st) : nullptr, compressed ? r.u8(4) : nullptr, B, S,
-                n, H, d, r.weight(0), num, o.f(), cs);
+      const float* kv = r.f(1, st);
+      const float* C = compressed ? r.f(3, st) : nullptr;
+      // On the matrix cores the keys (= values) are read as 16-bit operand patterns.
+      std::uint16_t *kv16 = nullptr, *C16 = nullptr;
+      if (attention_on_matrix_cores(num, matrix_cores_)) {
+        kv16 = r.scratch_of<std::uint16_t>(B * S * d);
+        quantize_activations_bits16(kv, kv16, B * S * d, st, cs);
+        if (n > 0) {
+          C16 = r.scratch_of<std::uint16_t>(B * n * d);
+          quantize_activations_bits16(C, C16, B * n * d, st, cs);
+        }
+      }
+      attention(r.f(0, st), kv, r.u8(2), C, compressed ? r.u8(4) : nullptr, B, S, n, H, d, r.weight(0), num, o.f(), cs,
+                kv16, C16);
       emit(std::move(o));
       break;
     }
@@ -610,7 +650,7 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       // fp32: an SGEMM on the stored z; 16-bit: operands, logits and scores in that format.
       const auto E = r.ctx.weights.files().info(s.weights[0]).shape.at(0), D = c.hidden_size;
       const Fmt rf = fmt_of(num.router);
-      const GemmSpec spec{rf, rf == Fmt::f32 ? Fmt::f32 : fmt_of(num.matmul_accum), rf, atomic, matrix_cores_};
+      const GemmSpec spec = exact_sgemm({rf, rf == Fmt::f32 ? Fmt::f32 : fmt_of(num.matmul_accum), rf, atomic, matrix_cores_}, st, 0);
       auto logit = r.out({N, E}, rf), score = r.out({N, E}, rf);
       gemm(operand(r.f(0, st), N, D, spec), D, r.gemm_weight(0, spec), logit.f(), E, N, D, E, spec, cs);
       router_scores(logit.f(), N * E, rf, score.f(), cs);

@@ -87,6 +87,9 @@ class HipBackend final : public Backend {
   // Uncached; `pooled`: allocated from the pool (kept there when freed) or not.
   DeviceBuffer load_weight(WeightStore& w, const std::string& name, arith::Fmt in, bool pooled);
   static constexpr int kBits16Key = 100;  // weights_ key offset of the 16-bit pattern copies
+  // Whether every value of weight `name` is a bf16 number (stored as BF16, or checked on the
+  // device once), so that an SGEMM of it may run on the matrix cores (exact_sgemm).
+  bool weight_is_bf16(WeightStore& w, const std::string& name);
   // An integer weight (tid2eid), uploaded once.
   const std::int64_t* table_i64(WeightStore& w, const std::string& name);
   const float* rope_freq(const ModelConfig& c, bool compress);
@@ -103,6 +106,7 @@ class HipBackend final : public Backend {
   std::unordered_map<std::string, DevTensor> dev_;
   std::map<std::pair<std::string, int>, DeviceBuffer> weights_;
   std::map<int, DeviceBuffer> freq_;
+  std::map<std::string, bool> bf16_weight_;
   std::vector<std::int64_t> span_host_[2];
   DeviceBuffer span_dev_[2];
   std::vector<Pending> pending_;

@@ -64,6 +64,8 @@ inline constexpr int kWaveSize = 32;
 // compiler then keeps the registers per thread under that share).
 #define TDIFF_LAUNCH_BOUNDS(threads, per_sm) __launch_bounds__(threads, per_sm)
 #define TDIFF_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
+// The lanes of one wavefront wait for each other, and their LDS writes become visible to them.
+#define TDIFF_WAVE_SYNC() __syncwarp()
 #else
 #include <hip/hip_runtime.h>
 #if defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -72,6 +74,13 @@ inline constexpr int kWaveSize = __AMDGCN_WAVEFRONT_SIZE;
 inline constexpr int kWaveSize = 64;  // host pass of the AMD build: CDNA2 wavefronts
 #endif
 #define TDIFF_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask))
+// A wavefront runs in lockstep; the fences order its LDS writes before the reads after it.
+#define TDIFF_WAVE_SYNC()                                    \
+  do {                                                       \
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");   \
+    __builtin_amdgcn_wave_barrier();                         \
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");   \
+  } while (0)
 // HIP's second bound means waves per execution unit, not workgroups per CU: only the size.
 #define TDIFF_LAUNCH_BOUNDS(threads, per_sm) __launch_bounds__(threads)
 #endif
@@ -84,6 +93,8 @@ inline constexpr int kWaveSize = 64;  // host pass of the AMD build: CDNA2 wavef
 //   mma::Acc             a 16x16 float accumulator tile, held across the lanes
 //   load_a / load_b      LDS -> tile;   mma(c, a, b): c += A·Bᵀ (products exact, fp32 sums in
 //                        the hardware's own order inside the 16-deep step)
+//   BTileKN / load_b_kn  B stored the other way, [16 k][16 columns] (attention's P·V, whose
+//                        V rows are keys): mma(c, a, b) then gives c += A·B
 //   zero(c)              c = 0
 //   store(c, lds, ld)    the tile as float [16][ld] in LDS
 // NVIDIA: the wmma API (tensor cores, warp of 32). AMD: gfx90a's MFMA
@@ -110,6 +121,16 @@ __device__ inline void load_b(BTile<kBf16>& b, const std::uint16_t* p, int ld) {
 }
 template <bool kBf16>
 __device__ inline void mma(Acc& c, const ATile<kBf16>& a, const BTile<kBf16>& b) {
+  nvcuda::wmma::mma_sync(c, a, b, c);
+}
+template <bool kBf16>
+using BTileKN = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, Elem<kBf16>, nvcuda::wmma::row_major>;
+template <bool kBf16>
+__device__ inline void load_b_kn(BTileKN<kBf16>& b, const std::uint16_t* p, int ld) {
+  nvcuda::wmma::load_matrix_sync(b, reinterpret_cast<const Elem<kBf16>*>(p), ld);
+}
+template <bool kBf16>
+__device__ inline void mma(Acc& c, const ATile<kBf16>& a, const BTileKN<kBf16>& b) {
   nvcuda::wmma::mma_sync(c, a, b, c);
 }
 __device__ inline void zero(Acc& c) { nvcuda::wmma::fill_fragment(c, 0.0f); }
@@ -161,6 +182,20 @@ __device__ inline void mma(Acc& c, const ATile<kBf16>& a, const BTile<kBf16>& b)
 #else
   __builtin_trap();  // never launched: the host checks for matrix cores first
 #endif
+}
+// B [k][column]: lane l gathers B[4(l/16)..+3][l%16] from four rows; the MFMA itself is
+// the same, so BTileKN is a distinct type only to pick this load.
+template <bool kBf16>
+struct BTileKN : ATile<kBf16> {};
+template <bool kBf16>
+__device__ inline void load_b_kn(BTileKN<kBf16>& b, const std::uint16_t* p, int ld) {
+  using E = std::conditional_t<kBf16, short, _Float16>;
+  const auto* e = reinterpret_cast<const E*>(p);
+  for (int j = 0; j < 4; ++j) b.v[j] = e[(4 * quad() + j) * ld + lane16()];
+}
+template <bool kBf16>
+__device__ inline void mma(Acc& c, const ATile<kBf16>& a, const BTileKN<kBf16>& b) {
+  mma<kBf16>(c, a, static_cast<const ATile<kBf16>&>(b));
 }
 __device__ inline void zero(Acc& c) { c.v = f32x4{0.0f, 0.0f, 0.0f, 0.0f}; }
 __device__ inline void store(const Acc& c, float* p, int ld) {

@@ -3,12 +3,15 @@
 // fixed policy, each attention knob on its own and the naive preset's formats (each of the
 // kernel's compile-time format combinations and the run-time one). Awkward sizes: S = 130 (three 64-key
 // blocks, the last partial), n = 37 compressed entries, d = 72 (two LDS chunks, the second
-// partial), a padded row, queries that see no key at all.
+// partial), a padded row, queries that see no key at all. The matrix-core kernel (16-bit
+// storage, float accumulators) on the same cases, and v4-flash dimensions timed both ways.
 #include <map>
 
 #include "emu/attention.h"
 #include "emu/numerics.h"
+#include "gpu_test.h"
 #include "hip/attention.h"
+#include "hip/gemm.h"
 #include "kernel_test_util.h"
 #include "refcpu/attention.h"
 
@@ -25,7 +28,8 @@ struct AttnResult {
   double err_hip = 0, err_emu = 0;  // relative to refcpu
 };
 
-AttnResult run_attention(const Numerics& num, std::mt19937_64& rng, const AttnCase& c = {}) {
+// matrix_cores: the matrix-core form (keys as 16-bit patterns, as the backend passes them).
+AttnResult run_attention(const Numerics& num, std::mt19937_64& rng, const AttnCase& c = {}, bool matrix_cores = false) {
   const auto st = emu::fmt_of(num.storage);
   auto q = random_values(rng, c.B * c.S * c.H * c.d, -2.0f, 2.0f, st);
   auto kv = random_values(rng, c.B * c.S * c.d, -2.0f, 2.0f, st);
@@ -60,8 +64,14 @@ AttnResult run_attention(const Numerics& num, std::mt19937_64& rng, const AttnCa
   DeviceIn<float> d_q(q, s.s), d_kv(kv, s.s), d_C(C, s.s), d_sinks(sinks, s.s);
   DeviceIn<std::uint8_t> d_win(win, s.s), d_cmask(cmask, s.s);
   DeviceOut<float> d_o(out_n, s.s);
+  hip::DeviceBuffer kv16(std::max<std::size_t>(kv.size(), 1) * 2), C16(std::max<std::size_t>(C.size(), 1) * 2);
+  if (matrix_cores) {
+    hip::quantize_activations_bits16(d_kv.get(), kv16.as<std::uint16_t>(), c.B * c.S * c.d, st, s.s);
+    hip::quantize_activations_bits16(d_C.get(), C16.as<std::uint16_t>(), c.B * c.n * c.d, st, s.s);
+  }
   hip::attention(d_q.get(), d_kv.get(), d_win.get(), d_C.get(), d_cmask.get(), c.B, c.S, c.n, c.H, c.d, d_sinks.get(),
-                 num, d_o.get(), s.s);
+                 num, d_o.get(), s.s, matrix_cores ? kv16.as<std::uint16_t>() : nullptr,
+                 matrix_cores ? C16.as<std::uint16_t>() : nullptr);
   const auto o_hip = d_o.read(s.s);
   return {ulp_stats(o_hip, o_emu, st), rel_error(o_hip, o_ref), rel_error(o_emu, o_ref)};
 }
@@ -145,8 +155,43 @@ TEST(HipAttention, WideHeadsAndHeadGroups) {
   }
 }
 
+// The matrix-core kernel, for every setting it takes (16-bit storage, float32 qk_accum and
+// pv_accum): the logits' float sums run in the hardware's order, so a logit may differ from
+// emu's by a float rounding, and a P or output by one ulp of the storage format next to a
+// rounding boundary: at most 2 ulps, in at most 2% of the outputs, and the error against
+// refcpu within one ulp of emu's. Awkward sizes: the per-knob case (d = 72: padded to 80),
+// d = 520 (a partial 16-channel tile) with 5 heads, 20 heads (a second, mostly idle group of
+// 16), and 64 heads with d = 130 (rows not in whole 16-byte runs).
+TEST(HipAttention, MatrixCoresAgainstEmu) {
+  if (!hip::has_matrix_cores(gpu1::device_arch())) GTEST_SKIP() << "no matrix cores on " << gpu1::device_arch();
+  auto rng = test_rng();
+  std::vector<std::pair<std::string, AttnCase>> cases{{"per-knob case", AttnCase{}}};
+  for (auto [H, d] : {std::pair<std::int64_t, std::int64_t>{5, 520}, {20, 72}, {64, 130}}) {
+    AttnCase c;
+    c.B = 1, c.S = 70, c.n = 5, c.H = H, c.d = d, c.length = {70};
+    cases.emplace_back("H=" + std::to_string(H) + " d=" + std::to_string(d), c);
+  }
+  int ran = 0;
+  for (const auto& [label, c] : cases)
+    for (const auto& [name, num] : attention_settings()) {
+      if (!hip::attention_on_matrix_cores(num, true)) continue;
+      auto draw = rng;
+      const AttnResult r = run_attention(num, draw, c, true);
+      ++ran;
+      const auto st = emu::fmt_of(num.storage);
+      std::printf("attention (matrix cores) %-14s %-26s vs emu: max %.0f ulp, %zu of %zu differ | vs refcpu: hip %.3e emu %.3e\n",
+                  label.c_str(), name.c_str(), r.vs_emu.max_ulps, r.vs_emu.differ, r.vs_emu.count, r.err_hip, r.err_emu);
+      EXPECT_LE(r.vs_emu.max_ulps, 2.0) << label << " " << name;
+      EXPECT_LE(r.vs_emu.differ, r.vs_emu.count / 50) << label << " " << name;
+      EXPECT_NEAR(r.err_hip, r.err_emu, unit_ulp(st)) << label << " " << name;
+    }
+  EXPECT_GE(ran, 4 * 6) << "the settings the matrix-core kernel takes: fixed and five knobs";
+}
+
 // v4-flash dimensions (S = 1024, H = 64, d = 512, window 128, n = 256 entries of which the
-// causal ones are visible): every output finite, and the time printed for the record.
+// causal ones are visible): every output finite, and the time printed for the record, on the
+// vector ALU and (where the device has them) on the matrix cores, whose outputs must then
+// agree with the former's within 2 bf16 ulps.
 TEST(HipAttention, FlashDimsRunsAndIsFinite) {
   auto rng = test_rng();
   const std::int64_t S = 1024, H = 64, d = 512, n = 256, window = 128;
@@ -163,18 +208,33 @@ TEST(HipAttention, FlashDimsRunsAndIsFinite) {
   GpuStream s;
   DeviceIn<float> d_q(q, s.s), d_kv(kv, s.s), d_C(C, s.s), d_sinks(sinks, s.s);
   DeviceIn<std::uint8_t> d_win(win, s.s), d_cmask(cmask, s.s);
-  DeviceOut<float> d_o(S * H * d, s.s);
+  DeviceOut<float> d_o(S * H * d, s.s), d_o_mma(S * H * d, s.s);
   auto launch = [&] {
     hip::attention(d_q.get(), d_kv.get(), d_win.get(), d_C.get(), d_cmask.get(), 1, S, n, H, d, d_sinks.get(), num,
                    d_o.get(), s.s);
   };
   const double ms = time_ms(s.s, launch);
-  std::printf("attention S=%ld H=%ld d=%ld n=%ld window=%ld: %.3f ms\n", static_cast<long>(S), static_cast<long>(H),
-              static_cast<long>(d), static_cast<long>(n), static_cast<long>(window), ms);
+  std::printf("attention S=%ld H=%ld d=%ld n=%ld window=%ld: %.3f ms (vector ALU)\n", static_cast<long>(S),
+              static_cast<long>(H), static_cast<long>(d), static_cast<long>(n), static_cast<long>(window), ms);
   const auto o = d_o.read(s.s);
   std::size_t bad = 0;
   for (float x : o) bad += !std::isfinite(x);
   EXPECT_EQ(bad, 0u);
+  if (!hip::has_matrix_cores(gpu1::device_arch())) return;
+  hip::DeviceBuffer kv16(kv.size() * 2), C16(C.size() * 2);
+  hip::quantize_activations_bits16(d_kv.get(), kv16.as<std::uint16_t>(), S * d, arith::Fmt::bf16, s.s);
+  hip::quantize_activations_bits16(d_C.get(), C16.as<std::uint16_t>(), n * d, arith::Fmt::bf16, s.s);
+  auto launch_mma = [&] {
+    hip::attention(d_q.get(), d_kv.get(), d_win.get(), d_C.get(), d_cmask.get(), 1, S, n, H, d, d_sinks.get(), num,
+                   d_o_mma.get(), s.s, kv16.as<std::uint16_t>(), C16.as<std::uint16_t>());
+  };
+  const double ms_mma = time_ms(s.s, launch_mma);
+  const UlpStats u = ulp_stats(d_o_mma.read(s.s), o, arith::Fmt::bf16);
+  std::printf("attention S=%ld H=%ld d=%ld: %.3f ms on the matrix cores (%.2fx); vs the vector ALU: max %.0f ulp, "
+              "%zu of %zu differ\n", static_cast<long>(S), static_cast<long>(H), static_cast<long>(d), ms_mma, ms / ms_mma,
+              u.max_ulps, u.differ, u.count);
+  EXPECT_LE(u.max_ulps, 2.0);
+  EXPECT_LE(u.differ, u.count / 50);
 }
 
 }  // namespace

@@ -138,6 +138,49 @@ TEST(Gemm, MatrixCoresAgainstEmu) {
   check_dense(70, 300, 65, {Fmt::bf16, Fmt::f32, true, true});
 }
 
+// An SGEMM of bf16 numbers (float32 operands that all are bf16 values, float accumulator) on
+// the matrix cores, as the backend runs fixed's lm_head and router on a bf16 checkpoint: the
+// products are exact either way, so the result is emu's SGEMM up to the float summation order
+// (the matrix-core bound, in float32 ulps). mark_inexact_operands tells bf16 numbers apart.
+TEST(Gemm, SgemmOfBf16NumbersOnMatrixCores) {
+  if (!hip::has_matrix_cores(device_arch())) GTEST_SKIP() << "no matrix cores on " << device_arch();
+  for (const auto& [M, K, O] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{200, 1000, 300}, {37, 4096, 130}}) {
+    SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " O=" + std::to_string(O));
+    const auto x = random_values(M * K, name_seed() + K, 0.05f, 1.0f, Fmt::bf16);
+    auto w = random_values(O * K, name_seed() + K + 1, 0.05f, 4.0f, Fmt::bf16);
+    std::vector<float> y_emu(static_cast<std::size_t>(M * O));
+    emu::gemm(x.data(), M, K, w.data(), O, emu::GemmSpec{Fmt::f32, Fmt::f32, Fmt::f32, false, 0}, y_emu.data());
+
+    Dev<float> d_x(x), d_w(w), d_y(M * O);
+    Dev<int> d_flag(std::vector<int>{0});
+    hip::mark_inexact_operands(d_w.ptr(), O * K, Fmt::bf16, d_flag.ptr(), test_stream());
+    EXPECT_EQ(d_flag.get().at(0), 0) << "bf16 numbers reported inexact";
+    Dev<std::uint16_t> d_x16(M * K), d_w16(O * K);
+    hip::pack_bits16(d_x.ptr(), d_x16.ptr(), M * K, Fmt::bf16, test_stream());
+    hip::pack_bits16(d_w.ptr(), d_w16.ptr(), O * K, Fmt::bf16, test_stream());
+    hip::gemm(hip::GemmInput(d_x16.ptr()), K, hip::GemmWeight(d_w16.ptr()), d_y.ptr(), O, M, K, O,
+              hip::GemmSpec{Fmt::bf16, Fmt::f32, Fmt::f32, false, true}, test_stream());
+    const auto y = d_y.get();
+    double worst = 0;
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t o = 0; o < O; ++o) {
+        double mag = 0;
+        for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(double(x[m * K + k]) * w[o * K + k]);
+        const float a = y[m * O + o], e = y_emu[m * O + o];
+        ASSERT_TRUE(within_mma(a, e, mag, K, Fmt::f32)) << m << "," << o << ": " << a << " vs emu " << e;
+        worst = std::max(worst, std::fabs(double(a) - e) / (std::ldexp(1.0, -24) * mag));
+      }
+    std::printf("SGEMM of bf16 numbers on the matrix cores, M=%lld K=%lld O=%lld: worst |diff| %.2f float ulps of sum|x*w|\n",
+                static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(O), worst);
+    // One value off the bf16 grid (the next float above) is found.
+    w[static_cast<std::size_t>(O * K / 2)] = std::nextafter(w[static_cast<std::size_t>(O * K / 2)], 10.0f);
+    Dev<float> d_w2(w);
+    Dev<int> d_flag2(std::vector<int>{0});
+    hip::mark_inexact_operands(d_w2.ptr(), O * K, Fmt::bf16, d_flag2.ptr(), test_stream());
+    EXPECT_EQ(d_flag2.get().at(0), 1) << "a float that is no bf16 number was not found";
+  }
+}
+
 TEST(Gemm, AtomicSplitK) {
   for (Fmt in : {Fmt::bf16, Fmt::f8}) check_dense(70, 300, 65, {in, Fmt::f32, true});
 }

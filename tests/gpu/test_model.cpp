@@ -45,8 +45,10 @@ Outputs run_all(CaseSession& session, Backend& backend, Backend* reference = nul
   return out;
 }
 
-testing::CachedCase case_for(const std::string& preset) {
-  return testing::cached_golden_case("gpu-" + preset, [&](const std::filesystem::path& dir) {
+// bf16: the model as a bf16 checkpoint (tdiff synth --dtype bf16), whose fp32 GEMMs (fixed's
+// lm_head and router) run on the matrix cores.
+testing::CachedCase case_for(const std::string& preset, bool bf16 = false) {
+  return testing::cached_golden_case("gpu-" + preset + (bf16 ? "-bf16" : ""), [&](const std::filesystem::path& dir) {
            ModelConfig c = synth_preset(preset);
            std::vector<std::vector<std::int64_t>> prompts;
            const std::int64_t len = preset == "tiny" ? 24 : 64;
@@ -55,7 +57,9 @@ testing::CachedCase case_for(const std::string& preset) {
              for (std::int64_t i = 0; i < len - 5 * p; ++i) ids.push_back((i * 31 + p * 7 + 3) % c.vocab_size);
              prompts.push_back(ids);
            }
-           testing::build_golden_case(dir, c, 11, prompts, len);
+           SynthOptions synth;
+           synth.dtype = bf16 ? DType::bf16 : DType::f32;
+           testing::build_golden_case(dir, c, 11, prompts, len, false, synth);
          });
 }
 
@@ -84,8 +88,8 @@ Agreement agree(const Tensor& a, const Tensor& b) {
   return g;
 }
 
-void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix_cores = false) {
-  const auto cached = case_for(preset);
+void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix_cores = false, bool bf16 = false) {
+  const auto cached = case_for(preset, bf16);
   CaseSession session = open_session(cached.path, cached.model);
   const Policy policy = Policy::preset("fixed");
   emu::EmuBackend emu_b(policy, 1);
@@ -96,8 +100,8 @@ void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix
   Backend* r = mixed ? &ref : nullptr;
   const Outputs e = run_all(session, emu_b, r), h = run_all(session, hip_b, r);
   ASSERT_EQ(e.size(), h.size());
-  std::printf("hip vs emu, %s, policy fixed%s, GEMMs on the %s (%zu tensors)\n%-34s %12s %12s %10s %8s\n", preset.c_str(),
-              mixed ? ", every third stage on refcpu" : "", matrix_cores ? "matrix cores" : "vector ALU", e.size(), "tensor",
+  std::printf("hip vs emu, %s%s, policy fixed%s, GEMMs on the %s (%zu tensors)\n%-34s %12s %12s %10s %8s\n", preset.c_str(),
+              bf16 ? " (bf16 checkpoint)" : "", mixed ? ", every third stage on refcpu" : "", matrix_cores ? "matrix cores" : "vector ALU", e.size(), "tensor",
               "cosine", "max_abs", "scale", "bf16ulp");
   double worst_cos = 1, worst_ulp = 0;
   std::string first_flip;  // matrix cores: the first selection that differs; nothing after it is gated
@@ -138,6 +142,8 @@ TEST(Model, HipMatchesEmuSmall) { compare_with_emu("small"); }
 TEST(Model, MixedWithReferenceMatchesEmu) { compare_with_emu("small", true); }
 TEST(Model, MatrixCoresMatchEmuTiny) { compare_with_emu("tiny", false, true); }
 TEST(Model, MatrixCoresMatchEmuSmall) { compare_with_emu("small", false, true); }
+// A bf16 checkpoint: fixed's fp32 lm_head and router GEMMs of bf16 numbers on the matrix cores.
+TEST(Model, MatrixCoresMatchEmuTinyBf16Checkpoint) { compare_with_emu("tiny", false, true, true); }
 
 TEST(Model, FixedRepeatsAtomicDiffers) {
   const auto cached = case_for("small");
