@@ -2,8 +2,9 @@
 // process: the pipelined matrix-core kernel (both operands as 16-bit patterns: what the
 // backend runs), the register-staged matrix-core kernel (float32 activations), and the
 // vector ALU (emu's bits); the pipelined kernel also with each tile height (32, 64, 128
-// rows; the first line is the height the shape gets by default). Prints the median of --runs launches per kernel and shape, with
-// TFLOPS and the weight bytes read per second. Usage: bench_gemm [--runs N].
+// rows) and 32- or 64-deep LDS stages (the first line is what the shape gets by default). Prints the median of --runs launches per kernel and shape, with
+// TFLOPS and the weight bytes read per second. Usage: bench_gemm [--runs N] [--only SHAPE]
+// (only the shapes whose name contains SHAPE, e.g. "experts").
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -48,10 +49,13 @@ hip::DeviceBuffer upload(const std::vector<T>& h, hip::Stream s) {
 
 int main(int argc, char** argv) {
   int runs = 5;
+  std::string only;  // run only the shapes whose name contains this (e.g. for a profiler)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "bench_gemm: error: unknown argument '%s' (usage: bench_gemm [--runs N])\n", argv[i]);
+      std::fprintf(stderr, "bench_gemm: error: unknown argument '%s' (usage: bench_gemm [--runs N] [--only SHAPE])\n",
+                   argv[i]);
       return 2;
     }
   }
@@ -69,6 +73,7 @@ int main(int argc, char** argv) {
         {"experts down", 256, 2048, 4096, 64, 6},
     };
     for (const Shape& sh : shapes) {
+      if (!only.empty() && std::string(sh.name).find(only) == std::string::npos) continue;
       const bool routed = sh.experts > 0;
       const std::int64_t groups = routed ? sh.experts : 1;
       const std::int64_t slots = routed ? sh.M * sh.picks : sh.M;
@@ -114,7 +119,7 @@ int main(int argc, char** argv) {
         hip::GemmInput x;
         hip::GemmWeight w;
         bool matrix_cores;
-        int tile_rows = 0;
+        int tile_rows = 0, tile_k = 0;
       };
       const hip::GemmInput x16(d_x16.as<std::uint16_t>());
       const hip::GemmWeight w16(d_w16.as<std::uint16_t>());
@@ -123,6 +128,9 @@ int main(int argc, char** argv) {
           {"  the same, 32-row tiles", x16, w16, true, 32},
           {"  the same, 64-row tiles", x16, w16, true, 64},
           {"  the same, 128-row tiles", x16, w16, true, 128},
+          {"  32-row tiles, 64-deep stages", x16, w16, true, 32, 64},
+          {"  64-row tiles, 64-deep stages", x16, w16, true, 64, 64},
+          {"  128-row tiles, 64-deep stages", x16, w16, true, 128, 64},
           {"matrix cores, float32 x, 16-bit w", hip::GemmInput(d_x.as<float>()),
            hip::GemmWeight(d_w16.as<std::uint16_t>()), true},
           {"vector ALU (emu's bits)", hip::GemmInput(d_x.as<float>()), hip::GemmWeight(d_w.as<float>()), false},
@@ -130,7 +138,7 @@ int main(int argc, char** argv) {
       for (const Variant& v : variants) {
         const hip::GemmSpec spec{Fmt::bf16, Fmt::f32, Fmt::bf16, false, v.matrix_cores};
         hip::GemmGroups gv = g;
-        gv.tile_rows = v.tile_rows;
+        gv.tile_rows = v.tile_rows, gv.tile_k = v.tile_k;
         auto launch = [&] { hip::gemm(v.x, sh.K, v.w, d_y.as<float>(), sh.O, max_rows, sh.K, sh.O, spec, s, gv); };
         launch();  // warm-up
         std::vector<float> ms;

@@ -47,7 +47,9 @@ void device_free(void* p);
 void* pinned_alloc(std::size_t bytes);
 void pinned_free(void* p);
 
-Stream stream_create();
+// high_priority: the device schedules this stream's workgroups first when slots free up
+// (the copy stream's small packing kernels then need not wait for a long GEMM to drain).
+Stream stream_create(bool high_priority = false);
 void stream_destroy(Stream s);
 void stream_sync(Stream s);  // DeviceError on an earlier kernel fault
 Event event_create();

@@ -67,9 +67,15 @@ void pinned_free(void* p) {
   if (p) (void)hipHostFree(p);
 }
 
-Stream stream_create() {
+Stream stream_create(bool high_priority) {
   hipStream_t s;
-  check(hipStreamCreateWithFlags(&s, hipStreamNonBlocking), "hipStreamCreate");
+  if (!high_priority) {
+    check(hipStreamCreateWithFlags(&s, hipStreamNonBlocking), "hipStreamCreate");
+    return s;
+  }
+  int least = 0, greatest = 0;  // numerically: greatest is the highest priority (the lowest number)
+  check(hipDeviceGetStreamPriorityRange(&least, &greatest), "hipDeviceGetStreamPriorityRange");
+  check(hipStreamCreateWithPriority(&s, hipStreamNonBlocking, greatest), "hipStreamCreateWithPriority");
   return s;
 }
 void stream_destroy(Stream s) { (void)hipStreamDestroy(S(s)); }

@@ -54,9 +54,9 @@ struct GemmGroups {
   std::int32_t a_div = 1;                  // x row = list entry / a_div
   std::int64_t y_rows = 0;                 // atomic mode zeroes y_rows x ldy from y (0: M rows per group)
   bool zero_output = true;                 // false: the caller zeroed y (atomic mode)
-  // Rows per workgroup tile of the pipelined matrix-core kernel: 32, 64 or 128; 0 chooses from
-  // the shape (bench_gemm compares them).
-  int tile_rows = 0;
+  // Rows per workgroup tile of the pipelined matrix-core kernel (32, 64 or 128) and k per LDS
+  // stage (32 or 64); 0 chooses from the shape (bench_gemm compares them).
+  int tile_rows = 0, tile_k = 0;
 };
 
 // Whether gemm() runs `spec` on the matrix cores (16-bit operands, float accumulator, fixed
@@ -95,6 +95,9 @@ void quantize_activations_bits16(const float* d_src, std::uint16_t* d_dst, std::
 // Sets *d_flag (a device int the caller zeroed) to 1 when some v[i] is not exactly an MMA
 // operand of `in` (bf16 or f16), i.e. changes when rounded as one.
 void mark_inexact_operands(const float* d_v, std::int64_t n, arith::Fmt in, int* d_flag, hipStream_t stream);
+
+// dst[i] = the float value of the bf16 or fp16 bit pattern src[i] (exact; pack_bits16 undone).
+void widen_bits16(const std::uint16_t* d_src, float* d_dst, std::int64_t n, arith::Fmt in, hipStream_t stream);
 
 // dst[i] = the bf16 or fp16 bit pattern of src[i] (already rounded to `in`; exact).
 void pack_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, arith::Fmt in, hipStream_t stream);

@@ -344,22 +344,35 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
 // order. Needs K, the row strides and group strides in whole 16-byte chunks (8 elements)
 // and 16-byte aligned bases; chunks outside the rows or K are zero-filled.
 constexpr int kPipeStages = async::kStages;  // LDS stages: 4 on NVIDIA (84 KB at BM = 128), 2 on AMD
-constexpr int kPipeLd = kKTile + 8;  // 80-byte LDS rows: the 8 rows of a 16-byte-per-lane
-                                     // fragment load fall into 8 different groups of 4 banks
-
-template <int BM>
-constexpr std::size_t pipe_lds_bytes() {
-  return static_cast<std::size_t>(kPipeStages) * (BM + kMmaBN) * kPipeLd * 2 + 2 * BM * sizeof(std::int64_t);
+// KT: k per stage (32 or 64: 64-byte or whole 128-byte runs of each weight row per copy
+// round). LDS rows of KT + 8 elements (80 or 144 bytes): the 8 rows of a 16-byte-per-lane
+// fragment load fall into 8 different groups of 4 banks.
+template <int KT>
+constexpr int pipe_ld() {
+  return KT + 8;
 }
 
-template <bool kBf16, int BM>
-__global__ void TDIFF_LAUNCH_BOUNDS(kThreads, BM >= 128 ? 2 : BM >= 64 ? 3 : 4) gemm_mma_pipe_kernel(Args a) {
+template <int BM, int KT>
+constexpr std::size_t pipe_lds_bytes() {
+  return static_cast<std::size_t>(kPipeStages) * (BM + kMmaBN) * pipe_ld<KT>() * 2 + 2 * BM * sizeof(std::int64_t);
+}
+// Workgroups that fit on one SM by LDS (227 KB usable on sm_90, 1 KB reserved per block), at
+// most 4: the register budget per thread follows from it.
+template <int BM, int KT>
+constexpr int pipe_per_sm() {
+  const int n = static_cast<int>(227 * 1024 / (pipe_lds_bytes<BM, KT>() + 1024));
+  return n < 1 ? 1 : n > 4 ? 4 : n;
+}
+
+template <bool kBf16, int BM, int KT>
+__global__ void TDIFF_LAUNCH_BOUNDS(kThreads, (pipe_per_sm<BM, KT>())) gemm_mma_pipe_kernel(Args a) {
+  constexpr int kPipeLd = pipe_ld<KT>();
   constexpr int kWaves = kThreads / kWaveSize;
   constexpr int kWavesN = kWaves / 2;
   constexpr int kTilesM = BM / 2 / 16;
   constexpr int kTilesN = kMmaBN / kWavesN / 16;
   constexpr int kStage = (BM + kMmaBN) * kPipeLd;  // elements per stage: x rows, then w rows
-  constexpr int kChunks = kKTile / 8;              // 16-byte chunks per row and block
+  constexpr int kChunks = KT / 8;                  // 16-byte chunks per row and block
   static_assert(kWaves >= 2 && kTilesM >= 1 && kTilesN >= 1, "two rows of wavefronts");
   static_assert(kPipeStages >= 2, "a stage read while the next is written");
   static_assert(kWaves * 16 * 16 * sizeof(float) <= kStage * 2, "the output tiles fit in stage 0");
@@ -417,7 +430,7 @@ __global__ void TDIFF_LAUNCH_BOUNDS(kThreads, BM >= 128 ? 2 : BM >= 64 ? 3 : 4) 
   }
   auto load_block = [&](std::int64_t block) {
     std::uint16_t* stage = lds + (block % kPipeStages) * kStage;
-    const std::int64_t k0 = block * kKTile;
+    const std::int64_t k0 = block * KT;
 #pragma unroll
     for (int q = 0; q < kXCopies; ++q) {
       if (tid + q * kThreads >= BM * kChunks) break;
@@ -436,7 +449,7 @@ __global__ void TDIFF_LAUNCH_BOUNDS(kThreads, BM >= 128 ? 2 : BM >= 64 ? 3 : 4) 
   for (int i = 0; i < kTilesM; ++i)
 #pragma unroll
     for (int j = 0; j < kTilesN; ++j) mma::zero(total[i][j]);
-  const std::int64_t blocks = (a.K + kKTile - 1) / kKTile;
+  const std::int64_t blocks = (a.K + KT - 1) / KT;
 #pragma unroll
   for (int s = 0; s < kPipeStages - 1; ++s) {
     if (s < blocks) load_block(s);
@@ -450,7 +463,7 @@ __global__ void TDIFF_LAUNCH_BOUNDS(kThreads, BM >= 128 ? 2 : BM >= 64 ? 3 : 4) 
     const std::uint16_t* xs = lds + (block % kPipeStages) * kStage;
     const std::uint16_t* ws = xs + BM * kPipeLd;
 #pragma unroll
-    for (int ks = 0; ks < kKTile; ks += 16) {
+    for (int ks = 0; ks < KT; ks += 16) {
       mma::ATile<kBf16> at[kTilesM];
       mma::BTile<kBf16> bt[kTilesN];
 #pragma unroll
@@ -498,10 +511,10 @@ bool pipe_rows(const Args& a) {
          aligned16(a.x16) && aligned16(a.w16);
 }
 
-template <bool kBf16, int BM>
+template <bool kBf16, int BM, int KT>
 void launch_pipe(const Args& a, std::int64_t groups, hipStream_t stream) {
-  constexpr std::size_t lds = pipe_lds_bytes<BM>();
-  const auto kernel = gemm_mma_pipe_kernel<kBf16, BM>;
+  constexpr std::size_t lds = pipe_lds_bytes<BM, KT>();
+  const auto kernel = gemm_mma_pipe_kernel<kBf16, BM, KT>;
   static const bool opted_in = [&] {  // once per kernel and process
     return lds <= 48 * 1024 || hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                    hipFuncAttributeMaxDynamicSharedMemorySize,
@@ -520,15 +533,26 @@ void launch_mma_tile(const Args& a, std::int64_t groups, bool vec4, hipStream_t 
 }
 
 // 128-row tiles for long dense products, 32 for short ones and the routed experts' gathered
-// rows (a few dozen per expert).
+// rows (a few dozen per expert); tile_rows / tile_k override (bench_gemm).
 template <bool kBf16>
-void launch_mma(const Args& a, std::int64_t groups, int tile_rows, hipStream_t stream) {
+void launch_mma(const Args& a, std::int64_t groups, int tile_rows, int tile_k, hipStream_t stream) {
   const bool tall = !a.rows && a.M >= 96;
   if (pipe_rows(a)) {
+    // bench_gemm (H200): 128 x 32-deep for tall products; 32-row tiles (the routed experts' few
+    // dozen rows per expert, short products) stream the weight, which 64-deep stages read in
+    // whole 128-byte runs per row: 3.4 instead of 2.2 TB/s on the experts.
     if (tile_rows == 0) tile_rows = tall ? 128 : 32;
-    if (tile_rows == 128) launch_pipe<kBf16, 128>(a, groups, stream);
-    else if (tile_rows == 64) launch_pipe<kBf16, 64>(a, groups, stream);
-    else launch_pipe<kBf16, 32>(a, groups, stream);
+    if (tile_k == 0) tile_k = tile_rows == 32 ? 64 : 32;
+    if (tile_rows == 128) {
+      if (tile_k == 64) launch_pipe<kBf16, 128, 64>(a, groups, stream);
+      else launch_pipe<kBf16, 128, 32>(a, groups, stream);
+    } else if (tile_rows == 64) {
+      if (tile_k == 64) launch_pipe<kBf16, 64, 64>(a, groups, stream);
+      else launch_pipe<kBf16, 64, 32>(a, groups, stream);
+    } else {
+      if (tile_k == 64) launch_pipe<kBf16, 32, 64>(a, groups, stream);
+      else launch_pipe<kBf16, 32, 32>(a, groups, stream);
+    }
     return;
   }
   const bool vec4 = float4_rows(a);
@@ -569,6 +593,11 @@ __global__ void operand_bits16_kernel(const float* src, std::uint16_t* dst, std:
 __global__ void inexact_kernel(const float* v, std::int64_t n, Fmt in, int* flag) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n && arith::float_bits(arith::mfma_operand(v[i], in)) != arith::float_bits(v[i])) atomicOr(flag, 1);
+}
+
+__global__ void widen_kernel(const std::uint16_t* src, float* dst, std::int64_t n, bool bf16) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = mma::from_bits16(src[i], bf16);
 }
 
 __global__ void operand_kernel(const float* src, float* dst, std::int64_t n, Fmt in) {
@@ -655,6 +684,7 @@ void gemm(GemmInput x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t 
   if (M <= 0 || O <= 0) return;
   if (groups.tile_rows != 0 && groups.tile_rows != 32 && groups.tile_rows != 64 && groups.tile_rows != 128)
     throw std::logic_error("gemm: tile_rows must be 0, 32, 64 or 128");
+  if (groups.tile_k != 0 && groups.tile_k != 32 && groups.tile_k != 64) throw std::logic_error("gemm: tile_k must be 0, 32 or 64");
   const bool mma = runs_on_matrix_cores(spec);
   if ((w.bits16 || x.bits16) && !mma) throw std::logic_error("gemm: 16-bit operand patterns outside the matrix-core path");
   Args a{x.f32, x.bits16, w.f32, w.bits16, d_y, ldx, ldy, M, K, O, groups.x_stride, groups.w_stride, groups.y_stride,
@@ -672,8 +702,8 @@ void gemm(GemmInput x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t 
   const bool exact = spec.in == Fmt::bf16 || spec.in == Fmt::f16;
   const bool f32 = spec.acc == Fmt::f32;
   if (mma) {
-    if (spec.in == Fmt::bf16) launch_mma<true>(a, groups.count, groups.tile_rows, stream);
-    else launch_mma<false>(a, groups.count, groups.tile_rows, stream);
+    if (spec.in == Fmt::bf16) launch_mma<true>(a, groups.count, groups.tile_rows, groups.tile_k, stream);
+    else launch_mma<false>(a, groups.count, groups.tile_rows, groups.tile_k, stream);
   } else if ((exact || spec.in == Fmt::f32) && f32) {
     launch<true, true>(a, groups.count, spec.atomic, stream);  // 16-bit operands, or an SGEMM (FMA)
   } else if (exact) {
@@ -721,6 +751,13 @@ void mark_inexact_operands(const float* d_v, std::int64_t n, Fmt in, int* d_flag
   if (n == 0) return;
   inexact_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(d_v, n, in, d_flag);
   check_kernel("mark_inexact_operands");
+}
+
+void widen_bits16(const std::uint16_t* d_src, float* d_dst, std::int64_t n, Fmt in, hipStream_t stream) {
+  if (in != Fmt::bf16 && in != Fmt::f16) throw std::logic_error("widen_bits16: the format is not 16-bit");
+  if (n == 0) return;
+  widen_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(d_src, d_dst, n, in == Fmt::bf16);
+  check_kernel("widen_bits16");
 }
 
 void pack_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, Fmt in, hipStream_t stream) {

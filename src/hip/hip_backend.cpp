@@ -33,7 +33,7 @@ HipBackend::HipBackend(Policy policy, std::uint64_t run_seed)
   try {
     info_ = device_init();
     compute_ = stream_create();
-    copy_ = stream_create();
+    for (Stream& c : copy_) c = stream_create(true);  // their packing kernels go first: the link stays busy
   } catch (const DeviceError& e) {
     throw InputError(e.what());
   }
@@ -53,7 +53,7 @@ HipBackend::~HipBackend() {
   pending_.clear();
   dev_.clear();
   stream_destroy(compute_);
-  stream_destroy(copy_);
+  for (Stream c : copy_) stream_destroy(c);
 }
 
 // Waits for the compute and the copy stream; a kernel fault is reported with the stages that
@@ -61,7 +61,7 @@ HipBackend::~HipBackend() {
 void HipBackend::sync_all(const char* when) {
   try {
     stream_sync(compute_);
-    stream_sync(copy_);
+    for (Stream c : copy_) stream_sync(c);
   } catch (const DeviceError& e) {
     std::string where = since_sync_.empty() ? std::string("no stage")
                         : since_sync_.size() == 1 ? "stage " + since_sync_.front()
@@ -165,13 +165,20 @@ const HipBackend::DevTensor& HipBackend::input(const std::string& key, const Ten
 }
 
 DeviceBuffer HipBackend::load_weight(WeightStore& w, const std::string& name, Fmt in, bool pooled) {
-  // The stored tensor (F32 from tdiff synth; bf16/f16/f64 also read) converted to float32 in
-  // chunks, without the float64 copy WeightStore::f64 would keep.
+  // The stored tensor (F32 or BF16 from tdiff synth; f16/f64 also read) as float32, without
+  // the float64 copy WeightStore::f64 would keep: float32 copied as it is, 16-bit patterns
+  // copied and widened on the device (a v4 layer's 13 GB of bf16 experts in seconds), f64
+  // converted on the host in chunks.
   const Tensor t = w.files().tensor(name);
   const std::int64_t n = t.numel(), cols = t.dim(-1), rows = n / cols;
   DeviceBuffer buf(static_cast<std::size_t>(n) * 4, pooled ? &pool_ : nullptr);
   if (t.dtype() == DType::f32) {
     copy_h2d(buf.get(), t.raw(), static_cast<std::size_t>(n) * 4, compute_);
+  } else if (t.dtype() == DType::bf16 || t.dtype() == DType::f16) {
+    const DeviceBuffer bits(static_cast<std::size_t>(n) * 2);
+    copy_h2d(bits.get(), t.raw(), static_cast<std::size_t>(n) * 2, compute_);
+    widen_bits16(bits.as<std::uint16_t>(), buf.as<float>(), n, t.dtype() == DType::bf16 ? Fmt::bf16 : Fmt::f16, compute_);
+    stream_sync(compute_);  // bits is about to go
   } else {
     constexpr std::int64_t kChunk = std::int64_t{1} << 24;
     std::vector<float> v;
@@ -199,11 +206,17 @@ GemmWeight HipBackend::gemm_weight(WeightStore& w, const std::string& name, cons
   const auto key = std::make_pair(name, kBits16Key + static_cast<int>(spec.in));
   auto it = weights_.find(key);
   if (it == weights_.end()) {
-    DeviceBuffer f = load_weight(w, name, spec.in, false);  // freed, not kept in the pool
-    const std::int64_t n = static_cast<std::int64_t>(f.bytes() / 4);
+    const Tensor t = w.files().tensor(name);
+    const std::int64_t n = t.numel();
     DeviceBuffer b(static_cast<std::size_t>(n) * 2, &pool_);
-    pack_bits16(f.as<float>(), b.as<std::uint16_t>(), n, spec.in, compute_);
-    stream_sync(compute_);  // before f is freed
+    if (t.dtype() == DType::bf16 && spec.in == Fmt::bf16) {
+      // A bf16 operand of a bf16 weight is the weight: its stored patterns, copied as they are.
+      copy_h2d(b.get(), t.raw(), static_cast<std::size_t>(n) * 2, compute_);
+    } else {
+      DeviceBuffer f = load_weight(w, name, spec.in, false);  // freed, not kept in the pool
+      pack_bits16(f.as<float>(), b.as<std::uint16_t>(), n, spec.in, compute_);
+      stream_sync(compute_);  // before f is freed
+    }
     it = weights_.emplace(key, std::move(b)).first;
   }
   return GemmWeight(it->second.as<std::uint16_t>());
@@ -267,7 +280,8 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t) {
     if (!event_pool_.empty()) event_pool_.pop_back();
     events_in_use_.push_back(ready);
     event_record(ready, compute_);
-    stream_wait(copy_, ready);
+    Stream copy = copy_[copies_++ % 2];
+    stream_wait(copy, ready);
     const std::int64_t n = t.numel();
     Pending p{t.buf, nullptr};
     if (t.dtype == DType::f32 && (t.fmt == Fmt::bf16 || t.fmt == Fmt::f16)) {
@@ -276,10 +290,10 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t) {
       const std::size_t bytes = static_cast<std::size_t>(n) * 2;
       captured_bytes_ += bytes;
       p.packed = std::make_shared<DeviceBuffer>(std::max<std::size_t>(bytes, 2), &pool_);
-      pack_bits16(t.f(), p.packed->as<std::uint16_t>(), n, t.fmt, copy_);
+      pack_bits16(t.f(), p.packed->as<std::uint16_t>(), n, t.fmt, copy);
       auto mem = pinned_->get(bytes);
       host = Tensor::view(t.fmt == Fmt::bf16 ? DType::bf16 : DType::f16, t.shape, mem.get(), mem);
-      copy_d2h(mem.get(), p.packed->get(), bytes, copy_);
+      copy_d2h(mem.get(), p.packed->get(), bytes, copy);
     } else if (t.dtype == DType::f32) {
       // Float32 numbers (rounded to their format on the device): copied as they are, half the
       // bytes of float64; readers that need float64 (refcpu in a mixed run) widen them exactly.
@@ -287,14 +301,14 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t) {
       captured_bytes_ += bytes;
       auto mem = pinned_->get(bytes);
       host = Tensor::view(DType::f32, t.shape, mem.get(), mem);
-      copy_d2h(mem.get(), t.buf->get(), bytes, copy_);
+      copy_d2h(mem.get(), t.buf->get(), bytes, copy);
     } else {
       const DType dt = t.dtype == DType::i64 ? DType::i64 : DType::boolean;
       const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dt);
       captured_bytes_ += bytes;
       auto mem = pinned_->get(bytes);
       host = Tensor::view(dt, t.shape, mem.get(), mem);
-      copy_d2h(mem.get(), t.buf->get(), bytes, copy_);
+      copy_d2h(mem.get(), t.buf->get(), bytes, copy);
     }
     pending_.push_back(std::move(p));
   }

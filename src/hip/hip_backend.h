@@ -3,7 +3,7 @@
 // knobs and meanings as emu (emu is the specification of the arithmetic). Tensors stay on the
 // device between stages (keyed "<stage>/<tensor>"); each output is copied as the numbers it
 // holds (bf16/fp16 outputs as 16-bit patterns, other float outputs as float32, int64 / bool)
-// into a pinned host tensor on a copy stream, so the host copies overlap the next stages;
+// into a pinned host tensor on one of two copy streams, so the host copies overlap the next stages;
 // finish() waits for them. The diff engine reads every float dtype; refcpu widens them
 // exactly in a mixed run. Inputs produced elsewhere (refcpu in a
 // mixed run, the case inputs) are uploaded; a host tensor the backend itself returned is
@@ -100,7 +100,11 @@ class HipBackend final : public Backend {
   Policy policy_;
   std::uint64_t run_seed_;
   DeviceInfo info_;
-  Stream compute_ = nullptr, copy_ = nullptr;
+  Stream compute_ = nullptr;
+  // Two copy streams taken in turn: one packs an output's 16-bit patterns while the other's
+  // copy runs, so the link is not idle between copies.
+  Stream copy_[2] = {nullptr, nullptr};
+  std::size_t copies_ = 0;
   DevicePool pool_;
   std::shared_ptr<PinnedPool> pinned_;
   std::unordered_map<std::string, DevTensor> dev_;

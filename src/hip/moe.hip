@@ -44,15 +44,18 @@ __global__ void hash_kernel(const std::int64_t* ids, const std::int64_t* table, 
   idx[i] = (id >= 0 && id < V) ? table[id * K + i % K] : -1;
 }
 
+// One wavefront per expert: its lanes stride over the slots; a ballot counts the expert's
+// (pass 1), then, after one thread's scan, lists them in slot order (pass 2, each hit placed
+// by the hits of lower lanes).
 __global__ void rows_kernel(const std::int64_t* idx, std::int64_t NK, std::int64_t E, std::int32_t* starts,
                             std::int32_t* rows) {
-  // Pass 1 (one thread per expert): counts; then one thread scans; pass 2: fills in slot order.
-  const std::int64_t e = global_id();
-  if (e < E) {
-    std::int32_t c = 0;
-    for (std::int64_t r = 0; r < NK; ++r) c += idx[r] == e;
-    starts[e + 1] = c;
-  }
+  const std::int64_t e = global_id() / kWaveSize;
+  const int lane = static_cast<int>(threadIdx.x % kWaveSize);
+  if (e >= E) return;  // the whole wavefront
+  std::int32_t c = 0;
+  for (std::int64_t r0 = 0; r0 < NK; r0 += kWaveSize)
+    c += __popcll(TDIFF_BALLOT(r0 + lane < NK && idx[r0 + lane] == e));
+  if (lane == 0) starts[e + 1] = c;
 }
 __global__ void scan_kernel(std::int32_t* starts, std::int64_t E) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
@@ -61,13 +64,18 @@ __global__ void scan_kernel(std::int32_t* starts, std::int64_t E) {
 }
 __global__ void fill_kernel(const std::int64_t* idx, std::int64_t NK, std::int64_t E, const std::int32_t* starts,
                             std::int32_t* rows) {
-  const std::int64_t e = global_id();
+  const std::int64_t e = global_id() / kWaveSize;
+  const int lane = static_cast<int>(threadIdx.x % kWaveSize);
   if (e >= E) return;
   std::int32_t p = starts[e];
-  for (std::int64_t r = 0; r < NK; ++r)
-    if (idx[r] == e) rows[p++] = static_cast<std::int32_t>(r);
+  const unsigned long long below = (1ull << lane) - 1;
+  for (std::int64_t r0 = 0; r0 < NK; r0 += kWaveSize) {
+    const bool hit = r0 + lane < NK && idx[r0 + lane] == e;
+    const unsigned long long mask = TDIFF_BALLOT(hit);
+    if (hit) rows[p + __popcll(mask & below)] = static_cast<std::int32_t>(r0 + lane);
+    p += __popcll(mask);
+  }
 }
-
 __global__ void swiglu_kernel(const float* gu, std::int64_t rows, std::int64_t I, bool clip, float limit, Fmt st,
                               float* h) {
   const std::int64_t i = global_id();
@@ -117,11 +125,11 @@ void moe_weights(const float* d_score, const std::int64_t* d_idx, const float* d
 }
 void expert_rows(const std::int64_t* d_idx, std::int64_t NK, std::int64_t E, std::int32_t* d_starts,
                  std::int32_t* d_rows, hipStream_t stream) {
-  rows_kernel<<<blocks_for(E, 64), 64, 0, stream>>>(d_idx, NK, E, d_starts, d_rows);
+  rows_kernel<<<blocks_for(E * kWaveSize, 256), 256, 0, stream>>>(d_idx, NK, E, d_starts, d_rows);
   check_kernel("expert_rows count");
   scan_kernel<<<1, 1, 0, stream>>>(d_starts, E);
   check_kernel("expert_rows scan");
-  fill_kernel<<<blocks_for(E, 64), 64, 0, stream>>>(d_idx, NK, E, d_starts, d_rows);
+  fill_kernel<<<blocks_for(E * kWaveSize, 256), 256, 0, stream>>>(d_idx, NK, E, d_starts, d_rows);
   check_kernel("expert_rows fill");
 }
 void swiglu(const float* d_gu, std::int64_t rows, std::int64_t I, bool clip, float limit, Fmt st, float* d_h,

@@ -48,6 +48,8 @@ inline constexpr unsigned hipEventDisableTiming = cudaEventDisableTiming;
 #define hipMemsetAsync cudaMemsetAsync
 #define hipStreamCreate cudaStreamCreate
 #define hipStreamCreateWithFlags cudaStreamCreateWithFlags
+#define hipStreamCreateWithPriority cudaStreamCreateWithPriority
+#define hipDeviceGetStreamPriorityRange cudaDeviceGetStreamPriorityRange
 #define hipStreamDestroy cudaStreamDestroy
 #define hipStreamSynchronize cudaStreamSynchronize
 #define hipStreamWaitEvent cudaStreamWaitEvent
@@ -66,6 +68,8 @@ inline constexpr int kWaveSize = 32;
 #define TDIFF_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
 // The lanes of one wavefront wait for each other, and their LDS writes become visible to them.
 #define TDIFF_WAVE_SYNC() __syncwarp()
+// One bit per lane of the (whole, converged) wavefront: lane l's predicate in bit l.
+#define TDIFF_BALLOT(pred) static_cast<unsigned long long>(__ballot_sync(0xffffffffu, (pred)))
 #else
 #include <hip/hip_runtime.h>
 #if defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -74,6 +78,7 @@ inline constexpr int kWaveSize = __AMDGCN_WAVEFRONT_SIZE;
 inline constexpr int kWaveSize = 64;  // host pass of the AMD build: CDNA2 wavefronts
 #endif
 #define TDIFF_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask))
+#define TDIFF_BALLOT(pred) static_cast<unsigned long long>(__ballot((pred)))
 // A wavefront runs in lockstep; the fences order its LDS writes before the reads after it.
 #define TDIFF_WAVE_SYNC()                                    \
   do {                                                       \
@@ -146,6 +151,10 @@ __device__ inline std::uint16_t bf16_bits_of(unsigned u) {
 __device__ inline std::uint16_t bits16(float v, bool bf16) {
   return bf16 ? bf16_bits_of(__float_as_uint(v)) : __half_as_ushort(__float2half_rn(v));
 }
+// The float a 16-bit pattern stands for (exact).
+__device__ inline float from_bits16(std::uint16_t b, bool bf16) {
+  return bf16 ? __uint_as_float(static_cast<unsigned>(b) << 16) : __half2float(__ushort_as_half(b));
+}
 #else
 #if defined(__gfx90a__) || defined(__gfx908__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
 inline constexpr bool kHasMatrixCores = true;
@@ -206,6 +215,9 @@ __device__ inline std::uint16_t bf16_bits_of(unsigned u) {  // as on NVIDIA
 }
 __device__ inline std::uint16_t bits16(float v, bool bf16) {
   return bf16 ? bf16_bits_of(__float_as_uint(v)) : __builtin_bit_cast(std::uint16_t, static_cast<_Float16>(v));
+}
+__device__ inline float from_bits16(std::uint16_t b, bool bf16) {
+  return bf16 ? __uint_as_float(static_cast<unsigned>(b) << 16) : static_cast<float>(__builtin_bit_cast(_Float16, b));
 }
 #endif
 }  // namespace tdiff::hip::mma

@@ -83,6 +83,17 @@ void check_dense(std::int64_t M, std::int64_t K, std::int64_t O, const Case& c) 
     hip::gemm(hip::GemmInput(d_x16.ptr()), K, hip::GemmWeight(d_w16.ptr()), d_y16x.ptr(), O, M, K, O,
               hip::GemmSpec{c.in, c.acc, out, false, true}, test_stream());
     EXPECT_EQ(d_y16x.get(), y) << "16-bit activation and weight patterns give other bits than float32 operands";
+    // Every tile height and stage depth of the pipelined kernel: the same products in the
+    // same k order, so the same bits.
+    for (int rows : {32, 64, 128})
+      for (int k : {32, 64}) {
+        hip::GemmGroups tile;
+        tile.tile_rows = rows, tile.tile_k = k;
+        Dev<float> d_yt(M * O);
+        hip::gemm(hip::GemmInput(d_x16.ptr()), K, hip::GemmWeight(d_w16.ptr()), d_yt.ptr(), O, M, K, O,
+                  hip::GemmSpec{c.in, c.acc, out, false, true}, test_stream(), tile);
+        EXPECT_EQ(d_yt.get(), y) << rows << "-row tiles, " << k << "-deep stages give other bits";
+      }
     std::int64_t same = 0;
     for (std::int64_t m = 0; m < M; ++m)
       for (std::int64_t o = 0; o < O; ++o) {

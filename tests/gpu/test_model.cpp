@@ -142,7 +142,10 @@ TEST(Model, HipMatchesEmuSmall) { compare_with_emu("small"); }
 TEST(Model, MixedWithReferenceMatchesEmu) { compare_with_emu("small", true); }
 TEST(Model, MatrixCoresMatchEmuTiny) { compare_with_emu("tiny", false, true); }
 TEST(Model, MatrixCoresMatchEmuSmall) { compare_with_emu("small", false, true); }
-// A bf16 checkpoint: fixed's fp32 lm_head and router GEMMs of bf16 numbers on the matrix cores.
+// A bf16 checkpoint: its weights uploaded as stored and widened on the device (vector ALU), or
+// copied as they are as matrix-core operands, where fixed's fp32 lm_head and router GEMMs of
+// bf16 numbers run too.
+TEST(Model, HipMatchesEmuTinyBf16Checkpoint) { compare_with_emu("tiny", false, false, true); }
 TEST(Model, MatrixCoresMatchEmuTinyBf16Checkpoint) { compare_with_emu("tiny", false, true, true); }
 
 TEST(Model, FixedRepeatsAtomicDiffers) {
