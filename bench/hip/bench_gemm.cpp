@@ -67,6 +67,12 @@ int main(int argc, char** argv) {
     const Shape shapes[] = {
         {"lm_head 1024x4096>129280", 1024, 4096, 129280},
         {"dense 1024x4096>4096", 1024, 4096, 4096},
+        // v4's narrow products: o_b, the shared expert's gate (and up), q_a, kv, the router.
+        {"o_b 1024x8192>4096", 1024, 8192, 4096},
+        {"shared 1024x4096>2048", 1024, 4096, 2048},
+        {"q_a 1024x4096>1024", 1024, 4096, 1024},
+        {"kv 1024x4096>512", 1024, 4096, 512},
+        {"router 1024x4096>256", 1024, 4096, 256},
         // 64 experts and 256 tokens: the 24 rows per expert of v4's 256 experts at 1024
         // tokens, and 2.1 / 1.1 GB of weights, far beyond the caches, as there.
         {"experts gate|up", 256, 4096, 4096, 64, 6},

@@ -266,7 +266,6 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a, Formats
   }
 }
 
-
 // ---- The matrix-core kernel (qk_accum and pv_accum f32, 16-bit storage) -----------------
 // A workgroup serves one query of one row and 16 heads: the block's logits are the product
 // Q [16 heads x d] · Kᵀ [d x 64 keys] and its P·V the product P [16 x 64] · V [64 x d], both

@@ -81,6 +81,10 @@ struct GemmInput {
   const std::uint16_t* bits16 = nullptr;
   GemmInput(const float* x) : f32(x) {}  // NOLINT(google-explicit-constructor): the common case
   explicit GemmInput(const std::uint16_t* x) : bits16(x) {}
+  // The rows from r0 on, of a row stride ld.
+  GemmInput rows_from(std::int64_t r0, std::int64_t ld) const {
+    return f32 ? GemmInput(f32 + r0 * ld) : GemmInput(bits16 + r0 * ld);
+  }
 };
 
 // M is the row count (with a row list: the largest group's size bound).

@@ -534,9 +534,26 @@ void launch_mma_tile(const Args& a, std::int64_t groups, bool vec4, hipStream_t 
 
 // 128-row tiles for long dense products, 32 for short ones and the routed experts' gathered
 // rows (a few dozen per expert); tile_rows / tile_k override (bench_gemm).
+// Streaming multiprocessors (compute units) of the current device, asked once.
+int device_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (hipGetDevice(&dev) != hipSuccess || hipDeviceGetAttribute(&n, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess)
+      return 0;
+    return n;
+  }();
+  return sms;
+}
+
 template <bool kBf16>
 void launch_mma(const Args& a, std::int64_t groups, int tile_rows, int tile_k, hipStream_t stream) {
-  const bool tall = !a.rows && a.M >= 96;
+  // 128-row tiles when they give every SM a workgroup; a product with few output columns
+  // (q_a, kv, the router, the shared expert's gate and up: 1024 x 4096 -> 1024 / 512 / 256 /
+  // 2048) takes 32-row tiles instead, four times the workgroups (the same products in the
+  // same order: the same bits). At twice the SMs as the bar, o_b (256 workgroups of 128 rows)
+  // lost a third on 32-row tiles on the H200.
+  const bool tall = !a.rows && a.M >= 96 &&
+                    static_cast<std::int64_t>(blocks_for(a.O, kMmaBN)) * blocks_for(a.M, 128) * groups >= device_sms();
   if (pipe_rows(a)) {
     // bench_gemm (H200): 128 x 32-deep for tall products; 32-row tiles (the routed experts' few
     // dozen rows per expert, short products) stream the weight, which 64-deep stages read in

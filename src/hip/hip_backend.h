@@ -94,7 +94,18 @@ class HipBackend final : public Backend {
   const std::int64_t* table_i64(WeightStore& w, const std::string& name);
   const float* rope_freq(const ModelConfig& c, bool compress);
   const std::int64_t* batch_span(const Batch& b, bool length);
-  Tensor publish(const Stage& s, std::size_t k, DevTensor t);
+  // A float32 output whose host copy its stage starts itself, a block of elements at a time
+  // as it computes them (lm_head's logits: most of the copy then overlaps the product instead
+  // of following it); publish() then only registers the output.
+  struct EarlyCopy {
+    Tensor host;  // float32, pinned
+  };
+  bool captures(const Stage& s) const { return !capture_ || capture_(s); }
+  EarlyCopy early_copy_begin(const Shape& shape);
+  // Copies elements [offset, offset + count) of d_src, once the compute stream has written them.
+  void early_copy(EarlyCopy& c, const float* d_src, std::int64_t offset, std::int64_t count);
+  Event next_event();
+  Tensor publish(const Stage& s, std::size_t k, DevTensor t, const EarlyCopy* early = nullptr);
   void sync_all(const char* when);
 
   Policy policy_;

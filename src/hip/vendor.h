@@ -34,6 +34,8 @@ inline constexpr unsigned hipEventDisableTiming = cudaEventDisableTiming;
 #define hipGetDeviceProperties cudaGetDeviceProperties
 #define hipSetDevice cudaSetDevice
 #define hipGetDevice cudaGetDevice
+#define hipDeviceGetAttribute cudaDeviceGetAttribute
+#define hipDeviceAttributeMultiprocessorCount cudaDevAttrMultiProcessorCount
 #define hipDeviceSynchronize cudaDeviceSynchronize
 #define hipDriverGetVersion cudaDriverGetVersion
 #define hipRuntimeGetVersion cudaRuntimeGetVersion
