@@ -187,6 +187,20 @@ void check_shapes(const Tensor& ref, const Tensor& cand, const char* what) {
                 shape_str(cand.shape()));
 }
 
+// f(k, begin, len, buf_r, buf_c) for every kChunk-element chunk k of n elements, on all
+// threads, each thread with its own widening buffers; results go to per-chunk slots, so the
+// caller combines them in chunk order whatever the thread count.
+template <class F>
+void for_each_chunk(std::int64_t n, F&& f) {
+  const std::int64_t nchunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel
+  {
+    std::vector<double> buf_r, buf_c;
+#pragma omp for schedule(static)
+    for (std::int64_t k = 0; k < nchunks; ++k) f(k, k * kChunk, std::min(kChunk, n - k * kChunk), buf_r, buf_c);
+  }
+}
+
 }  // namespace
 
 TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const MetricOptions& opt) {
@@ -194,16 +208,10 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
   const std::int64_t n = ref.numel();
   const std::int64_t nchunks = (n + kChunk - 1) / kChunk;
   std::vector<Partial> parts(static_cast<std::size_t>(nchunks));
-#pragma omp parallel
-  {
-    std::vector<double> buf_r, buf_c;
-#pragma omp for schedule(static)
-    for (std::int64_t k = 0; k < nchunks; ++k) {
-      const std::int64_t begin = k * kChunk;
-      parts[static_cast<std::size_t>(k)] =
-          chunk_partial(ref, cand, begin, std::min(kChunk, n - begin), opt.rel_floor, buf_r, buf_c);
-    }
-  }
+  for_each_chunk(n, [&](std::int64_t k, std::int64_t begin, std::int64_t len, std::vector<double>& buf_r,
+                        std::vector<double>& buf_c) {
+    parts[static_cast<std::size_t>(k)] = chunk_partial(ref, cand, begin, len, opt.rel_floor, buf_r, buf_c);
+  });
 
   Partial t;
   std::int64_t worst_chunk = -1, worst_scaled_chunk = -1;
@@ -245,18 +253,12 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
   m.max_abs_scale = std::max(1.0, m.ref_rms);
   if (m.max_abs_scale > 1.0) {
     std::vector<double> scaled(static_cast<std::size_t>(nchunks));
-#pragma omp parallel
-    {
-      std::vector<double> buf_r, buf_c;
-#pragma omp for schedule(static)
-      for (std::int64_t k = 0; k < nchunks; ++k) {
-        const std::int64_t begin = k * kChunk;
-        const Partial& p = parts[static_cast<std::size_t>(k)];
-        const bool finite = p.nan_ref + p.inf_ref + p.nan_cand + p.inf_cand == 0;
-        scaled[static_cast<std::size_t>(k)] =
-            chunk_scaled_max(ref, cand, begin, std::min(kChunk, n - begin), m.max_abs_scale, finite, buf_r, buf_c);
-      }
-    }
+    for_each_chunk(n, [&](std::int64_t k, std::int64_t begin, std::int64_t len, std::vector<double>& buf_r,
+                          std::vector<double>& buf_c) {
+      const Partial& p = parts[static_cast<std::size_t>(k)];
+      const bool finite = p.nan_ref + p.inf_ref + p.nan_cand + p.inf_cand == 0;
+      scaled[static_cast<std::size_t>(k)] = chunk_scaled_max(ref, cand, begin, len, m.max_abs_scale, finite, buf_r, buf_c);
+    });
     t.max_abs_scaled = 0, worst_scaled_chunk = -1;
     for (std::int64_t k = 0; k < nchunks; ++k)
       if (scaled[static_cast<std::size_t>(k)] > t.max_abs_scaled || worst_scaled_chunk < 0)
