@@ -13,6 +13,7 @@ using testing::count_lines;
 
 class CliRun : public testing::CliTest {
  protected:
+  std::string line_;
   void SetUp() override {
     CliTest::SetUp();
     ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 2 -o '{}'", path("m"))).code, 0);
@@ -71,6 +72,43 @@ TEST_F(CliRun, BadInputsExitTwoWithOneLine) {
   // No temporary files left beside the case.
   for (const auto& e : std::filesystem::directory_iterator(dir_))
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+// Selection replay (the default) on a tiny model whose expert and indexer scores sit close
+// together: fixed flips some choices on bf16 noise alone. Replayed, later stages get the
+// reference's choices, the flips are reported (WARN) and the run passes the default
+// thresholds; followed (--selections free), one flipped token moves its activations by O(1)
+// and the run fails. A top-k that compares in bf16 picks ids its own float32 scores rank
+// lower: replay or not, that fails at a moe.select.
+TEST_F(CliRun, ReplayedSelectionsPassFixedAndStillCatchATopkFault) {
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("m1"))).code, 0);
+  const std::string c = path("near-ties.h5");
+  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 4 --len 96 --seed 3 -o '{}'", path("m1"), c)).code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", c)).code, 0);
+
+  const CliResult replay = run(fmt::format("run '{}' -o '{}'", c, path("replay")));
+  EXPECT_EQ(replay.code, 0) << replay.out;
+  EXPECT_NE(replay.out.find("first divergence: none"), std::string::npos) << replay.out;
+  EXPECT_NE(replay.out.find("selections replayed from the reference"), std::string::npos) << replay.out;
+  std::ifstream csv(path("replay/report.csv"));
+  const std::string rows((std::istreambuf_iterator<char>(csv)), std::istreambuf_iterator<char>());
+  int flipped = 0;  // selection rows that differ, every flip right on the candidate's own scores
+  for (std::istringstream in(rows); std::getline(in, line_);)
+    if (line_.find(".moe.select,") != std::string::npos || line_.find(".attn.idx.topk,") != std::string::npos)
+      flipped += line_.find(",WARN,") != std::string::npos && line_.find("all right on the candidate's own scores") != std::string::npos;
+  EXPECT_GE(flipped, 2) << rows;
+
+  const CliResult free = run(fmt::format("run '{}' --selections free --no-reports", c));
+  EXPECT_EQ(free.code, 1) << free.out;
+
+  const CliResult bf16_compare = run(fmt::format("run '{}' --set topk_compare=bf16 --no-reports", c));
+  EXPECT_EQ(bf16_compare.code, 1) << bf16_compare.out;
+  EXPECT_NE(bf16_compare.out.find("moe.select/idx"), std::string::npos) << bf16_compare.out;
+  EXPECT_NE(bf16_compare.out.find("rank lower"), std::string::npos) << bf16_compare.out;
+
+  const CliResult bad = run(fmt::format("run '{}' --selections sometimes", c));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(count_lines(bad.err), 1u) << bad.err;
 }
 
 // The README's fault catalog is a copy of `tdiff info --knobs`: every line must be there, so

@@ -352,24 +352,35 @@ TEST(DiffRouting, ExactlyTiedScoresAreTiesNotMismatches) {
   EXPECT_THROW(routing_metrics(r, c, &other), InputError);  // scores for 3 tokens, not 2
 }
 
-// With the candidate's scores: a flip whose reference margin lies within the candidate's
-// own score error is counted as explained by upstream numerics; one outside it is not.
-TEST(DiffRouting, FlipsWithinTheCandidatesScoreErrorAreCounted) {
-  const Tensor r = ids({2, 1}, {0, 2});
-  const Tensor c = ids({2, 1}, {1, 3});
-  Tensor ref_scores(DType::f64, {2, 4}), cand_scores(DType::f64, {2, 4});
+// With the candidate's own scores: a flip is explained when the candidate's choice is right
+// on those scores (the top-k did its job; upstream numerics moved the scores), and not when
+// its own scores rank the taken id lower (a coarser comparison, a wrong tie-break or bias).
+TEST(DiffRouting, FlipsRightOnTheCandidatesOwnScoresAreExplained) {
+  const Tensor r = ids({4, 1}, {0, 2, 0, 0});
+  const Tensor c = ids({4, 1}, {1, 3, 1, 1});
+  Tensor ref_scores(DType::f64, {4, 4}), cand_scores(DType::f64, {4, 4});
   const double rs[] = {0.501, 0.500, 0.1, 0.1,   // token 0: margin 0.001
-                       0.1, 0.1, 0.9, 0.2};      // token 1: margin 0.7
-  const double cs[] = {0.4995, 0.5005, 0.1, 0.1,  // errors 0.0015 and 0.0005: explained
-                       0.1, 0.1, 0.89, 0.21};     // errors 0.01: a margin of 0.7 is not
+                       0.1, 0.1, 0.9, 0.2,       // token 1: margin 0.7
+                       0.501, 0.500, 0.1, 0.1,   // token 2: margin 0.001
+                       0.501, 0.500, 0.1, 0.1};  // token 3: margin 0.001
+  const double cs[] = {0.4995, 0.5005, 0.1, 0.1,  // its scores put 1 above 0: explained
+                       0.1, 0.1, 0.89, 0.21,      // 3 (0.21) taken over 2 (0.89): not explained
+                       0.5004, 0.5001, 0.1, 0.1,  // near the tie, but its scores still rank 0 first: not
+                       0.1, 0.1, 0.1, 0.1};       // filled below: a NaN explains nothing
   std::memcpy(ref_scores.raw(), rs, sizeof rs);
   std::memcpy(cand_scores.raw(), cs, sizeof cs);
+  cand_scores.data<double>()[12] = std::nan("");
   const RoutingMetrics m = routing_metrics(r, c, &ref_scores, &cand_scores);
   EXPECT_EQ(m.tie_tokens, 0);
-  EXPECT_EQ(m.noise_tokens, 1);
-  EXPECT_DOUBLE_EQ(m.mismatch_share, 1.0);  // verdicts still count both
-  EXPECT_EQ(routing_metrics(r, c, &ref_scores).noise_tokens, 0);  // without candidate scores: unknown
-  const Tensor wrong(DType::f64, {2, 3});
+  EXPECT_EQ(m.explained_tokens, 1);
+  EXPECT_DOUBLE_EQ(m.mismatch_share, 1.0);
+  EXPECT_DOUBLE_EQ(m.unexplained_share, 0.75);
+  EXPECT_DOUBLE_EQ(m.judged_share(), 1.0);  // not replayed: every flip counts
+  RoutingMetrics replayed = m;
+  replayed.replayed = true;
+  EXPECT_DOUBLE_EQ(replayed.judged_share(), 0.75);
+  EXPECT_EQ(routing_metrics(r, c, &ref_scores).explained_tokens, 0);  // without candidate scores: unknown
+  const Tensor wrong(DType::f64, {4, 3});
   EXPECT_THROW(routing_metrics(r, c, &ref_scores, &wrong), InputError);
 }
 

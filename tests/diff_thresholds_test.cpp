@@ -188,6 +188,27 @@ TEST(DiffVerdicts, ExactTensorsByMismatchShare) {
   EXPECT_EQ(judge_tensor({.metrics = &m, .routing = &rt, .exact = true}, Thresholds{}).verdict, Verdict::pass);
 }
 
+// Selection verdicts: without replay every untied flip counts against mismatch_fail; with
+// replay (later stages got the reference's choices) only the flips the candidate's own scores
+// do not explain, the explained ones stay a WARN.
+TEST(DiffVerdicts, ReplayedSelectionsFailOnlyOnUnexplainedFlips) {
+  const TensorMetrics m = metrics(1.0, 0.0);
+  RoutingMetrics rt;
+  rt.tokens = 100, rt.equal_tokens = 95, rt.explained_tokens = 5;
+  rt.mismatch_share = 0.05, rt.unexplained_share = 0.0;
+  auto judged = [&] { return judge_tensor({.metrics = &m, .routing = &rt, .exact = true}, Thresholds{}); };
+  EXPECT_EQ(judged().verdict, Verdict::fail);
+  rt.replayed = true;
+  const Judgement j = judged();
+  EXPECT_EQ(j.verdict, Verdict::warn);
+  EXPECT_NE(j.reason.find("all right on the candidate's own scores, replayed"), std::string::npos) << j.reason;
+  rt.explained_tokens = 3, rt.unexplained_share = 0.02;
+  EXPECT_EQ(judged().verdict, Verdict::fail);
+  EXPECT_NE(judged().reason.find("rank lower (2 of 5 differing)"), std::string::npos) << judged().reason;
+  rt.explained_tokens = 4, rt.unexplained_share = 0.01;  // 1% is not above 1%
+  EXPECT_EQ(judged().verdict, Verdict::warn);
+}
+
 TEST(DiffVerdicts, NoiseFloorGate) {
   const TensorMetrics floor = metrics(0.99999, 1e-4, 1e-4);
   const TensorMetrics ok = metrics(0.9999, 1e-3, 2.9e-4), bad = metrics(0.9999, 1e-3, 3.1e-4);

@@ -99,5 +99,28 @@ TEST(Executor, SynchronousBackendsTapImmediately) {
   EXPECT_EQ(log, (std::vector<std::string>{"cpu run s0", "tap s0", "cpu run s1", "tap s1", "cpu release s0/y"}));
 }
 
+// The replace hook (selection replay): later stages read the replacement, the taps still see
+// the stage's own output, also when that output is deferred.
+TEST(Executor, ReplacedOutputsFeedLaterStagesButTapsSeeTheOriginal) {
+  std::vector<std::string> log;
+  Counting gpu("gpu", true, log);
+  Context c;
+  RunContext ctx = c.ctx();
+  TensorMap env;
+  ExecutorHooks hooks;
+  std::vector<double> tapped;
+  hooks.on_stage = [&](const Stage&, std::size_t, const std::vector<Tensor>& out) { tapped.push_back(out[0].data<double>()[0]); };
+  hooks.replace = [&](const Stage& s, std::size_t, std::vector<Tensor>& out) {
+    if (s.name != "s1") return false;
+    Tensor t(DType::f64, {1});
+    t.data<double>()[0] = 10;
+    out.push_back(t);
+    return true;
+  };
+  execute(chain(3), [&](const Stage&) -> Backend& { return gpu; }, ctx, env, hooks);
+  EXPECT_EQ(tapped, (std::vector<double>{0, 1, 11}));  // s1 tapped as computed, s2 = replacement + 1
+  EXPECT_EQ(env.at("s2/y").data<double>()[0], 11.0);
+}
+
 }  // namespace
 }  // namespace tdiff

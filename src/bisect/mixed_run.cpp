@@ -12,6 +12,40 @@
 
 namespace tdiff {
 
+namespace {
+
+bool is_selection(const Stage& s) { return s.kind == OpKind::moe_select || s.kind == OpKind::idx_topk; }
+
+// What a selection stage chooses on: the indexer's stored scores, or the router's scores
+// plus the routing bias (top-k layers; hash layers choose by token id and have none).
+struct SelectionScores {
+  std::string key;   // "<stage>/<tensor>" of the stored scores ("" when none)
+  std::string bias;  // weight added before the top-k ("" when none)
+};
+SelectionScores selection_scores(const Stage& s) {
+  if (s.kind == OpKind::idx_topk) return {tie_scores_key(s.name), ""};
+  if (s.kind == OpKind::moe_select && s.inputs.size() == 1) return {s.inputs[0].key(), s.weights.at(0)};
+  return {};
+}
+
+// score[t, e] + bias[e]: in float64 for the reference, and as the candidate's float32 top-k
+// adds them for the candidate (its comparison type may round further; that is what the
+// routing comparison must not excuse).
+Tensor add_routing_bias(const Tensor& scores, const Tensor& bias, bool as_float32) {
+  const std::int64_t E = bias.numel();
+  if (scores.rank() == 0 || scores.dim(-1) != E)
+    throw std::logic_error("routing bias of " + std::to_string(E) + " experts against scores " + shape_str(scores.shape()));
+  Tensor out(DType::f64, scores.shape());
+  double* o = out.data<double>();
+  for (std::int64_t i = 0; i < scores.numel(); ++i) {
+    const double b = bias.value(i % E);
+    o[i] = as_float32 ? static_cast<double>(static_cast<float>(scores.value(i)) + static_cast<float>(b)) : scores.value(i) + b;
+  }
+  return out;
+}
+
+}  // namespace
+
 MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
                          const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
   const auto& stages = session.stages;
@@ -34,7 +68,18 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   std::set<std::string> score_keys;           // the stored scores some selection stage chooses on
   std::map<std::string, Tensor> cand_scores;  // this run's values of them
   for (const auto& s : stages)
-    if (const std::string k = tie_scores_key(s.name); !k.empty()) score_keys.insert(k);
+    if (const std::string k = selection_scores(s).key; !k.empty()) score_keys.insert(k);
+  copt.replayed_selections = opt.replay_selections;
+  hooks.replace = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
+    if (!opt.replay_selections || !on_candidate[i] || !is_selection(s)) return false;
+    if (!have_ref.count(s.name)) {  // a partial reference (tdiff golden --stages): this one follows its own
+      result.not_replayed.push_back(s.name);
+      return false;
+    }
+    for (const auto& t : s.outputs) out.push_back(read_reference(session.path, s.name, t));
+    ++result.replayed;
+    return true;
+  };
   hooks.cached = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
     bool inputs_clean = true;
     for (const auto& in : s.inputs) inputs_clean = inputs_clean && clean.count(in.key());
@@ -69,16 +114,23 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     if (!have_ref.count(s.name))
       input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session.path, s.name,
                   session.path);
-    const std::string score_key = tie_scores_key(s.name);
-    Tensor scores;
-    if (!score_key.empty() && have_ref.count(score_key.substr(0, score_key.find('/'))))
-      scores = read_reference(session.path, score_key.substr(0, score_key.find('/')), score_key.substr(score_key.find('/') + 1));
-    const auto cs = cand_scores.find(score_key);
+    const SelectionScores chosen_on = selection_scores(s);
+    Tensor scores, own_scores;
+    if (!chosen_on.key.empty()) {
+      const auto [score_stage, score_tensor] = split_key(chosen_on.key);
+      if (have_ref.count(score_stage)) scores = read_reference(session.path, score_stage, score_tensor);
+      if (const auto cs = cand_scores.find(chosen_on.key); cs != cand_scores.end()) own_scores = cs->second;
+      if (!chosen_on.bias.empty()) {
+        const Tensor& bias = ctx.weights.f64(chosen_on.bias);
+        if (scores.defined()) scores = add_routing_bias(scores, bias, false);
+        if (own_scores.defined()) own_scores = add_routing_bias(own_scores, bias, true);
+      }
+    }
     for (std::size_t k = 0; k < out.size(); ++k) {
       const Tensor ref = read_reference(session.path, s.name, s.outputs[k]);
       result.diff.rows.push_back(diff_tensor(s.name + "/" + s.outputs[k], ref, out[k], copt,
                                              scores.defined() ? &scores : nullptr,
-                                             cs == cand_scores.end() ? nullptr : &cs->second));
+                                             own_scores.defined() ? &own_scores : nullptr));
     }
   };
   const auto t0 = std::chrono::steady_clock::now();
@@ -89,6 +141,7 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     return on_candidate[static_cast<std::size_t>(&s - head.data())] ? candidate : reference;
   }, ctx, env, hooks);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (result.replayed) result.diff.label_cand += ", selections replayed from the reference";
   return result;
 }
 

@@ -22,6 +22,12 @@ struct MixedRunOptions {
   bool reuse_reference = true;  // reference stages whose inputs are unchanged read /reference instead of recomputing
   std::size_t end = SIZE_MAX;   // run stages [0, end) only (nothing after a watched stage matters)
   StageCache* cache = nullptr;  // outputs of earlier mixed runs with the same upstream assignment (bisect/stage_cache.h)
+  // Selection replay: the candidate's expert and indexer choices (moe.select, attn.idx.topk)
+  // are compared, then the reference's are handed to the stages after them, so every later
+  // stage is judged on the same discrete choices as the reference and a near-tie flip cannot
+  // move a whole token downstream. Verdicts then judge a selection only by the flips its own
+  // scores do not explain (diff/metrics.h). Off: the candidate follows its own choices.
+  bool replay_selections = false;
   std::function<void(const Stage&, std::size_t index)> progress;
   // Every stage's outputs, for callers that keep or store them.
   std::function<void(const Stage&, const std::vector<Tensor>&)> on_outputs;
@@ -32,6 +38,8 @@ struct MixedRunResult {
   std::size_t on_candidate = 0, on_reference = 0;  // stage counts
   std::size_t reused = 0;  // reference stages read from the case's /reference
   std::size_t cached = 0;  // stages taken from MixedRunOptions::cache
+  std::size_t replayed = 0;                // selection stages given the reference's choices
+  std::vector<std::string> not_replayed;   // selection stages replay skipped: no stored reference
   double seconds = 0;
 };
 

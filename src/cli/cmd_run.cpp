@@ -21,6 +21,7 @@ namespace {
 struct RunCmd {
   std::string case_path;
   std::string stages;
+  std::string selections = "replay";
   CandidateOptions cand;
   ReportOptions report;
 };
@@ -53,20 +54,27 @@ void run_run(RunCmd c) {
   Progress progress(fmt::format("run {}", c.cand.backend), session.stages.size());
   MixedRunOptions mo;
   mo.compare = c.stages;
+  mo.replay_selections = c.selections == "replay";
   mo.progress = [&](const Stage& s, std::size_t i) { progress.step(i + 1, s.name); };
   RunContext ctx = session.context();
   const std::vector<bool> all(session.stages.size(), true);
   MixedRunResult r = run_mixed(session, *candidate, reference, all, ctx, mo);
   progress.finish(fmt::format("run: {} stages on {} in {:.2f} s", r.on_candidate, c.cand.backend, r.seconds));
+  if (mo.replay_selections && !r.not_replayed.empty())
+    fmt::print("selections: {} of {} selection stages not replayed (no stored reference: {}...); later stages follow the "
+               "candidate's own choices there\n",
+               r.not_replayed.size(), r.not_replayed.size() + r.replayed, r.not_replayed.front());
   judge(r.diff, thresholds);
 
   RunInfo info;
   info.case_name = std::filesystem::path(c.case_path).stem().string();
   info.run_id = run_id;
-  info.title = fmt::format("tdiff run {}: {} under {}", std::filesystem::path(c.case_path).filename().string(),
-                           c.cand.backend, policy.describe());
+  info.title = fmt::format("tdiff run {}: {} under {}{}", std::filesystem::path(c.case_path).filename().string(),
+                           c.cand.backend, policy.describe(),
+                           r.replayed ? ", selections replayed from the reference" : "");
   info.command = fmt::format("tdiff run {}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), c.report.flags()) +
-                 (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --run-id " + shell_quote(run_id);
+                 (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
+                 " --run-id " + shell_quote(run_id);
   info.thresholds = thresholds.defaults;
   EnvRecord env = capture_env(c.cand.backend, policy.describe(), process_command_line());
   env.extra["seed"] = std::to_string(c.cand.seed);
@@ -108,6 +116,11 @@ void setup_run(CLI::App& app) {
       "Exit code: 0 all stages pass (warnings allowed), 1 a stage fails, 2 usage or input error.");
   cmd->add_option("case", c->case_path, "case file with a reference (tdiff golden)")->required();
   cmd->add_option("--stages", c->stages, "compare only stages matching these globs (all stages still run)");
+  cmd->add_option("--selections", c->selections,
+                  "replay: later stages get the reference's expert and indexer choices, so each stage is judged on "
+                  "the same choices and only top-k faults fail a selection; free: the candidate follows its own")
+      ->check(CLI::IsMember({"replay", "free"}))
+      ->capture_default_str();
   c->cand.add_to(cmd);
   c->report.add_to(cmd);
   cmd->callback([c] { run_run(*c); });

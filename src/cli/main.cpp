@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // One line, like every other input error (CLI11's own exit() adds a second).
+    fmt::print(stderr, "tdiff: error: {} (see --help)\n", e.what());
     return 2;
   } catch (const InputError& e) {
     fmt::print(stderr, "tdiff: error: {}\n", e.what());

@@ -104,6 +104,12 @@ void execute(const std::vector<Stage>& stages, const std::function<Backend&(cons
         hooks.on_stage(s, i, out);
       }
     }
+    std::vector<Tensor> replacement;
+    if (made_by && hooks.replace && hooks.replace(s, i, replacement)) {
+      if (replacement.size() != out.size())
+        throw std::logic_error(fmt::format("stage {}: replacement has {} outputs, expected {}", s.name, replacement.size(), out.size()));
+      out = std::move(replacement);
+    }
     for (std::size_t k = 0; k < out.size(); ++k) {
       const std::string key = s.name + "/" + s.outputs[k];
       env[key] = std::move(out[k]);

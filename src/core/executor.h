@@ -18,6 +18,10 @@ struct ExecutorHooks {
   // Asked before each stage: returning true with `out` filled skips the backend (outputs
   // already known, e.g. cached reference tensors whose inputs are unchanged).
   std::function<bool(const Stage&, std::size_t index, std::vector<Tensor>& out)> cached;
+  // Asked after each stage the backend ran: returning true with `replacement` filled makes
+  // later stages read those tensors instead of the stage's own outputs (selection replay);
+  // on_stage still sees the stage's own outputs.
+  std::function<bool(const Stage&, std::size_t index, std::vector<Tensor>& replacement)> replace;
 };
 
 // Runs stages [0, stages.size()); `backend_for` picks the backend per stage. `env` holds the

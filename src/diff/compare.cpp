@@ -142,6 +142,7 @@ TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& 
   if (!floats && ref.rank() > 0 && matches_any(opt.routing_patterns, d.stage, d.tensor)) {
     d.kind = TensorKind::routing;
     d.routing = routing_metrics(ref, cand, ref_scores, ref_scores ? cand_scores : nullptr);
+    d.routing->replayed = opt.replayed_selections;
   } else if (!floats) {
     d.kind = TensorKind::exact;
   } else if (ref.rank() > 0 && matches_any(opt.logits_patterns, d.stage, d.tensor)) {

@@ -60,6 +60,9 @@ struct CompareOptions {
   std::vector<std::string> logits_patterns = {"lm_head/*", "*/logits", "logits"};
   std::vector<std::string> routing_patterns = {"*.moe.select/*", "*.attn.idx.topk/*"};
   MetricOptions metrics;
+  // The run handed the reference's selections to later stages (MixedRunOptions::
+  // replay_selections): routing verdicts count only unexplained flips (metrics.h).
+  bool replayed_selections = false;
 };
 
 // "L03.attn.core/o" -> {"L03.attn.core", "o"}; a key without '/' is a stage of its own.

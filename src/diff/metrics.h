@@ -85,18 +85,27 @@ LogitsMetrics logits_metrics(const Tensor& ref, const Tensor& cand, const Metric
 // reference ids missing from the candidate row. Tie hook: with the reference's scores
 // [..., E] (ids index the last dimension), a differing token whose swapped-out and
 // swapped-in ids have exactly equal scores is a tie, not a mismatch (both choices are right).
-// Noise hook: with the candidate's scores too, a differing (untied) token whose reference
-// margin (lowest score given up minus highest score taken) is no larger than the candidate's
-// own score error on those entries counts as explained by upstream numerics: the top-k chose
-// correctly on the scores it was given. Verdicts still count it; reports say how many.
+// Explanation hook: with the candidate's own scores too (the values its top-k compared), a
+// differing, untied token is "explained" when its choice is right on those scores: every id
+// it took scores at least as high as every reference id it left out. The top-k then did its
+// job; the flip comes from upstream numerics, which their own stages are judged on. A top-k
+// that compares in a coarser type, breaks ties wrongly or adds the wrong bias picks ids its
+// own scores rank lower: unexplained.
 struct RoutingMetrics {
   std::int64_t tokens = 0, k = 0;
   std::int64_t equal_tokens = 0;
-  std::int64_t tie_tokens = 0;     // differing only between exactly tied scores
-  std::int64_t noise_tokens = 0;   // differing, untied, within the candidate's score error of a tie
-  std::int64_t flips = 0;          // flipped choices summed over tokens (ties included)
-  double equal_share = 1.0;        // equal_tokens / tokens
-  double mismatch_share = 0.0;     // (tokens - equal - tie) / tokens: what verdicts read
+  std::int64_t tie_tokens = 0;        // differing only between exactly tied scores
+  std::int64_t explained_tokens = 0;  // differing, untied, right on the candidate's own scores
+  std::int64_t flips = 0;             // flipped choices summed over tokens (ties included)
+  double equal_share = 1.0;           // equal_tokens / tokens
+  double mismatch_share = 0.0;        // (tokens - equal - tie) / tokens
+  double unexplained_share = 0.0;     // (tokens - equal - tie - explained) / tokens
+  // Set when later stages were given the reference's selections (selection replay): the
+  // verdict then reads unexplained_share, since explained flips moved nothing downstream.
+  bool replayed = false;
+  // What the verdict reads: a flip that later stages follow changes the model's output
+  // whatever caused it, so without replay every untied flip counts.
+  double judged_share() const { return replayed ? unexplained_share : mismatch_share; }
 };
 RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tensor* ref_scores = nullptr,
                                const Tensor* cand_scores = nullptr);

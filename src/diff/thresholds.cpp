@@ -135,15 +135,28 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   Verdicts v;
   const TensorMetrics& m = *in.metrics;
   if (in.exact) {
-    const double share = in.routing ? in.routing->mismatch_share
-                                    : (m.count ? static_cast<double>(m.n_diff) / static_cast<double>(m.count) : 0.0);
-    std::string what = in.routing ? "tokens with other selections" : "elements differ";
-    // How many of them the candidate's own score error explains (near ties, not a top-k fault).
-    if (in.routing && in.routing->noise_tokens > 0)
-      what += fmt::format(" ({} of {} within the candidate's score error of a tie)", in.routing->noise_tokens,
-                          in.routing->tokens - in.routing->equal_tokens - in.routing->tie_tokens);
-    if (share > t.mismatch_fail) v.add(Verdict::fail, fmt::format("{:.3g}% {}", 100 * share, what));
-    else if (share > t.mismatch_warn) v.add(Verdict::warn, fmt::format("{:.3g}% {}", 100 * share, what));
+    if (in.routing) {
+      // Without replay every untied flip counts; with replay only the flips the candidate's
+      // own scores do not explain (top-k faults), the others are reported as a WARN.
+      const RoutingMetrics& r = *in.routing;
+      const std::int64_t differ = r.tokens - r.equal_tokens - r.tie_tokens;
+      const std::int64_t unexplained = differ - r.explained_tokens;
+      const std::string right =
+          r.explained_tokens == differ ? "all" : fmt::format("{} of {}", r.explained_tokens, differ);
+      if (r.replayed && r.unexplained_share > t.mismatch_fail)
+        v.add(Verdict::fail, fmt::format("{:.3g}% tokens chose ids their own scores rank lower ({} of {} differing)",
+                                         100 * r.unexplained_share, unexplained, differ));
+      else if (!r.replayed && r.mismatch_share > t.mismatch_fail)
+        v.add(Verdict::fail, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores)",
+                                         100 * r.mismatch_share, right));
+      else if (r.mismatch_share > t.mismatch_warn)
+        v.add(Verdict::warn, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{})",
+                                         100 * r.mismatch_share, right, r.replayed ? ", replayed" : ""));
+      return v.result();
+    }
+    const double share = m.count ? static_cast<double>(m.n_diff) / static_cast<double>(m.count) : 0.0;
+    if (share > t.mismatch_fail) v.add(Verdict::fail, fmt::format("{:.3g}% elements differ", 100 * share));
+    else if (share > t.mismatch_warn) v.add(Verdict::warn, fmt::format("{:.3g}% elements differ", 100 * share));
     return v.result();
   }
   if (m.new_nonfinite > 0) v.add(Verdict::fail, fmt::format("{} NaN/Inf not in the reference", m.new_nonfinite));

@@ -20,6 +20,8 @@
 // mismatch share is the share of differing tokens for routing tensors (ties excluded, see
 // metrics.h) and of differing elements otherwise:
 //   FAIL  mismatch share > mismatch_fail (0.01);  WARN  mismatch share > mismatch_warn (0)
+// Routing tensors of a run that replayed the selections FAIL on their unexplained share
+// instead (RoutingMetrics::judged_share): explained flips changed nothing downstream.
 // "off" values are the ones that can never trigger (cosine -1, the others +inf).
 #include <string>
 #include <string_view>

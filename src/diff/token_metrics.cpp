@@ -3,6 +3,7 @@
 // summaries are taken afterwards in token order: thread count never changes a result.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -213,17 +214,26 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
       continue;
     }
     if (!cand_scores) continue;
-    // The reference's margin against the candidate's own score error on the swapped entries.
-    double error = 0;
-    for (const auto* ids : {&only_a, &only_b})
-      for (auto id : *ids)
-        error = std::max(error, std::fabs(cand_scores->value(t * experts + id) - ref_scores->value(t * experts + id)));
-    const double margin = sa.front() - sb.back();
-    if (margin <= 2 * error) ++m.noise_tokens;
+    // Right on its own scores: the lowest score it took against the highest it gave up.
+    // A NaN or infinite score explains nothing.
+    double lowest_taken = std::numeric_limits<double>::infinity(), highest_left = -lowest_taken;
+    bool finite = true;
+    for (auto id : only_b) {
+      const double v = cand_scores->value(t * experts + id);
+      finite = finite && std::isfinite(v);
+      lowest_taken = std::min(lowest_taken, v);
+    }
+    for (auto id : only_a) {
+      const double v = cand_scores->value(t * experts + id);
+      finite = finite && std::isfinite(v);
+      highest_left = std::max(highest_left, v);
+    }
+    if (finite && lowest_taken >= highest_left) ++m.explained_tokens;
   }
   const auto tokens = static_cast<double>(m.tokens);
   m.equal_share = static_cast<double>(m.equal_tokens) / tokens;
   m.mismatch_share = static_cast<double>(m.tokens - m.equal_tokens - m.tie_tokens) / tokens;
+  m.unexplained_share = static_cast<double>(m.tokens - m.equal_tokens - m.tie_tokens - m.explained_tokens) / tokens;
   return m;
 }
 

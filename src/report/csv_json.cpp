@@ -23,7 +23,8 @@ const char* kColumns =
     "stage,tensor,cosine,max_abs,rmse,rel_l2,verdict,max_abs_scaled,max_rel,ref_rms,max_abs_ref,count,compared,"
     "n_diff,nan_ref,inf_ref,nan_cand,inf_cand,new_nonfinite,argmax_abs,argmax_abs_scaled,kind,dtype_ref,dtype_cand,"
     "shape,floor_rmse,top1_agree,topk_overlap_mean,topk_overlap_min,kl_mean,kl_p99,kl_max,routing_equal_share,"
-    "routing_mismatch_share,routing_flips,routing_ties,reason\n";
+    "routing_mismatch_share,routing_flips,routing_ties,routing_explained,routing_unexplained_share,routing_replayed,"
+    "reason\n";
 
 nlohmann::json number(double v) {
   // JSON has no NaN or infinity: those become strings, so that no value is silently lost.
@@ -68,7 +69,8 @@ nlohmann::json row_json(const TensorDiff& d) {
     const RoutingMetrics& rt = *d.routing;
     j["routing"] = {{"tokens", rt.tokens}, {"k", rt.k}, {"equal_tokens", rt.equal_tokens},
                     {"tie_tokens", rt.tie_tokens}, {"flips", rt.flips}, {"equal_share", number(rt.equal_share)},
-                    {"mismatch_share", number(rt.mismatch_share)}};
+                    {"mismatch_share", number(rt.mismatch_share)}, {"explained_tokens", rt.explained_tokens},
+                    {"unexplained_share", number(rt.unexplained_share)}, {"replayed", rt.replayed}};
   }
   return j;
 }
@@ -93,14 +95,16 @@ std::string render_csv(const CompareResult& r) {
         opt_num(d.floor_rmse.has_value(), d.floor_rmse.value_or(0)), opt_num(lg, l.top1_agree),
         opt_num(lg, l.topk_overlap_mean), opt_num(lg, l.topk_overlap_min), opt_num(lg, l.kl_mean),
         opt_num(lg, l.kl_p99), opt_num(lg, l.kl_max), opt_num(rt, ro.equal_share), opt_num(rt, ro.mismatch_share),
-        rt ? std::to_string(ro.flips) : "", rt ? std::to_string(ro.tie_tokens) : "", csv_field(d.reason)};
+        rt ? std::to_string(ro.flips) : "", rt ? std::to_string(ro.tie_tokens) : "",
+        rt ? std::to_string(ro.explained_tokens) : "", opt_num(rt, ro.unexplained_share),
+        rt ? (ro.replayed ? "1" : "0") : "", csv_field(d.reason)};
     out += fmt::format("{}\n", fmt::join(f, ","));
   }
   // Tensors found on one side only: listed with empty metrics.
   auto missing = [&](const std::vector<std::string>& keys, const char* why) {
     for (const auto& k : keys) {
       auto [stage, tensor] = split_key(k);
-      out += fmt::format("{},{},,,,,MISSING{},{}\n", csv_field(stage), csv_field(tensor), std::string(29, ','), why);
+      out += fmt::format("{},{},,,,,MISSING{},{}\n", csv_field(stage), csv_field(tensor), std::string(32, ','), why);
     }
   };
   missing(r.only_ref, "only in the reference");

@@ -4,7 +4,7 @@
 // changes between runs. GEMMs on the vector ALU (emu's sums bit for bit) and, separately,
 // on the matrix cores, whose different summation order inside a 16-deep product may flip a
 // near-tied routing choice: there the agreement is required up to the first selection
-// that differs, and what follows is printed.
+// that differs, and what follows is printed; with the selections replayed, everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 
+#include "bisect/mixed_run.h"
 #include "core/executor.h"
 #include "core/session.h"
 #include "core/synth.h"
@@ -42,6 +43,25 @@ Outputs run_all(CaseSession& session, Backend& backend, Backend* reference = nul
   execute(session.stages, [&](const Stage& s) -> Backend& {
     return reference && (&s - session.stages.data()) % 3 == 1 ? *reference : backend;
   }, ctx, env, hooks);
+  return out;
+}
+
+// Every stage's own outputs of a run with the selections replayed (tdiff run's default):
+// the stages after moe.select and attn.idx.topk read the reference's choices, which hip
+// uploads in place of its own.
+Outputs run_replayed(CaseSession& session, Backend& backend) {
+  RunContext ctx = session.context();
+  refcpu::RefCpuBackend ref;
+  MixedRunOptions opt;
+  opt.replay_selections = true;
+  Outputs out;
+  opt.on_outputs = [&](const Stage& s, const std::vector<Tensor>& o) {
+    for (std::size_t k = 0; k < o.size(); ++k)
+      out[s.name + "/" + s.outputs[k]] = is_float(o[k].dtype()) ? o[k].to(DType::f64) : o[k].clone();
+  };
+  const MixedRunResult r = run_mixed(session, backend, ref, std::vector<bool>(session.stages.size(), true), ctx, opt);
+  EXPECT_GT(r.replayed, 0u);
+  EXPECT_TRUE(r.not_replayed.empty());
   return out;
 }
 
@@ -88,7 +108,8 @@ Agreement agree(const Tensor& a, const Tensor& b) {
   return g;
 }
 
-void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix_cores = false, bool bf16 = false) {
+void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix_cores = false, bool bf16 = false,
+                      bool replay = false) {
   const auto cached = case_for(preset, bf16);
   CaseSession session = open_session(cached.path, cached.model);
   const Policy policy = Policy::preset("fixed");
@@ -98,10 +119,12 @@ void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix
   if (matrix_cores && !hip_b.matrix_cores()) GTEST_SKIP() << "no matrix cores on " << hip_b.device().arch;
   refcpu::RefCpuBackend ref;
   Backend* r = mixed ? &ref : nullptr;
-  const Outputs e = run_all(session, emu_b, r), h = run_all(session, hip_b, r);
+  const Outputs e = replay ? run_replayed(session, emu_b) : run_all(session, emu_b, r);
+  const Outputs h = replay ? run_replayed(session, hip_b) : run_all(session, hip_b, r);
   ASSERT_EQ(e.size(), h.size());
-  std::printf("hip vs emu, %s%s, policy fixed%s, GEMMs on the %s (%zu tensors)\n%-34s %12s %12s %10s %8s\n", preset.c_str(),
-              bf16 ? " (bf16 checkpoint)" : "", mixed ? ", every third stage on refcpu" : "", matrix_cores ? "matrix cores" : "vector ALU", e.size(), "tensor",
+  std::printf("hip vs emu, %s%s, policy fixed%s%s, GEMMs on the %s (%zu tensors)\n%-34s %12s %12s %10s %8s\n", preset.c_str(),
+              bf16 ? " (bf16 checkpoint)" : "", mixed ? ", every third stage on refcpu" : "",
+              replay ? ", selections replayed" : "", matrix_cores ? "matrix cores" : "vector ALU", e.size(), "tensor",
               "cosine", "max_abs", "scale", "bf16ulp");
   double worst_cos = 1, worst_ulp = 0;
   std::string first_flip;  // matrix cores: the first selection that differs; nothing after it is gated
@@ -110,7 +133,9 @@ void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix
       const std::string key = s.name + "/" + t;
       const Agreement g = agree(e.at(key), h.at(key));
       if (g.integer) {
-        std::printf("%-34s %12s\n", key.c_str(), g.equal ? "identical" : "DIFFERENT");
+        std::printf("%-34s %12s\n", key.c_str(), g.equal ? "identical" : replay ? "DIFFERENT (replayed)" : "DIFFERENT");
+        // Replayed, a flipped choice reaches no later stage: everything stays gated.
+        if (matrix_cores && replay && !g.equal && (s.kind == OpKind::moe_select || s.kind == OpKind::idx_topk)) continue;
         if (matrix_cores && !g.equal && first_flip.empty()) first_flip = key;
         if (first_flip.empty()) {
           EXPECT_TRUE(g.equal) << key;
@@ -147,6 +172,12 @@ TEST(Model, MatrixCoresMatchEmuSmall) { compare_with_emu("small", false, true); 
 // bf16 numbers run too.
 TEST(Model, HipMatchesEmuTinyBf16Checkpoint) { compare_with_emu("tiny", false, false, true); }
 TEST(Model, MatrixCoresMatchEmuTinyBf16Checkpoint) { compare_with_emu("tiny", false, true, true); }
+
+// Selection replay: hip uploads the reference's choices in place of its own. On the vector
+// ALU hip still equals emu bit for bit; on the matrix cores a flipped choice no longer
+// reaches later stages, so the whole model is gated, not only up to the first flip.
+TEST(Model, HipMatchesEmuSmallReplayed) { compare_with_emu("small", false, false, false, true); }
+TEST(Model, MatrixCoresMatchEmuSmallReplayed) { compare_with_emu("small", false, true, false, true); }
 
 TEST(Model, FixedRepeatsAtomicDiffers) {
   const auto cached = case_for("small");
