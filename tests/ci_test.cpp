@@ -50,8 +50,9 @@ void check_golden_set(const std::string& name) {
   EXPECT_EQ(sides.size(), 2u) << name;
   EXPECT_TRUE(alone) << name;
   EXPECT_EQ(s.repeat, 2) << name;
-  EXPECT_FALSE(s.thresholds_file.empty()) << name;
-  load_thresholds(s.thresholds_file);
+  // Gated by the default thresholds, with the selections replayed (cases/README.md).
+  EXPECT_TRUE(s.thresholds_file.empty()) << name;
+  EXPECT_TRUE(s.replay_selections) << name;
 }
 
 TEST(GoldenSet, TinyCoversWhatItPromises) { check_golden_set("tiny"); }
@@ -94,6 +95,7 @@ TEST_F(Suites, LoadsAndHashesTheDefinitions) {
   EXPECT_EQ(s.cases[1].pad_side, "left");
   EXPECT_EQ(s.cases[0].pad_to, 34);
   EXPECT_EQ(s.layers, 2);
+  EXPECT_TRUE(s.replay_selections);  // the default, as tdiff run's
   EXPECT_EQ(s.hash.size(), 64u);
   EXPECT_EQ(load_suite(path("suite.toml")).hash, s.hash);
   std::ofstream(path("p.txt"), std::ios::app) << "4 5 6\n";  // another token file: another key
@@ -103,6 +105,7 @@ TEST_F(Suites, LoadsAndHashesTheDefinitions) {
 TEST_F(Suites, BadSuiteFilesNameTheFileAndLine) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"repeat = 2", "repeat = 2\nbogus = 1"},           {"prompts = [1, 2]", "prompts = [1, 9]"},
+      {"repeat = 2", "repeat = 2\nselections = \"some\""},
       {"pad_to = 34", "pad_to = 10"},                    {"name = \"left\"", "name = \"right\""},
       {"preset = \"tiny\"", "preset = \"huge\""},        {"pad_side = \"left\"", "pad_side = \"up\""},
       {"tokens = \"p.txt\"", "tokens = \"none.txt\""},   {"seed = 6", "seed = \"six\""},

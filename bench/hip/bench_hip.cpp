@@ -4,7 +4,8 @@
 // every stage output to the host (all stages tapped) and of one that copies none, and their
 // ratio (the capture overhead). Writes a JSON file with the numbers.
 //
-//   bench_hip CASE [--model DIR] [--policy fixed] [--set PATTERN:knob=value ...] [--runs 3] [-o bench_hip.json]
+//   bench_hip CASE [--model DIR] [--policy fixed] [--set PATTERN:knob=value ...] [--runs 3] [--logit-blocks 4]
+//             [-o bench_hip.json]
 //   --hip-gemm vector: every GEMM on the vector ALU (emu's sums), as `tdiff run --hip-gemm`.
 #include <algorithm>
 #include <chrono>
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   std::string case_path, model, policy_name = "fixed", out = "bench_hip.json";
   std::vector<std::string> sets;
   std::string hip_gemm = "matrix";
+  int logit_blocks = 4;
   int runs = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -51,11 +53,12 @@ int main(int argc, char** argv) {
     else if (a == "--set") sets.push_back(next());
     else if (a == "--hip-gemm") hip_gemm = next();
     else if (a == "--runs") runs = std::stoi(next());
+    else if (a == "--logit-blocks") logit_blocks = std::stoi(next());
     else if (a == "-o") out = next();
     else case_path = a;
   }
   if (case_path.empty()) {
-    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--set SPEC ...] [--hip-gemm matrix|vector] [--runs 3] [-o out.json]\n");
+    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--set SPEC ...] [--hip-gemm matrix|vector] [--runs 3] [--logit-blocks 4] [-o out.json]\n");
     return 2;
   }
   try {
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
     }
     hip::HipBackend hip_b(policy, 1);
     hip_b.set_matrix_cores(hip_gemm == "matrix");
+    hip_b.set_logit_blocks(logit_blocks);
     auto run_once = [&](bool capture) {
       hip_b.set_capture([capture](const Stage&) { return capture; });
       TensorMap env;
@@ -92,6 +96,7 @@ int main(int argc, char** argv) {
     run_once(true);
     hip_b.set_timing(false);
     const auto per_stage = hip_b.stage_ms();
+    const auto spans = hip_b.copy_spans();
     hip_b.clear_timing();
 
     // The link's device-to-host rate: one pinned copy of 512 MiB (about the fp32 logits),
@@ -126,6 +131,26 @@ int main(int argc, char** argv) {
       by_class[layer ? name.substr(dot + 1) : name] += ms;
     }
     const double t_all = median(all), t_none = median(none);
+
+    // The capture's timeline in the timed run: when the link was busy (the union of the copy
+    // spans of both copy streams), idle between the first and the last copy, and the tail
+    // after the last stage ended. What separates the tapped time from bytes / link rate.
+    double busy = 0, first = 0, last = 0;
+    std::size_t span_bytes = 0;
+    if (!spans.empty()) {
+      std::vector<std::pair<double, double>> iv;
+      for (const auto& c : spans) iv.emplace_back(c.start_ms, c.end_ms), span_bytes += c.bytes;
+      std::sort(iv.begin(), iv.end());
+      first = iv.front().first;
+      double a = iv.front().first, b = iv.front().second;
+      for (const auto& [x, y] : iv) {
+        if (x > b) busy += b - a, a = x;
+        b = std::max(b, y);
+      }
+      busy += b - a;
+      last = b;
+    }
+    const double forward_end = hip_b.timed_forward_ms();
     std::printf("\nby stage class (summed over layers):\n");
     for (const auto& [cls, ms] : by_class) std::printf("  %-26s %10.3f ms\n", cls.c_str(), ms);
     std::printf("\n%s on %s (%s), %lld x %lld tokens, policy %s\n", case_path.c_str(), hip_b.device().name.c_str(),
@@ -143,8 +168,20 @@ int main(int argc, char** argv) {
     std::printf("device-to-host link: %.1f GB/s (one pinned 512 MiB copy): copying %.2f GB takes at least %.1f ms, "
                 "%.3fx the untapped forward; the tapped run reached %.1f GB/s\n",
                 link_gb_s, captured_gb, floor_ms, floor_ms / t_none, captured_gb / (t_all / 1e3));
+    if (!spans.empty()) {
+      const double gb = static_cast<double>(span_bytes) / 1e9;
+      std::printf("capture timeline (timed run, ms from the first stage): forward ends %.2f; %zu copies, first starts "
+                  "%.2f, last ends %.2f (tail %.2f after the forward); link busy %.2f ms (%.1f GB/s while busy), "
+                  "idle %.2f ms between the first and the last copy\n",
+                  forward_end, spans.size(), first, last, last - forward_end, busy, gb / (busy / 1e3),
+                  (last - first) - busy);
+    }
 
     nlohmann::json j;
+    j["logit_blocks"] = logit_blocks;
+    j["capture_timeline"] = {{"forward_end_ms", forward_end}, {"copies", spans.size()}, {"first_copy_ms", first},
+                             {"last_copy_end_ms", last}, {"link_busy_ms", busy},
+                             {"gb", static_cast<double>(span_bytes) / 1e9}};
     j["case"] = case_path;
     j["device"] = hip_b.device().name;
     j["arch"] = hip_b.device().arch;

@@ -96,7 +96,7 @@ Suite load_suite(const std::string& path) {
   } catch (const toml::parse_error& e) {
     input_error("{}:{}: {}", fpath, e.source().begin.line, e.description());
   }
-  rd.check_keys(doc, {"name", "description", "tokens", "thresholds", "repeat", "model", "case"}, "the suite");
+  rd.check_keys(doc, {"name", "description", "tokens", "thresholds", "repeat", "selections", "model", "case"}, "the suite");
   Suite s;
   s.dir = fs::path(fpath).parent_path().string();
   s.name = rd.str(doc, "name", "the suite", false, fs::path(s.dir).filename().string());
@@ -105,6 +105,10 @@ Suite load_suite(const std::string& path) {
   const std::string thr = rd.str(doc, "thresholds", "the suite", false);
   if (!thr.empty()) s.thresholds_file = (fs::path(s.dir) / thr).lexically_normal().string();
   s.repeat = static_cast<int>(rd.integer(doc, "repeat", "the suite", false, 2, 1));
+  const std::string selections = rd.str(doc, "selections", "the suite", false, "replay");
+  if (selections != "replay" && selections != "free")
+    input_error("{}: selections = \"{}\": expected \"replay\" or \"free\"", fpath, selections);
+  s.replay_selections = selections == "replay";
 
   const toml::table* model = doc["model"].as_table();
   if (!model) input_error("{}: no [model] table (preset, seed)", fpath);

@@ -7,6 +7,7 @@
 //   thresholds = "thresholds.toml"   # verdict rules (diff/README.md); omitted: the defaults
 //   repeat = 2                       # candidate runs per case, each with its own run seed;
 //                                    # all must agree bit for bit (1: no determinism gate)
+//   selections = "replay"            # or "free": as tdiff run --selections (bisect/mixed_run.h)
 //   [model]
 //   preset = "tiny"                  # tdiff synth preset
 //   seed = 1
@@ -48,6 +49,7 @@ struct Suite {
   std::string name, description;
   std::string tokens_file, thresholds_file;  // absolute; thresholds_file "" when none
   int repeat = 2;
+  bool replay_selections = true;  // selections = "replay" (default) or "free"
   std::string preset;
   std::uint64_t model_seed = 0;
   std::int64_t layers = 0;  // 0: all

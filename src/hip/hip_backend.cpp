@@ -48,6 +48,7 @@ HipBackend::~HipBackend() {
   } catch (...) {  // a fault was reported (or will be) by finish(); nothing to do here
   }
   for (auto& [name, ev] : timing_events_) event_destroy(ev.first), event_destroy(ev.second);
+  for (auto& c : timed_copies_) event_destroy(c.start), event_destroy(c.end);
   for (Event e : event_pool_) event_destroy(e);
   for (Event e : events_in_use_) event_destroy(e);
   pending_.clear();
@@ -102,9 +103,30 @@ std::vector<std::pair<std::string, double>> HipBackend::stage_ms() const {
   for (const auto& [name, ev] : timing_events_) out.emplace_back(name, event_ms(ev.first, ev.second));
   return out;
 }
+std::vector<HipBackend::CopySpan> HipBackend::copy_spans() const {
+  std::vector<CopySpan> out;
+  if (timing_events_.empty()) return out;
+  const Event origin = timing_events_.front().second.first;
+  for (const auto& c : timed_copies_) out.push_back({event_ms(origin, c.start), event_ms(origin, c.end), c.bytes});
+  return out;
+}
+double HipBackend::timed_forward_ms() const {
+  return timing_events_.empty() ? 0.0 : event_ms(timing_events_.front().second.first, timing_events_.back().second.second);
+}
 void HipBackend::clear_timing() {
   for (auto& [name, ev] : timing_events_) event_destroy(ev.first), event_destroy(ev.second);
   timing_events_.clear();
+  for (auto& c : timed_copies_) event_destroy(c.start), event_destroy(c.end);
+  timed_copies_.clear();
+}
+
+void HipBackend::copy_to_host(void* dst, const void* src, std::size_t bytes, Stream copy) {
+  if (!timing_) return copy_d2h(dst, src, bytes, copy);
+  TimedCopy t{event_create(), event_create(), bytes};
+  event_record(t.start, copy);
+  copy_d2h(dst, src, bytes, copy);
+  event_record(t.end, copy);
+  timed_copies_.push_back(t);
 }
 
 HipBackend::DevTensor HipBackend::upload(const Tensor& host) {
@@ -289,7 +311,7 @@ void HipBackend::early_copy(EarlyCopy& c, const float* d_src, std::int64_t offse
   event_record(ready, compute_);
   Stream copy = copy_[copies_++ % 2];
   stream_wait(copy, ready);
-  copy_d2h(reinterpret_cast<float*>(c.host.raw()) + offset, d_src + offset, static_cast<std::size_t>(count) * 4, copy);
+  copy_to_host(reinterpret_cast<float*>(c.host.raw()) + offset, d_src + offset, static_cast<std::size_t>(count) * 4, copy);
 }
 
 // Registers an output on the device and starts its host copy (float64 for float tensors).
@@ -316,7 +338,7 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t, const Ear
       pack_bits16(t.f(), p.packed->as<std::uint16_t>(), n, t.fmt, copy);
       auto mem = pinned_->get(bytes);
       host = Tensor::view(t.fmt == Fmt::bf16 ? DType::bf16 : DType::f16, t.shape, mem.get(), mem);
-      copy_d2h(mem.get(), p.packed->get(), bytes, copy);
+      copy_to_host(mem.get(), p.packed->get(), bytes, copy);
     } else if (t.dtype == DType::f32) {
       // Float32 numbers (rounded to their format on the device): copied as they are, half the
       // bytes of float64; readers that need float64 (refcpu in a mixed run) widen them exactly.
@@ -324,14 +346,14 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t, const Ear
       captured_bytes_ += bytes;
       auto mem = pinned_->get(bytes);
       host = Tensor::view(DType::f32, t.shape, mem.get(), mem);
-      copy_d2h(mem.get(), t.buf->get(), bytes, copy);
+      copy_to_host(mem.get(), t.buf->get(), bytes, copy);
     } else {
       const DType dt = t.dtype == DType::i64 ? DType::i64 : DType::boolean;
       const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dt);
       captured_bytes_ += bytes;
       auto mem = pinned_->get(bytes);
       host = Tensor::view(dt, t.shape, mem.get(), mem);
-      copy_d2h(mem.get(), t.buf->get(), bytes, copy);
+      copy_to_host(mem.get(), t.buf->get(), bytes, copy);
     }
     pending_.push_back(std::move(p));
   }
@@ -570,12 +592,12 @@ std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
       auto y = r.out(osh, spec.out);
       const GemmInput x = operand(r.f(0, st), rows, K, spec);
       const GemmWeight w = r.gemm_weight(0, spec);
-      if (s.kind == OpKind::lm_head && spec.out == Fmt::f32 && rows >= 4 && captures(s)) {
+      if (s.kind == OpKind::lm_head && spec.out == Fmt::f32 && rows >= logit_blocks_ && logit_blocks_ > 1 && captures(s)) {
         // Captured float32 logits (0.5 GB at v4's vocabulary and 1024 tokens, 10 ms of the
-        // link) go to the host in four row blocks, each copied while the next is computed
-        // (each output the same sum in the same order: the same bits as one GEMM).
+        // link) go to the host in row blocks, each copied while the next is computed (each
+        // output the same sum in the same order: the same bits as one GEMM).
         EarlyCopy early = early_copy_begin(osh);
-        const std::int64_t block = (rows + 3) / 4;
+        const std::int64_t block = (rows + logit_blocks_ - 1) / logit_blocks_;
         for (std::int64_t r0 = 0; r0 < rows; r0 += block) {
           const std::int64_t n = std::min(block, rows - r0);
           gemm(x.rows_from(r0, K), K, w, y.f() + r0 * O, O, n, K, O, spec, cs);

@@ -8,6 +8,7 @@
 // exactly in a mixed run. Inputs produced elsewhere (refcpu in a
 // mixed run, the case inputs) are uploaded; a host tensor the backend itself returned is
 // recognised by identity and not uploaded again.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -52,9 +53,20 @@ class HipBackend final : public Backend {
   bool matrix_cores() const { return matrix_cores_; }
   // Bytes copied to the host since construction (every tapped output as copied).
   std::size_t captured_bytes() const { return captured_bytes_; }
+  // Captured float32 logits go to the host in this many row blocks, each copied while the
+  // next is computed (bench_hip --logit-blocks; the bits do not depend on it).
+  void set_logit_blocks(int n) { logit_blocks_ = std::max(1, n); }
   // Per-stage device time (events around each stage), read after finish().
   void set_timing(bool on) { timing_ = on; }
   std::vector<std::pair<std::string, double>> stage_ms() const;
+  // With timing on, every host copy of a tapped output too: start and end in ms after the
+  // first timed stage began, and its bytes (the capture's timeline on the link).
+  struct CopySpan {
+    double start_ms, end_ms;
+    std::size_t bytes;
+  };
+  std::vector<CopySpan> copy_spans() const;
+  double timed_forward_ms() const;  // first timed stage's start to the last one's end
   void clear_timing();
 
  private:
@@ -130,8 +142,15 @@ class HipBackend final : public Backend {
   std::vector<std::string> since_sync_;  // stages enqueued since the last sync (fault attribution)
   std::function<bool(const Stage&)> capture_;
   bool timing_ = false, sync_each_ = false, matrix_cores_ = false;
+  int logit_blocks_ = 4;
   std::size_t captured_bytes_ = 0;
   std::vector<std::pair<std::string, std::pair<Event, Event>>> timing_events_;
+  struct TimedCopy {
+    Event start, end;
+    std::size_t bytes;
+  };
+  std::vector<TimedCopy> timed_copies_;
+  void copy_to_host(void* dst, const void* src, std::size_t bytes, Stream copy);
   refcpu::RefCpuBackend exact_;  // integer logic (the masks), as emu
 };
 
