@@ -107,8 +107,10 @@ TEST_F(EmuOutliers, TheStreamsCarryThemThroughEveryLayer) {
 TEST_F(EmuOutliers, NaiveFp16NormStatisticsOverflowFixedDoNot) {
   const LocalError naive = norms(*outliers_, "naive"), fixed = norms(*outliers_, "fixed");
   const LocalError naive_plain = norms(*plain_, "naive"), fixed_plain = norms(*plain_, "fixed");
-  // Without outliers fp16 statistics are about as good as fp32 (fp16 storage even helps).
-  EXPECT_LT(naive_plain.rel_l2, 2 * fixed_plain.rel_l2);
+  // Without outliers fp16 statistics are about as good as fp32 (fp16 storage even helps):
+  // within 3x (2.6x here since fixed's mixing sums run in the 64-lane wavefront order, whose
+  // tree is more accurate than the sequential float32 sum they replaced; under 2x before).
+  EXPECT_LT(naive_plain.rel_l2, 3 * fixed_plain.rel_l2);
   // With them the sum of squares overflows, the factor becomes 0 and the token's row is zeroed.
   EXPECT_GT(naive.rel_l2, 10 * fixed.rel_l2) << naive.rel_l2 << " vs " << fixed.rel_l2;
   std::int64_t zeroed = 0;

@@ -4,7 +4,7 @@
 // every stage output to the host (all stages tapped) and of one that copies none, and their
 // ratio (the capture overhead). Writes a JSON file with the numbers.
 //
-//   bench_hip CASE [--model DIR] [--policy fixed] [--set PATTERN:knob=value ...] [--runs 3] [--logit-blocks 4]
+//   bench_hip CASE [--model DIR] [--policy fixed] [--set PATTERN:knob=value ...] [--runs 3] [--logit-blocks 4] [--copy-streams 2]
 //             [-o bench_hip.json]
 //   --hip-gemm vector: every GEMM on the vector ALU (emu's sums), as `tdiff run --hip-gemm`.
 #include <algorithm>
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   std::string case_path, model, policy_name = "fixed", out = "bench_hip.json";
   std::vector<std::string> sets;
   std::string hip_gemm = "matrix";
-  int logit_blocks = 4;
+  int logit_blocks = 4, copy_streams = 2;
   int runs = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -54,11 +54,12 @@ int main(int argc, char** argv) {
     else if (a == "--hip-gemm") hip_gemm = next();
     else if (a == "--runs") runs = std::stoi(next());
     else if (a == "--logit-blocks") logit_blocks = std::stoi(next());
+    else if (a == "--copy-streams") copy_streams = std::stoi(next());
     else if (a == "-o") out = next();
     else case_path = a;
   }
   if (case_path.empty()) {
-    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--set SPEC ...] [--hip-gemm matrix|vector] [--runs 3] [--logit-blocks 4] [-o out.json]\n");
+    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--set SPEC ...] [--hip-gemm matrix|vector] [--runs 3] [--logit-blocks 4] [--copy-streams 2] [-o out.json]\n");
     return 2;
   }
   try {
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
     hip::HipBackend hip_b(policy, 1);
     hip_b.set_matrix_cores(hip_gemm == "matrix");
     hip_b.set_logit_blocks(logit_blocks);
+    hip_b.set_copy_streams(copy_streams);
     auto run_once = [&](bool capture) {
       hip_b.set_capture([capture](const Stage&) { return capture; });
       TensorMap env;
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
     hip_b.set_timing(false);
     const auto per_stage = hip_b.stage_ms();
     const auto spans = hip_b.copy_spans();
+    const double forward_end = hip_b.timed_forward_ms();
     hip_b.clear_timing();
 
     // The link's device-to-host rate: one pinned copy of 512 MiB (about the fp32 logits),
@@ -150,7 +153,6 @@ int main(int argc, char** argv) {
       busy += b - a;
       last = b;
     }
-    const double forward_end = hip_b.timed_forward_ms();
     std::printf("\nby stage class (summed over layers):\n");
     for (const auto& [cls, ms] : by_class) std::printf("  %-26s %10.3f ms\n", cls.c_str(), ms);
     std::printf("\n%s on %s (%s), %lld x %lld tokens, policy %s\n", case_path.c_str(), hip_b.device().name.c_str(),
@@ -179,6 +181,7 @@ int main(int argc, char** argv) {
 
     nlohmann::json j;
     j["logit_blocks"] = logit_blocks;
+    j["copy_streams"] = copy_streams;
     j["capture_timeline"] = {{"forward_end_ms", forward_end}, {"copies", spans.size()}, {"first_copy_ms", first},
                              {"last_copy_end_ms", last}, {"link_busy_ms", busy},
                              {"gb", static_cast<double>(span_bytes) / 1e9}};

@@ -1,5 +1,6 @@
 #include "emu/hyper_connection.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,10 +21,22 @@ void hc_mix(const float* X, std::int64_t tokens, std::int64_t flat, const double
   for (std::int64_t t = 0; t < tokens; ++t) {
     const float* x = X + t * flat;
     const float f = rms_factor(x, flat, eps, stats);
+    std::vector<float> u(static_cast<std::size_t>(flat));
+    for (std::int64_t c = 0; c < flat; ++c) u[static_cast<std::size_t>(c)] = arith::round_fmt(x[c] * f, sk);
     for (std::int64_t q = 0; q < M; ++q) {
-      float acc = 0;
-      for (std::int64_t c = 0; c < flat; ++c) acc += arith::round_fmt(x[c] * f, sk) * w[static_cast<std::size_t>(q * flat + c)];
-      mix[t * M + q] = arith::round_fmt(acc, sk);
+      // A wavefront's order: lane k sums the terms c = k, k + 64, ... in float32, then the
+      // lanes meet in emu's shuffle-down tree (as rms_factor). The kernel spreads one sum over
+      // 64 lanes instead of one 16384-term chain per output (v4).
+      const float* wq = w.data() + q * flat;
+      float lane[kLanes] = {};
+      const float* uc = u.data();
+      for (std::int64_t c0 = 0; c0 < flat; c0 += kLanes) {  // lane k takes c0 + k: vectorises
+        const std::int64_t n = std::min(kLanes, flat - c0);
+        for (std::int64_t k = 0; k < n; ++k) lane[k] = arith::add_rn(lane[k], arith::mul_rn(uc[c0 + k], wq[c0 + k]));
+      }
+      for (std::int64_t width = kLanes / 2; width > 0; width /= 2)
+        for (std::int64_t k = 0; k < width; ++k) lane[k] = arith::add_rn(lane[k], lane[k + width]);
+      mix[t * M + q] = arith::round_fmt(lane[0], sk);
     }
   }
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The emu model of the hyper-connection kernels: the mixing GEMV (streams normalised with
-// the norm-statistics format, product in the Sinkhorn format with float32 accumulation), the
+// the norm-statistics format, product in the Sinkhorn format with float32 accumulation in a
+// wavefront's order: 64 lane sums over c = k, k + 64, ..., then a shuffle-down tree), the
 // sigmoid maps and Sinkhorn iterations with every operation rounded to the Sinkhorn format,
 // ε_hc present or flushed, and the collapse/expand sums in float32 stored in the storage
 // format.

@@ -309,7 +309,7 @@ HipBackend::EarlyCopy HipBackend::early_copy_begin(const Shape& shape) {
 void HipBackend::early_copy(EarlyCopy& c, const float* d_src, std::int64_t offset, std::int64_t count) {
   const Event ready = next_event();
   event_record(ready, compute_);
-  Stream copy = copy_[copies_++ % 2];
+  Stream copy = copy_[copies_++ % copy_streams_];
   stream_wait(copy, ready);
   copy_to_host(reinterpret_cast<float*>(c.host.raw()) + offset, d_src + offset, static_cast<std::size_t>(count) * 4, copy);
 }
@@ -325,7 +325,7 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t, const Ear
   } else if (captures(s)) {
     const Event ready = next_event();
     event_record(ready, compute_);
-    Stream copy = copy_[copies_++ % 2];
+    Stream copy = copy_[copies_++ % copy_streams_];
     stream_wait(copy, ready);
     const std::int64_t n = t.numel();
     Pending p{t.buf, nullptr};

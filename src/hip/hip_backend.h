@@ -56,6 +56,8 @@ class HipBackend final : public Backend {
   // Captured float32 logits go to the host in this many row blocks, each copied while the
   // next is computed (bench_hip --logit-blocks; the bits do not depend on it).
   void set_logit_blocks(int n) { logit_blocks_ = std::max(1, n); }
+  // Host copies alternate over this many copy streams (1 or 2; bench_hip --copy-streams).
+  void set_copy_streams(int n) { copy_streams_ = std::clamp(n, 1, 2); }
   // Per-stage device time (events around each stage), read after finish().
   void set_timing(bool on) { timing_ = on; }
   std::vector<std::pair<std::string, double>> stage_ms() const;
@@ -143,6 +145,7 @@ class HipBackend final : public Backend {
   std::function<bool(const Stage&)> capture_;
   bool timing_ = false, sync_each_ = false, matrix_cores_ = false;
   int logit_blocks_ = 4;
+  int copy_streams_ = 2;
   std::size_t captured_bytes_ = 0;
   std::vector<std::pair<std::string, std::pair<Event, Event>>> timing_events_;
   struct TimedCopy {

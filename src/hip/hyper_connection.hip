@@ -1,8 +1,10 @@
 // Hyper-connection kernels (hip/hyper_connection.h), the arithmetic of emu/hyper_connection.cpp.
-//   hc_mix:      one workgroup of 256 threads per 8 tokens, 32 per token: the RMS factor
-//                exactly as emu::rms_factor (lane k sums x[k], x[k + 64], ... then a tree),
-//                then the normalised rows and fn staged through LDS in chunks, one thread
-//                per token and output q with its float32 sum sequential over the flat row.
+//   hc_mix:      one workgroup of 256 threads per 8 tokens: the RMS factor exactly as
+//                emu::rms_factor (32 threads a token; lane k sums x[k], x[k + 64], ... then a
+//                tree), then emu's wavefront order for every output: thread (lane k, group g)
+//                keeps the float32 sums over c = k, k + 64, ... of its outputs for all 8
+//                tokens in registers, and the 64 lane sums of each output meet in emu's
+//                shuffle-down tree through LDS.
 //   hc_sinkhorn: one thread per token (n ≤ kMaxHc; the whole map is n² ≤ 64 values).
 //   hc_pre/post: one thread per output element, sums in stream order.
 #include "hip/vendor.h"  // first: arith.h needs __host__ / __device__
@@ -24,18 +26,17 @@ using arith::Fmt;
 
 constexpr int kLanes = static_cast<int>(emu::kLanes);  // emu's RMS lanes (one CDNA wavefront)
 constexpr int kMaxHc = 8;
-// hc_mix: kMixTokens tokens per workgroup of kMixThreads, kMixPer threads per token. Each
-// chunk of the tokens' normalised rows and of fn's M rows is staged in LDS, both already
-// rounded to the sinkhorn format (fn with coalesced 16-byte loads, read and rounded once per
-// workgroup instead of once per token: 1.5 MB a token at v4 sizes), then thread (token j,
-// output q) adds its terms in c order from LDS: a multiply and an add per term.
+// hc_mix: kMixTokens tokens per workgroup of kMixThreads. The RMS factor: kMixPer threads a
+// token. The sums: thread (lane k = tid % kLanes, group g = tid / kLanes) owns outputs
+// q0 + g·QPT + r (r < QPT) of a pass and adds, for each of the tokens, the terms c = k,
+// k + kLanes, ... of each (x and fn read coalesced across the lanes, each fn value once per
+// workgroup and group); then, token by token, the lane sums meet in emu's tree in LDS.
 constexpr int kMixTokens = 8;
 constexpr int kMixThreads = 256;
 constexpr int kMixPer = kMixThreads / kMixTokens;
-constexpr int kMixOwned = 4;  // mix outputs per thread: M <= kMixOwned * kMixPer
-constexpr int kMixPad = 4;    // fn rows 4 floats longer than the chunk: the float4 reads of 8
-                              // consecutive rows at one column fall into 8 groups of 4 banks
+constexpr int kMixGroups = kMixThreads / kLanes;  // output groups per pass
 static_assert(kLanes % kMixPer == 0, "whole RMS lanes per thread");
+static_assert(kMixThreads % kLanes == 0, "whole lane sets per workgroup");
 
 // emu::rms_factor of x[0..flat) by the kMixPer threads `l` of one token: thread l sums lanes
 // l, l + kMixPer, ... (lane k: x[k], x[k + 64], ... in order), then emu's shuffle-down tree
@@ -55,71 +56,70 @@ __device__ float rms_factor_token(const float* x, std::int64_t flat, float eps, 
   return arith::round_fmt(arith::div_rn(1.0f, arith::sqrt_rn(arith::add_fmt(mean, eps, stats))), stats);
 }
 
-// The chunk length (a multiple of 4, at most 256) whose LDS fits in 48 KB for M rows of fn.
-int mix_chunk(std::int64_t M) {
-  int chunk = 256;
-  while (chunk > 4 && (M * (chunk + kMixPad) + kMixTokens * (chunk + kLanes)) * 4 > 48 * 1024) chunk /= 2;
-  return chunk;
-}
-
-// LDS (dynamic): fn tile [M][chunk + kMixPad], u [kMixTokens][chunk], lane [kMixTokens][kLanes].
+template <int QPT>  // outputs per thread and pass
 __global__ void __launch_bounds__(kMixThreads)
     hc_mix_kernel(const float* X, std::int64_t tokens, std::int64_t flat, const float* fn, std::int64_t M, float eps,
-                  Fmt sk, Fmt stats, int chunk, float* mix) {
-  extern __shared__ __attribute__((aligned(16))) float mix_lds[];
-  const int ld = chunk + kMixPad;
-  float* tile = mix_lds;
-  float* u = tile + M * ld;
-  float* lane = u + kMixTokens * chunk;
+                  Fmt sk, Fmt stats, float* mix) {
+  constexpr int kBlock = kMixGroups * QPT;  // outputs per pass
+  __shared__ float rms_lane[kMixTokens * kLanes];
   __shared__ float factor[kMixTokens];
-  const int tid = static_cast<int>(threadIdx.x), j = tid / kMixPer, l = tid % kMixPer;
+  __shared__ float part[kBlock * kLanes];
+  const int tid = static_cast<int>(threadIdx.x);
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * kMixTokens;
   const int live = static_cast<int>(tokens - t0 < kMixTokens ? tokens - t0 : kMixTokens);
-  // Rows past the end compute token t0's factor again and are never written.
-  const float f = rms_factor_token(X + (j < live ? t0 + j : t0) * flat, flat, eps, stats, lane + j * kLanes, l);
-  if (l == 0) factor[j] = f;
-  float acc[kMixOwned] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const int owned = static_cast<int>((M - l + kMixPer - 1) / kMixPer);
-  // fn's rows and each chunk start 16-byte aligned when fn does and flat is a multiple of 4.
-  const bool vec4 = flat % 4 == 0 && reinterpret_cast<std::uintptr_t>(fn) % 16 == 0;
-  for (std::int64_t c0 = 0; c0 < flat; c0 += chunk) {
-    const int cn = static_cast<int>(flat - c0 < chunk ? flat - c0 : chunk);
-    __syncthreads();  // the previous chunk is consumed (and `factor` written)
-    for (int i = tid; i < live * cn; i += kMixThreads) {
-      const int jj = i / cn, c = i % cn;
-      u[jj * chunk + c] = arith::round_fmt(arith::mul_rn(X[(t0 + jj) * flat + c0 + c], factor[jj]), sk);
+  {
+    const int j = tid / kMixPer, l = tid % kMixPer;
+    // Rows past the end compute token t0's factor again and are never written.
+    const float f = rms_factor_token(X + (j < live ? t0 + j : t0) * flat, flat, eps, stats, rms_lane + j * kLanes, l);
+    if (l == 0) factor[j] = f;
+  }
+  __syncthreads();
+  const int k = tid % kLanes, g = tid / kLanes;
+  const float* row[kMixTokens];
+  float fac[kMixTokens];
+#pragma unroll
+  for (int j = 0; j < kMixTokens; ++j) row[j] = X + (j < live ? t0 + j : t0) * flat, fac[j] = factor[j];
+  for (std::int64_t q0 = 0; q0 < M; q0 += kBlock) {
+    float acc[kMixTokens][QPT];
+#pragma unroll
+    for (int j = 0; j < kMixTokens; ++j)
+#pragma unroll
+      for (int r = 0; r < QPT; ++r) acc[j][r] = 0.0f;
+    const float* wrow[QPT];
+#pragma unroll
+    for (int r = 0; r < QPT; ++r) {
+      const std::int64_t q = q0 + g * QPT + r;
+      wrow[r] = q < M ? fn + q * flat : nullptr;
     }
-    if (vec4) {
-      const int quads = cn / 4;
-      for (int i = tid; i < M * quads; i += kMixThreads) {
-        const int q = i / quads, c = (i % quads) * 4;
-        const float4 v = *reinterpret_cast<const float4*>(fn + q * flat + c0 + c);
-        *reinterpret_cast<float4*>(tile + q * ld + c) =
-            make_float4(arith::round_fmt(v.x, sk), arith::round_fmt(v.y, sk), arith::round_fmt(v.z, sk),
-                        arith::round_fmt(v.w, sk));
+    for (std::int64_t c = k; c < flat; c += kLanes) {
+      float w[QPT];
+#pragma unroll
+      for (int r = 0; r < QPT; ++r) w[r] = wrow[r] ? arith::round_fmt(wrow[r][c], sk) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kMixTokens; ++j) {
+        const float u = arith::round_fmt(arith::mul_rn(row[j][c], fac[j]), sk);
+#pragma unroll
+        for (int r = 0; r < QPT; ++r) acc[j][r] = arith::add_rn(acc[j][r], arith::mul_rn(u, w[r]));
       }
-    } else {
-      for (int i = tid; i < M * cn; i += kMixThreads)
-        tile[(i / cn) * ld + i % cn] = arith::round_fmt(fn[(i / cn) * flat + c0 + i % cn], sk);
     }
-    __syncthreads();
-    if (j >= live) continue;
-    const float* uj = u + j * chunk;
-    for (int r = 0; r < owned; ++r) {
-      const float* w = tile + (l + r * kMixPer) * ld;
-      float a = acc[r];
-      auto term = [&](float uc, float wc) { a = arith::add_rn(a, arith::mul_rn(uc, wc)); };  // both already rounded
-      int c = 0;
-      for (; c + 4 <= cn; c += 4) {  // float4 reads; the terms still added one at a time in c order
-        const float4 w4 = *reinterpret_cast<const float4*>(w + c), u4 = *reinterpret_cast<const float4*>(uj + c);
-        term(u4.x, w4.x), term(u4.y, w4.y), term(u4.z, w4.z), term(u4.w, w4.w);
+#pragma unroll
+    for (int j = 0; j < kMixTokens; ++j) {
+      __syncthreads();  // the previous token's tree is read out
+#pragma unroll
+      for (int r = 0; r < QPT; ++r) part[(g * QPT + r) * kLanes + k] = acc[j][r];
+      __syncthreads();
+      for (int width = kLanes / 2; width > 0; width /= 2) {  // emu's shuffle-down tree per output
+        for (int i = tid; i < kBlock * width; i += kMixThreads) {
+          float* p = part + (i / width) * kLanes + i % width;
+          *p = arith::add_rn(*p, p[width]);
+        }
+        __syncthreads();
       }
-      for (; c < cn; ++c) term(uj[c], w[c]);
-      acc[r] = a;
+      if (j < live)
+        for (int i = tid; i < kBlock; i += kMixThreads)
+          if (q0 + i < M) mix[(t0 + j) * M + q0 + i] = arith::round_fmt(part[i * kLanes], sk);
     }
   }
-  if (j >= live) return;
-  for (int r = 0; r < owned; ++r) mix[(t0 + j) * M + l + r * kMixPer] = arith::round_fmt(acc[r], sk);
 }
 
 __device__ float sigmoid_fmt(float x, Fmt f) {
@@ -209,12 +209,16 @@ constexpr int kThreads = 256;
 
 void hc_mix(const float* d_X, std::int64_t tokens, std::int64_t flat, const float* d_fn, std::int64_t M, float eps,
             const Numerics& num, float* d_mix, hipStream_t stream) {
-  if (M > kMixOwned * kMixPer) throw std::invalid_argument("hip::hc_mix: more than 128 mix outputs");
-  if (tokens == 0) return;
-  const int chunk = mix_chunk(M);
-  const auto lds = static_cast<std::size_t>(M * (chunk + kMixPad) + kMixTokens * (chunk + kLanes)) * sizeof(float);
-  hc_mix_kernel<<<blocks_for(tokens, kMixTokens), kMixThreads, lds, stream>>>(
-      d_X, tokens, flat, d_fn, M, eps, emu::fmt_of(num.sinkhorn), emu::fmt_of(num.norm_stats), chunk, d_mix);
+  if (tokens == 0 || M == 0) return;
+  const Fmt sk = emu::fmt_of(num.sinkhorn), stats = emu::fmt_of(num.norm_stats);
+  const auto blocks = blocks_for(tokens, kMixTokens);
+  // The fewest outputs per thread that cover M in one pass (v4: M = 24 -> 6; hc_head: n = 4 -> 1).
+  const std::int64_t per = (M + kMixGroups - 1) / kMixGroups;
+  if (per <= 1) hc_mix_kernel<1><<<blocks, kMixThreads, 0, stream>>>(d_X, tokens, flat, d_fn, M, eps, sk, stats, d_mix);
+  else if (per <= 2) hc_mix_kernel<2><<<blocks, kMixThreads, 0, stream>>>(d_X, tokens, flat, d_fn, M, eps, sk, stats, d_mix);
+  else if (per <= 4) hc_mix_kernel<4><<<blocks, kMixThreads, 0, stream>>>(d_X, tokens, flat, d_fn, M, eps, sk, stats, d_mix);
+  else if (per <= 6) hc_mix_kernel<6><<<blocks, kMixThreads, 0, stream>>>(d_X, tokens, flat, d_fn, M, eps, sk, stats, d_mix);
+  else hc_mix_kernel<8><<<blocks, kMixThreads, 0, stream>>>(d_X, tokens, flat, d_fn, M, eps, sk, stats, d_mix);
   check_kernel("hc_mix");
 }
 
