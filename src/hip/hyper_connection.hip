@@ -42,9 +42,18 @@ static_assert(kMixThreads % kLanes == 0, "whole lane sets per workgroup");
 // l, l + kMixPer, ... (lane k: x[k], x[k + 64], ... in order), then emu's shuffle-down tree
 // over the token's row of `lane`.
 __device__ float rms_factor_token(const float* x, std::int64_t flat, float eps, Fmt stats, float* lane, int l) {
+  constexpr int kAhead = 8;  // loads issued before their FMAs: the chain waits on one load in 8
   for (int k = l; k < kLanes; k += kMixPer) {
     float a = 0.0f;
-    for (std::int64_t i = k; i < flat; i += kLanes) a = arith::fma_fmt(x[i], x[i], a, stats);
+    std::int64_t i = k;
+    for (; i + (kAhead - 1) * kLanes < flat; i += kAhead * kLanes) {
+      float v[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) v[u] = x[i + u * kLanes];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) a = arith::fma_fmt(v[u], v[u], a, stats);
+    }
+    for (; i < flat; i += kLanes) a = arith::fma_fmt(x[i], x[i], a, stats);
     lane[k] = a;
   }
   __syncthreads();
@@ -91,16 +100,40 @@ __global__ void __launch_bounds__(kMixThreads)
       const std::int64_t q = q0 + g * QPT + r;
       wrow[r] = q < M ? fn + q * flat : nullptr;
     }
-    for (std::int64_t c = k; c < flat; c += kLanes) {
-      float w[QPT];
-#pragma unroll
-      for (int r = 0; r < QPT; ++r) w[r] = wrow[r] ? arith::round_fmt(wrow[r][c], sk) : 0.0f;
+    // Terms c = k, k + 64, ... in order; the loads of kAhead of them are issued first.
+    constexpr int kAhead = 2;
+    auto step = [&](const float (&w)[QPT], const float (&xv)[kMixTokens]) {
 #pragma unroll
       for (int j = 0; j < kMixTokens; ++j) {
-        const float u = arith::round_fmt(arith::mul_rn(row[j][c], fac[j]), sk);
+        const float u = arith::round_fmt(arith::mul_rn(xv[j], fac[j]), sk);
 #pragma unroll
         for (int r = 0; r < QPT; ++r) acc[j][r] = arith::add_rn(acc[j][r], arith::mul_rn(u, w[r]));
       }
+    };
+    std::int64_t c = k;
+    for (; c + (kAhead - 1) * kLanes < flat; c += kAhead * kLanes) {
+      float w[kAhead][QPT], xv[kAhead][kMixTokens];
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) {
+#pragma unroll
+        for (int r = 0; r < QPT; ++r) w[a][r] = wrow[r] ? wrow[r][c + a * kLanes] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMixTokens; ++j) xv[a][j] = row[j][c + a * kLanes];
+      }
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) {
+#pragma unroll
+        for (int r = 0; r < QPT; ++r) w[a][r] = arith::round_fmt(w[a][r], sk);
+        step(w[a], xv[a]);
+      }
+    }
+    for (; c < flat; c += kLanes) {
+      float w[QPT], xv[kMixTokens];
+#pragma unroll
+      for (int r = 0; r < QPT; ++r) w[r] = wrow[r] ? arith::round_fmt(wrow[r][c], sk) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kMixTokens; ++j) xv[j] = row[j][c];
+      step(w, xv);
     }
 #pragma unroll
     for (int j = 0; j < kMixTokens; ++j) {
