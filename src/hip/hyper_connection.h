@@ -5,7 +5,7 @@
 //   hc_mix:      mix [N, M] = round_sk(Σ_c round_sk(X[t,c]·f_t) · round_sk(fn[q,c])), the sum in
 //                float32 in emu's wavefront order (64 lane sums over c = k, k + 64, ..., then
 //                a shuffle-down tree); f_t = the RMS factor (64-lane sums in norm_stats, then a
-//                tree, as emu::rms_factor). Eight tokens per workgroup share each fn read.
+//                tree, as emu::rms_factor). Four tokens per workgroup share each fn read.
 //   hc_sinkhorn: mix [N, (2+n)·n] -> pre [N, n], post [N, n], comb [N, n, n]: sigmoids,
 //                softmax + ε_hc and `iters` Sinkhorn normalisations (columns first), every
 //                operation rounded to the sinkhorn format; ε_hc flushed when !num.hc_eps.

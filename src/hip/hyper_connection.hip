@@ -1,8 +1,8 @@
 // Hyper-connection kernels (hip/hyper_connection.h), the arithmetic of emu/hyper_connection.cpp.
-//   hc_mix:      one workgroup of 256 threads per 8 tokens: the RMS factor exactly as
-//                emu::rms_factor (32 threads a token; lane k sums x[k], x[k + 64], ... then a
+//   hc_mix:      one workgroup of 256 threads per 4 tokens: the RMS factor exactly as
+//                emu::rms_factor (64 threads a token; lane k sums x[k], x[k + 64], ... then a
 //                tree), then emu's wavefront order for every output: thread (lane k, group g)
-//                keeps the float32 sums over c = k, k + 64, ... of its outputs for all 8
+//                keeps the float32 sums over c = k, k + 64, ... of its outputs for all 4
 //                tokens in registers, and the 64 lane sums of each output meet in emu's
 //                shuffle-down tree through LDS.
 //   hc_sinkhorn: one thread per token (n ≤ kMaxHc; the whole map is n² ≤ 64 values).
@@ -31,7 +31,7 @@ constexpr int kMaxHc = 8;
 // q0 + g·QPT + r (r < QPT) of a pass and adds, for each of the tokens, the terms c = k,
 // k + kLanes, ... of each (x and fn read coalesced across the lanes, each fn value once per
 // workgroup and group); then, token by token, the lane sums meet in emu's tree in LDS.
-constexpr int kMixTokens = 8;
+constexpr int kMixTokens = 4;
 constexpr int kMixThreads = 256;
 constexpr int kMixPer = kMixThreads / kMixTokens;
 constexpr int kMixGroups = kMixThreads / kLanes;  // output groups per pass
