@@ -48,8 +48,10 @@ std::string command_line(const CiCmd& c, const Suite& s) {
 }
 
 // The exact `tdiff run` of one case (run 1 of its ci run).
-std::string case_command(const CiCmd& c, const SuiteCase& sc, const std::string& case_file, const std::string& thresholds) {
+std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc, const std::string& case_file,
+                         const std::string& thresholds) {
   std::string cmd = fmt::format("tdiff run {} --backend {} --policy {}", shell_quote(case_file), c.backend, shell_quote(c.policy));
+  cmd += suite.replay_selections ? " --selections replay" : " --selections free";
   for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
   cmd += fmt::format(" --seed {}", sc.seed);
   if (c.backend == "hip") cmd += " --hip-gemm " + c.hip_gemm;
@@ -137,7 +139,7 @@ void run_ci(CiCmd c) {
     info.case_name = sc->name;
     info.run_id = run_id;
     info.title = fmt::format("tdiff ci {} / {}: {}", suite.name, sc->name, sum.candidate);
-    info.command = case_command(c, *sc, case_file, thresholds_file);
+    info.command = case_command(c, suite, *sc, case_file, thresholds_file);
     info.thresholds = thresholds.defaults;
     for (const auto& [k, v] : case_env.to_attrs()) info.env.emplace_back(k, v);
     write_reports(out + "/" + sc->name, r.diff, info);

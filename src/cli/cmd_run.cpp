@@ -96,6 +96,7 @@ void run_run(RunCmd c) {
   const std::string g = "/runs/" + run_id;
   update.writer().set_attr(g, "backend", c.cand.backend);
   update.writer().set_attr(g, "policy", policy.describe());
+  update.writer().set_attr(g, "selections", c.selections);
   update.writer().set_attr(g, "verdict", verdict_name(r.diff.verdict));
   update.writer().set_attr(g, "first_divergence", r.diff.first_fail >= 0 ? r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)].key() : "");
   update.writer().set_attr(g, "report_csv", render_csv(r.diff));
