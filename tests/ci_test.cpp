@@ -96,6 +96,7 @@ TEST_F(Suites, LoadsAndHashesTheDefinitions) {
   EXPECT_EQ(s.cases[0].pad_to, 34);
   EXPECT_EQ(s.layers, 2);
   EXPECT_TRUE(s.replay_selections);  // the default, as tdiff run's
+  EXPECT_FALSE(load_suite(suite_with("repeat = 2", "repeat = 2\nselections = \"free\"")).replay_selections);
   EXPECT_EQ(s.hash.size(), 64u);
   EXPECT_EQ(load_suite(path("suite.toml")).hash, s.hash);
   std::ofstream(path("p.txt"), std::ios::app) << "4 5 6\n";  // another token file: another key

@@ -384,5 +384,25 @@ TEST(DiffRouting, FlipsRightOnTheCandidatesOwnScoresAreExplained) {
   EXPECT_THROW(routing_metrics(r, c, &ref_scores, &wrong), InputError);
 }
 
+// Explained means a top-k of its own scores over the whole row, not only over the swapped
+// ids: here the swap itself looks right (2 over 1) but 5, which it did not take, outranks 2.
+// A row that takes one id twice is no top-k either.
+TEST(DiffRouting, ExplainedNeedsATopkOfTheWholeRow) {
+  const Tensor r = ids({3, 2}, {1, 3, 1, 3, 1, 3});
+  const Tensor c = ids({3, 2}, {3, 2, 3, 5, 3, 3});
+  Tensor ref_scores(DType::f64, {3, 6}), cand_scores(DType::f64, {3, 6});
+  const double rs[] = {0.0, 0.9, 0.1, 1.0, 0.2, 0.8,  // reference: 3 > 1 > 5 > 2
+                       0.0, 0.9, 0.1, 1.0, 0.2, 0.8,
+                       0.0, 0.9, 0.1, 1.0, 0.2, 0.8};
+  const double cs[] = {0.0, 0.6, 0.7, 0.9, 0.1, 0.8,  // own: 3 > 5 > 2 > 1, took {3, 2}: not a top-k
+                       0.0, 0.6, 0.7, 0.9, 0.1, 0.8,  // took {3, 5}: a top-k of its scores
+                       0.0, 0.6, 0.7, 0.9, 0.1, 0.8}; // took {3, 3}
+  std::memcpy(ref_scores.raw(), rs, sizeof rs);
+  std::memcpy(cand_scores.raw(), cs, sizeof cs);
+  const RoutingMetrics m = routing_metrics(r, c, &ref_scores, &cand_scores);
+  EXPECT_EQ(m.equal_tokens, 0);
+  EXPECT_EQ(m.explained_tokens, 1);
+}
+
 }  // namespace
 }  // namespace tdiff

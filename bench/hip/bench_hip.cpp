@@ -48,13 +48,29 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
+    // A whole number in [lo, hi], or a one-line error (exit 2).
+    auto integer = [&](int lo, int hi) {
+      const std::string v = next();
+      std::size_t used = 0;
+      int n = 0;
+      try {
+        n = std::stoi(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || v.empty() || n < lo || n > hi) {
+        std::fprintf(stderr, "bench_hip: %s %s: expected a whole number from %d to %d\n", a.c_str(), v.c_str(), lo, hi);
+        std::exit(2);
+      }
+      return n;
+    };
     if (a == "--model") model = next();
     else if (a == "--policy") policy_name = next();
     else if (a == "--set") sets.push_back(next());
     else if (a == "--hip-gemm") hip_gemm = next();
-    else if (a == "--runs") runs = std::stoi(next());
-    else if (a == "--logit-blocks") logit_blocks = std::stoi(next());
-    else if (a == "--copy-streams") copy_streams = std::stoi(next());
+    else if (a == "--runs") runs = integer(1, 100);
+    else if (a == "--logit-blocks") logit_blocks = integer(1, 64);
+    else if (a == "--copy-streams") copy_streams = integer(1, 2);
     else if (a == "-o") out = next();
     else case_path = a;
   }

@@ -28,9 +28,12 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
   TensorMap run1;
   MixedRunOptions mo;
   mo.replay_selections = suite.replay_selections;
-  mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
-    for (std::size_t k = 0; k < out.size(); ++k) run1[s.name + "/" + s.outputs[k]] = out[k];
-  };
+  // Free, run 1 is also the determinism check's first run (kept); replayed, its later stages
+  // read the reference's choices, so the determinism runs make their own first run.
+  if (!suite.replay_selections && suite.repeat > 1)
+    mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
+      for (std::size_t k = 0; k < out.size(); ++k) run1[s.name + "/" + s.outputs[k]] = out[k];
+    };
   mo.progress = [&](const Stage& s, std::size_t i) {
     if (opt.progress) opt.progress(s, i, 1);
   };
@@ -50,8 +53,6 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
     DeterminismOptions d;
     d.runs = suite.repeat;
     d.seed = c.seed;
-    // Replayed, run 1's later stages read the reference's choices: the determinism runs
-    // follow their own, so they make their own first run to compare with.
     if (!suite.replay_selections) d.run1 = &run1;
     d.progress = [&](const RunSpec& spec, const Stage& s, std::size_t i) {
       if (opt.progress) opt.progress(s, i, spec.number);

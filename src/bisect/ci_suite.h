@@ -7,7 +7,9 @@
 //   thresholds = "thresholds.toml"   # verdict rules (diff/README.md); omitted: the defaults
 //   repeat = 2                       # candidate runs per case, each with its own run seed;
 //                                    # all must agree bit for bit (1: no determinism gate)
-//   selections = "replay"            # or "free": as tdiff run --selections (bisect/mixed_run.h)
+//   selections = "replay"            # or "free": as tdiff run --selections (bisect/mixed_run.h);
+//                                    # replayed, the accuracy run is one more run: the
+//                                    # `repeat` determinism runs follow their own choices
 //   [model]
 //   preset = "tiny"                  # tdiff synth preset
 //   seed = 1
@@ -97,7 +99,8 @@ struct CiOptions {
 };
 
 // Runs one case: the candidate against /reference (run 1, seed = case seed) and, when
-// suite.repeat > 1, the further runs compared with run 1 bit for bit.
+// suite.repeat > 1, the further runs compared with run 1 bit for bit (replayed: `repeat`
+// runs of their own, compared with the first of them).
 CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::string& case_file, const CiOptions& opt);
 
 // The logits row of a result ("lm_head/logits"), or null.

@@ -31,10 +31,10 @@ SelectionScores selection_scores(const Stage& s) {
 // score[t, e] + bias[e]: in float64 for the reference, and as the candidate's float32 top-k
 // adds them for the candidate (its comparison type may round further; that is what the
 // routing comparison must not excuse).
-Tensor add_routing_bias(const Tensor& scores, const Tensor& bias, bool as_float32) {
+Tensor add_routing_bias(const Tensor& scores, const Tensor& bias, bool as_float32, const std::string& what) {
   const std::int64_t E = bias.numel();
   if (scores.rank() == 0 || scores.dim(-1) != E)
-    throw std::logic_error("routing bias of " + std::to_string(E) + " experts against scores " + shape_str(scores.shape()));
+    input_error("{}: scores {} do not match the routing bias of {} experts", what, shape_str(scores.shape()), E);
   Tensor out(DType::f64, scores.shape());
   double* o = out.data<double>();
   for (std::int64_t i = 0; i < scores.numel(); ++i) {
@@ -49,6 +49,8 @@ Tensor add_routing_bias(const Tensor& scores, const Tensor& bias, bool as_float3
 MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
                          const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
   const auto& stages = session.stages;
+  // Cached stages skip the replace hook and the cache keeps pre-replay outputs.
+  if (opt.replay_selections && opt.cache) throw std::logic_error("run_mixed: selection replay with a stage cache");
   const auto ref_stages = reference_stages(session.path);
   const std::set<std::string> have_ref(ref_stages.begin(), ref_stages.end());
   if (!opt.compare.empty()) select_stages(opt.compare, stages);
@@ -122,8 +124,8 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
       if (const auto cs = cand_scores.find(chosen_on.key); cs != cand_scores.end()) own_scores = cs->second;
       if (!chosen_on.bias.empty()) {
         const Tensor& bias = ctx.weights.f64(chosen_on.bias);
-        if (scores.defined()) scores = add_routing_bias(scores, bias, false);
-        if (own_scores.defined()) own_scores = add_routing_bias(own_scores, bias, true);
+        if (scores.defined()) scores = add_routing_bias(scores, bias, false, session.path + ":/reference/" + chosen_on.key);
+        if (own_scores.defined()) own_scores = add_routing_bias(own_scores, bias, true, candidate.name() + " " + chosen_on.key);
       }
     }
     for (std::size_t k = 0; k < out.size(); ++k) {

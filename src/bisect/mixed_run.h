@@ -27,6 +27,7 @@ struct MixedRunOptions {
   // stage is judged on the same discrete choices as the reference and a near-tie flip cannot
   // move a whole token downstream. Verdicts then judge a selection only by the flips its own
   // scores do not explain (diff/metrics.h). Off: the candidate follows its own choices.
+  // Not combined with `cache` (a cached stage is not replayed).
   bool replay_selections = false;
   std::function<void(const Stage&, std::size_t index)> progress;
   // Every stage's outputs, for callers that keep or store them.

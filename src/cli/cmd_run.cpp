@@ -61,9 +61,10 @@ void run_run(RunCmd c) {
   MixedRunResult r = run_mixed(session, *candidate, reference, all, ctx, mo);
   progress.finish(fmt::format("run: {} stages on {} in {:.2f} s", r.on_candidate, c.cand.backend, r.seconds));
   if (mo.replay_selections && !r.not_replayed.empty())
-    fmt::print("selections: {} of {} selection stages not replayed (no stored reference: {}...); later stages follow the "
+    fmt::print("selections: {} of {} selection stages not replayed (no stored reference: {}{}); later stages follow the "
                "candidate's own choices there\n",
-               r.not_replayed.size(), r.not_replayed.size() + r.replayed, r.not_replayed.front());
+               r.not_replayed.size(), r.not_replayed.size() + r.replayed, r.not_replayed.front(),
+               r.not_replayed.size() > 1 ? ", ..." : "");
   judge(r.diff, thresholds);
 
   RunInfo info;

@@ -86,11 +86,12 @@ LogitsMetrics logits_metrics(const Tensor& ref, const Tensor& cand, const Metric
 // [..., E] (ids index the last dimension), a differing token whose swapped-out and
 // swapped-in ids have exactly equal scores is a tie, not a mismatch (both choices are right).
 // Explanation hook: with the candidate's own scores too (the values its top-k compared), a
-// differing, untied token is "explained" when its choice is right on those scores: every id
-// it took scores at least as high as every reference id it left out. The top-k then did its
-// job; the flip comes from upstream numerics, which their own stages are judged on. A top-k
-// that compares in a coarser type, breaks ties wrongly or adds the wrong bias picks ids its
-// own scores rank lower: unexplained.
+// differing, untied token is "explained" when its choice is a top-k of those scores: every id
+// it took (each once; the indexer's -1 padding aside) scores at least as high as every id it
+// did not take. The top-k then did its job; the flip comes from upstream numerics, which
+// their own stages are judged on. A top-k that compares in a coarser type or adds the wrong
+// bias takes ids its own scores rank lower: unexplained. An exact tie in its own scores may
+// go either way (a run-dependent tie order is the determinism gate's to catch).
 struct RoutingMetrics {
   std::int64_t tokens = 0, k = 0;
   std::int64_t equal_tokens = 0;

@@ -143,15 +143,16 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
       const std::int64_t unexplained = differ - r.explained_tokens;
       const std::string right =
           r.explained_tokens == differ ? "all" : fmt::format("{} of {}", r.explained_tokens, differ);
-      if (r.replayed && r.unexplained_share > t.mismatch_fail)
+      if (r.judged_share() <= t.mismatch_fail) {
+        if (r.mismatch_share > t.mismatch_warn)
+          v.add(Verdict::warn, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{})",
+                                           100 * r.mismatch_share, right, r.replayed ? ", replayed" : ""));
+      } else if (r.replayed)
         v.add(Verdict::fail, fmt::format("{:.3g}% tokens chose ids their own scores rank lower ({} of {} differing)",
                                          100 * r.unexplained_share, unexplained, differ));
-      else if (!r.replayed && r.mismatch_share > t.mismatch_fail)
+      else
         v.add(Verdict::fail, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores)",
                                          100 * r.mismatch_share, right));
-      else if (r.mismatch_share > t.mismatch_warn)
-        v.add(Verdict::warn, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{})",
-                                         100 * r.mismatch_share, right, r.replayed ? ", replayed" : ""));
       return v.result();
     }
     const double share = m.count ? static_cast<double>(m.n_diff) / static_cast<double>(m.count) : 0.0;

@@ -214,21 +214,28 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
       continue;
     }
     if (!cand_scores) continue;
-    // Right on its own scores: the lowest score it took against the highest it gave up.
-    // A NaN or infinite score explains nothing.
-    double lowest_taken = std::numeric_limits<double>::infinity(), highest_left = -lowest_taken;
-    bool finite = true;
-    for (auto id : only_b) {
-      const double v = cand_scores->value(t * experts + id);
-      finite = finite && std::isfinite(v);
-      lowest_taken = std::min(lowest_taken, v);
+    // Right on its own scores: a top-k of them. Every id it took (the -1 padding of the
+    // indexer aside, each once) scores at least as high as every id it did not take; a NaN or
+    // infinite score taken explains nothing.
+    std::vector<double> own(static_cast<std::size_t>(experts));
+    for (std::int64_t e = 0; e < experts; ++e) own[static_cast<std::size_t>(e)] = cand_scores->value(t * experts + e);
+    std::vector<char> taken(static_cast<std::size_t>(experts), 0);
+    bool valid = true;
+    double lowest_taken = std::numeric_limits<double>::infinity();
+    for (auto id : b) {
+      if (id == -1) continue;
+      if (id < 0 || id >= experts || taken[static_cast<std::size_t>(id)]) {
+        valid = false;
+        break;
+      }
+      const auto i = static_cast<std::size_t>(id);
+      taken[i] = 1;
+      valid = valid && std::isfinite(own[i]);
+      lowest_taken = std::min(lowest_taken, own[i]);
     }
-    for (auto id : only_a) {
-      const double v = cand_scores->value(t * experts + id);
-      finite = finite && std::isfinite(v);
-      highest_left = std::max(highest_left, v);
-    }
-    if (finite && lowest_taken >= highest_left) ++m.explained_tokens;
+    for (std::size_t e = 0; valid && e < own.size(); ++e)
+      if (!taken[e] && (std::isnan(own[e]) || own[e] > lowest_taken)) valid = false;
+    if (valid) ++m.explained_tokens;
   }
   const auto tokens = static_cast<double>(m.tokens);
   m.equal_share = static_cast<double>(m.equal_tokens) / tokens;

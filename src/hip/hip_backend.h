@@ -55,7 +55,7 @@ class HipBackend final : public Backend {
   std::size_t captured_bytes() const { return captured_bytes_; }
   // Captured float32 logits go to the host in this many row blocks, each copied while the
   // next is computed (bench_hip --logit-blocks; the bits do not depend on it).
-  void set_logit_blocks(int n) { logit_blocks_ = std::max(1, n); }
+  void set_logit_blocks(int n) { logit_blocks_ = std::max(1, n); }  // callers check the range
   // Host copies alternate over this many copy streams (1 or 2; bench_hip --copy-streams).
   void set_copy_streams(int n) { copy_streams_ = std::clamp(n, 1, 2); }
   // Per-stage device time (events around each stage), read after finish().

@@ -159,25 +159,32 @@ TEST(HipHyperConnection, MatchesEmuAndReferencePerKnob) {
     }
 }
 
-// hc_mix's scalar path: fn not 16-byte aligned (one float in) and a flat width that is no
-// multiple of 4 (n = 3 streams of 33); exact against emu like the vector path.
-TEST(HipHyperConnection, MixUnalignedWeightsMatchEmu) {
+// hc_mix's awkward shapes, exact against emu: fn not 16-byte aligned (one float in); a flat
+// width that is no multiple of 64 (n = 3 streams of 33) or below one wavefront's 64 lanes
+// (8 x 7 = 56); token counts that leave the last workgroup part empty; M = 80 outputs (n = 8)
+// in three passes of 32.
+TEST(HipHyperConnection, MixAwkwardShapesMatchEmu) {
   auto rng = test_rng();
-  const std::int64_t N = 7, n = 3, D = 33, flat = n * D, M = (2 + n) * n;
-  const Numerics num;
-  auto X = random_values(rng, N * flat, -2.0f, 2.0f, arith::Fmt::f32);
-  auto fn = random_values(rng, M * flat, -0.1f, 0.1f, arith::Fmt::f32);
-  std::vector<float> mix(N * M);
-  const auto fnd = to_double(fn);
-  emu::hc_mix(X.data(), N, flat, fnd.data(), M, kEps, num, mix.data());
-  std::vector<float> fn_shifted(1, 0.0f);
-  fn_shifted.insert(fn_shifted.end(), fn.begin(), fn.end());
-  GpuStream s;
-  DeviceIn<float> d_X(X, s.s), d_fn(fn_shifted, s.s);
-  DeviceOut<float> d_mix(mix.size(), s.s);
-  hip::hc_mix(d_X.get(), N, flat, d_fn.get() + 1, M, kEps, num, d_mix.get(), s.s);
-  const UlpStats u = ulp_stats(d_mix.read(s.s), mix, arith::Fmt::f32);
-  EXPECT_EQ(u.max_ulps, 0.0);
+  struct Shape3 {
+    std::int64_t N, n, D;
+  };
+  for (const Shape3 sh : {Shape3{7, 3, 33}, Shape3{5, 8, 7}, Shape3{1, 2, 64}}) {
+    const std::int64_t N = sh.N, n = sh.n, D = sh.D, flat = n * D, M = (2 + n) * n;
+    const Numerics num;
+    auto X = random_values(rng, N * flat, -2.0f, 2.0f, arith::Fmt::f32);
+    auto fn = random_values(rng, M * flat, -0.1f, 0.1f, arith::Fmt::f32);
+    std::vector<float> mix(static_cast<std::size_t>(N * M));
+    const auto fnd = to_double(fn);
+    emu::hc_mix(X.data(), N, flat, fnd.data(), M, kEps, num, mix.data());
+    std::vector<float> fn_shifted(1, 0.0f);
+    fn_shifted.insert(fn_shifted.end(), fn.begin(), fn.end());
+    GpuStream s;
+    DeviceIn<float> d_X(X, s.s), d_fn(fn_shifted, s.s);
+    DeviceOut<float> d_mix(mix.size(), s.s);
+    hip::hc_mix(d_X.get(), N, flat, d_fn.get() + 1, M, kEps, num, d_mix.get(), s.s);
+    const UlpStats u = ulp_stats(d_mix.read(s.s), mix, arith::Fmt::f32);
+    EXPECT_EQ(u.max_ulps, 0.0) << "N " << N << " n " << n << " D " << D;
+  }
 }
 
 // v4-flash dimensions (1024 tokens, D = 4096, n = 4): each kernel on emu's inputs of its stage
