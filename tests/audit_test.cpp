@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bisect/audit.h"
+#include "gates/audit.h"
 #include "core/error.h"
 #include "emu_case.h"
 #include "report/audit_report.h"

@@ -13,7 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "bisect/bisect.h"
-#include "bisect/stage_cache.h"
+#include "exec/stage_cache.h"
 #include "core/case_file.h"
 #include "core/error.h"
 #include "core/executor.h"

@@ -3,7 +3,7 @@
 // records.
 #include <set>
 
-#include "bisect/ci_suite.h"
+#include "gates/ci_suite.h"
 #include "cli_support.h"
 #include "core/case_file.h"
 #include "core/error.h"

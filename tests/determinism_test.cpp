@@ -5,8 +5,8 @@
 #include <cstring>
 #include <limits>
 
-#include "bisect/determinism.h"
-#include "bisect/row_slice.h"
+#include "gates/determinism.h"
+#include "exec/row_slice.h"
 #include "cli_support.h"
 #include "core/case_file.h"
 #include "core/synth.h"

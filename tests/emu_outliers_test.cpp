@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "bisect/audit.h"
+#include "gates/audit.h"
 #include "core/safetensors.h"
 #include "emu/emu_backend.h"
 #include "emu_case.h"

@@ -48,8 +48,8 @@
 #include <string>
 #include <vector>
 
-#include "bisect/mixed_run.h"
-#include "bisect/stage_cache.h"
+#include "exec/mixed_run.h"
+#include "exec/stage_cache.h"
 #include "core/backend.h"
 #include "core/session.h"
 #include "diff/compare.h"

@@ -4,16 +4,12 @@
 
 #include "cli/shell.h"
 #include "core/error.h"
-#include "emu/emu_backend.h"
-#if defined(TDIFF_WITH_HIP)
-#include "hip/hip_backend.h"
-#endif
+#include "exec/backend_registry.h"
 
 namespace tdiff::cli {
 
 void CandidateOptions::add_to(CLI::App* cmd) {
-  cmd->add_option("--backend", backend, "candidate backend: emu (CPU model of the HIP numerics) or hip (GPU; where built with TDIFF_HIP)")
-      ->check(CLI::IsMember({"emu", "hip"}));
+  add_backend_option(cmd, backend, false);
   cmd->add_option("--policy", policy, "numerics policy: naive, fixed, fp32, or a .toml/.json policy file");
   cmd->add_option("--set", sets, "override a knob: 'PATTERN:knob=value' or 'knob=value' (repeatable)");
   cmd->add_option("--seed", seed, "run seed for atomic orders and unstable ties (default: from the run id)");
@@ -47,17 +43,15 @@ std::string CandidateOptions::flags() const {
 
 std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed,
                                         const std::string& hip_gemm) {
-  if (hip_gemm != "matrix" && backend != "hip")
-    input_error("--hip-gemm {} applies to --backend hip, not {}", hip_gemm, backend);
-  if (backend == "emu") return std::make_unique<emu::EmuBackend>(policy, seed);
-#if defined(TDIFF_WITH_HIP)
-  if (backend == "hip") {
-    auto b = std::make_unique<hip::HipBackend>(policy, seed);
-    b->set_matrix_cores(hip_gemm == "matrix");
-    return b;
-  }
-#endif
-  input_error("backend '{}' is not built into this tdiff (configure with -DTDIFF_HIP=AMD or NVIDIA)", backend);
+  return make_backend(backend, policy, {seed, hip_gemm});
+}
+
+void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference) {
+  std::string help = "backend:";
+  for (const auto& e : backend_registry())
+    if (e.candidate || with_reference)
+      help += fmt::format(" {} ({}{})", e.name, e.description, e.built ? "" : "; not in this build");
+  cmd->add_option("--backend", backend, help)->check(CLI::IsMember(backend_names(with_reference)))->capture_default_str();
 }
 
 }  // namespace tdiff::cli

@@ -29,11 +29,13 @@ struct CandidateOptions {
   std::string flags() const;
 };
 
-// The candidate backend by name ("emu"; "hip" where built with TDIFF_HIP). `hip_gemm`:
+// The candidate backend by name, from the registry (exec/backend_registry.h). `hip_gemm`:
 // "matrix" or "vector" (the vector ALU, whose sums equal emu's bit for bit); anything but
 // "matrix" with another backend is an input error.
 std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed,
                                         const std::string& hip_gemm = "matrix");
+// Adds --backend with the registry's names (and refcpu when `with_reference`).
+void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference);
 // Adds --hip-gemm to a command.
 void add_hip_gemm_option(CLI::App* cmd, std::string& hip_gemm);
 

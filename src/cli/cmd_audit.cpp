@@ -4,12 +4,13 @@
 
 #include <fmt/format.h>
 
-#include "bisect/audit.h"
+#include "gates/audit.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/shell.h"
 #include "core/env_record.h"
 #include "core/error.h"
+#include "exec/backend_registry.h"
 #include "report/audit_report.h"
 
 namespace tdiff::cli {
@@ -26,7 +27,8 @@ struct AuditCmd {
 };
 
 void run_audit_cmd(AuditCmd c) {
-  if (c.cand.backend != "emu") input_error("audit: only the emu backend can set every knob (got '{}')", c.cand.backend);
+  if (!backend_entry(c.cand.backend).every_knob)
+    input_error("audit: backend '{}' does not implement every knob of the catalogue (emu does)", c.cand.backend);
   if (c.cand.hip_gemm != "matrix") input_error("audit: --hip-gemm applies to --backend hip, which audit does not run");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (reference_stages(c.case_path).empty())

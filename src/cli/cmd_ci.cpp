@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "bisect/ci_suite.h"
+#include "gates/ci_suite.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -201,9 +201,7 @@ void setup_ci(CLI::App& app) {
       "--backend hip needs a tdiff built with -DTDIFF_HIP=AMD or NVIDIA and a GPU.\n"
       "Exit code: 0 every case passes (warnings allowed), 1 a case fails, 2 usage or input error.");
   cmd->add_option("suite", c->suite, "golden prompt set: a folder with suite.toml")->required();
-  cmd->add_option("--backend", c->backend, "candidate backend: emu (hip where built)")
-      ->check(CLI::IsMember({"emu", "hip"}))
-      ->capture_default_str();
+  add_backend_option(cmd, c->backend, false);
   cmd->add_option("--policy", c->policy, "numerics policy: naive, fixed, fp32, or a policy file")->capture_default_str();
   add_hip_gemm_option(cmd, c->hip_gemm);
   cmd->add_option("--set", c->sets, "override a knob: 'PATTERN:knob=value' (repeatable)");

@@ -8,14 +8,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bisect/determinism.h"
+#include "gates/determinism.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/shell.h"
 #include "core/env_record.h"
 #include "core/error.h"
-#include "refcpu/refcpu_backend.h"
 #include "report/report.h"
 
 namespace tdiff::cli {
@@ -36,7 +35,6 @@ struct DeterminismCmd {
 };
 
 BackendFactory factory(const DeterminismCmd& c, const Policy& policy) {
-  if (c.cand.backend == "refcpu") return [](std::uint64_t) -> std::unique_ptr<Backend> { return std::make_unique<refcpu::RefCpuBackend>(); };
   make_candidate(c.cand.backend, policy, 0, c.cand.hip_gemm);  // an input error here for a backend this build lacks
   return [backend = c.cand.backend, gemm = c.cand.hip_gemm, policy](std::uint64_t seed) {
     return make_candidate(backend, policy, seed, gemm);
@@ -225,12 +223,10 @@ void setup_determinism(CLI::App& app) {
       "  tdiff determinism case.h5 --backend refcpu --runs 3 --threads 1,2,4\n"
       "  tdiff determinism case.h5 --backend emu --batch-sweep 1,2,4,8 --pad-side both\n"
       "Run k uses run seed SEED+k-1 (emu: the order of atomic reductions and unstable ties).\n"
-      "The hip backend is not built yet; --backend hip is refused until it is.\n"
+      "--backend hip needs a tdiff built with -DTDIFF_HIP=AMD or NVIDIA and a GPU.\n"
       "Exit code: 0 bit-identical everywhere, 1 something differed, 2 usage or input error.");
   cmd->add_option("case", c->case_path, "case file (tdiff case new)")->required();
-  cmd->add_option("--backend", c->cand.backend, "emu, refcpu, or hip (where built)")
-      ->check(CLI::IsMember({"emu", "refcpu", "hip"}))
-      ->capture_default_str();
+  add_backend_option(cmd, c->cand.backend, true);
   cmd->add_option("--policy", c->cand.policy, "numerics policy of emu/hip: naive, fixed, fp32, or a policy file")
       ->capture_default_str();
   cmd->add_option("--set", c->cand.sets, "override a knob: 'PATTERN:knob=value' (repeatable)");

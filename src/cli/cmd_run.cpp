@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "bisect/mixed_run.h"
+#include "exec/mixed_run.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"

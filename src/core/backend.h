@@ -46,6 +46,8 @@ class Backend {
   // Computes the stage's outputs (in the order of stage.outputs) from its inputs (in the
   // order of stage.inputs). Float outputs are returned as f64 host tensors.
   virtual std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) = 0;
+  // Whether run() computes this operator kind (its handler table has it).
+  virtual bool implements(OpKind kind) const = 0;
 
   // Asynchronous backends (hip) return outputs whose host data is still being copied from the
   // device; finish() waits for every pending copy. The executor defers reading such outputs

@@ -43,6 +43,9 @@ enum class OpKind {
   lm_head,         // logits
 };
 
+// Kinds are numbered 0..lm_head; tables indexed by kind have this many rows.
+inline constexpr std::size_t kOpKindCount = static_cast<std::size_t>(OpKind::lm_head) + 1;
+
 const char* op_kind_name(OpKind k);
 
 // A stage output consumed by a later stage: "<stage>/<tensor>", or "inputs/<name>" for the

@@ -21,6 +21,8 @@ class EmuBackend final : public Backend {
   // from it, so two runs with different seeds can differ exactly where a GPU's would.
   EmuBackend(Policy policy, std::uint64_t run_seed) : policy_(std::move(policy)), run_seed_(run_seed) {}
   std::string name() const override { return "emu"; }
+  // Every kind today: run() switches over all of them (the handler table replaces this).
+  bool implements(OpKind) const override { return true; }
   const Policy& policy() const { return policy_; }
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
 

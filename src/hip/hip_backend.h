@@ -33,6 +33,8 @@ class HipBackend final : public Backend {
   HipBackend(Policy policy, std::uint64_t run_seed);
   ~HipBackend() override;
   std::string name() const override { return "hip"; }
+  // Every kind today: run() switches over all of them (the handler table replaces this).
+  bool implements(OpKind) const override { return true; }
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
   bool deferred_outputs() const override { return true; }
   void finish() override;

@@ -8,6 +8,8 @@ namespace tdiff::refcpu {
 class RefCpuBackend final : public Backend {
  public:
   std::string name() const override { return "refcpu"; }
+  // Every kind today: run() switches over all of them (the handler table replaces this).
+  bool implements(OpKind) const override { return true; }
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
 };
 

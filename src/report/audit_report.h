@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "bisect/audit.h"
+#include "gates/audit.h"
 #include "report/report.h"
 
 namespace tdiff {

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <map>
 
-#include "bisect/mixed_run.h"
+#include "exec/mixed_run.h"
 #include "core/executor.h"
 #include "core/session.h"
 #include "core/synth.h"

@@ -1,4 +1,4 @@
-#include "bisect/ci_suite.h"
+#include "gates/ci_suite.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-#include "bisect/determinism.h"
-#include "bisect/mixed_run.h"
+#include "gates/determinism.h"
+#include "exec/mixed_run.h"
 #include "core/case_file.h"
 #include "core/env_record.h"
 #include "core/error.h"

@@ -1,11 +1,11 @@
-#include "bisect/mixed_run.h"
+#include "exec/mixed_run.h"
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
 
-#include "bisect/stage_cache.h"
+#include "exec/stage_cache.h"
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/pattern.h"

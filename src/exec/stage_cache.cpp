@@ -1,4 +1,4 @@
-#include "bisect/stage_cache.h"
+#include "exec/stage_cache.h"
 
 #include <stdexcept>
 #include <string>

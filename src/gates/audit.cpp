@@ -1,4 +1,4 @@
-#include "bisect/audit.h"
+#include "gates/audit.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "bisect/isolate.h"
-#include "bisect/mixed_run.h"
+#include "exec/mixed_run.h"
 #include "core/case_file.h"
 #include "core/error.h"
 #include "emu/arith.h"

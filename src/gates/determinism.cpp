@@ -1,4 +1,4 @@
-#include "bisect/determinism.h"
+#include "gates/determinism.h"
 
 #include <omp.h>
 
@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bisect/finding_table.h"
+#include "gates/finding_table.h"
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/pattern.h"

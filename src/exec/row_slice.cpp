@@ -1,4 +1,4 @@
-#include "bisect/row_slice.h"
+#include "exec/row_slice.h"
 
 #include <algorithm>
 #include <array>

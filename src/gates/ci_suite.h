@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "bisect/determinism.h"
+#include "gates/determinism.h"
 #include "core/env_record.h"
 #include "core/policy.h"
 #include "diff/compare.h"

@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "bisect/ci_suite.h"
-#include "bisect/mixed_run.h"
+#include "gates/ci_suite.h"
+#include "exec/mixed_run.h"
 #include "core/session.h"
 #include "refcpu/refcpu_backend.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "bisect/determinism.h"
+#include "gates/determinism.h"
 
 namespace tdiff {
 

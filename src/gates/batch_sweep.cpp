@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "bisect/determinism.h"
-#include "bisect/finding_table.h"
-#include "bisect/row_slice.h"
+#include "gates/determinism.h"
+#include "gates/finding_table.h"
+#include "exec/row_slice.h"
 #include "core/case_file.h"
 #include "core/error.h"
 #include "core/executor.h"

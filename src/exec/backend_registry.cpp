@@ -1,0 +1,71 @@
+#include "exec/backend_registry.h"
+
+#include "core/error.h"
+#include "emu/emu_backend.h"
+#include "refcpu/refcpu_backend.h"
+#if defined(TDIFF_WITH_HIP)
+#include "hip/hip_backend.h"
+#endif
+
+namespace tdiff {
+
+namespace {
+
+std::unique_ptr<Backend> make_hip(const Policy& policy, const BackendOptions& opt) {
+#if defined(TDIFF_WITH_HIP)
+  auto b = std::make_unique<hip::HipBackend>(policy, opt.seed);
+  b->set_matrix_cores(opt.hip_gemm == "matrix");
+  return b;
+#else
+  (void)policy, (void)opt;
+  return nullptr;  // unreachable: backend_entry refuses a backend that is not built
+#endif
+}
+
+#if defined(TDIFF_WITH_HIP)
+constexpr bool kHipBuilt = true;
+#else
+constexpr bool kHipBuilt = false;
+#endif
+
+}  // namespace
+
+const std::vector<BackendEntry>& backend_registry() {
+  static const std::vector<BackendEntry> registry = {
+      {"emu", "CPU model of the HIP kernels' numerics (no GPU needed)", true, true, false, true, "",
+       [](const Policy& p, const BackendOptions& o) -> std::unique_ptr<Backend> {
+         return std::make_unique<emu::EmuBackend>(p, o.seed);
+       }},
+      {"hip", "HIP kernels on the GPU (gfx90a; NVIDIA through src/hip/vendor.h)", true, kHipBuilt, true, false,
+       "configure with -DTDIFF_HIP=AMD or NVIDIA", make_hip},
+      {"refcpu", "the float64 reference (Eigen, OpenMP)", false, true, false, false, "",
+       [](const Policy&, const BackendOptions&) -> std::unique_ptr<Backend> {
+         return std::make_unique<refcpu::RefCpuBackend>();
+       }},
+  };
+  return registry;
+}
+
+const BackendEntry& backend_entry(const std::string& name) {
+  for (const auto& e : backend_registry()) {
+    if (e.name != name) continue;
+    if (!e.built) input_error("backend '{}' is not built into this tdiff ({})", name, e.build_hint);
+    return e;
+  }
+  input_error("unknown backend '{}' (known: {})", name, fmt::join(backend_names(true), ", "));
+}
+
+std::vector<std::string> backend_names(bool with_reference) {
+  std::vector<std::string> v;
+  for (const auto& e : backend_registry())
+    if (e.candidate || with_reference) v.push_back(e.name);
+  return v;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const Policy& policy, const BackendOptions& opt) {
+  if (opt.hip_gemm != "matrix" && name != "hip")
+    input_error("--hip-gemm {} applies to --backend hip, not {}", opt.hip_gemm, name);
+  return backend_entry(name).make(policy, opt);
+}
+
+}  // namespace tdiff
