@@ -12,8 +12,10 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "diff/metric_fields.h"
 #include "diff/metrics.h"
 #include "diff/thresholds.h"
+#include "field_count.h"
 
 namespace tdiff {
 namespace {
@@ -402,6 +404,30 @@ TEST(DiffRouting, ExplainedNeedsATopkOfTheWholeRow) {
   const RoutingMetrics m = routing_metrics(r, c, &ref_scores, &cand_scores);
   EXPECT_EQ(m.equal_tokens, 0);
   EXPECT_EQ(m.explained_tokens, 1);
+}
+
+// The field tables cover their structs: a new statistic without a row (so in no report) fails here.
+TEST(DiffMetricFields, EveryFieldHasARow) {
+  EXPECT_EQ(testing::field_count<TensorMetrics>(), tensor_metric_fields().size());
+  EXPECT_EQ(testing::field_count<RoutingMetrics>(), routing_metric_fields().size());
+  EXPECT_EQ(logits_metric_fields().size(), 9u);  // LogitsMetrics' scalars; `worst` is written apart
+  auto distinct = [](auto fields) {
+    for (std::size_t a = 0; a < fields.size(); ++a)
+      for (std::size_t b = a + 1; b < fields.size(); ++b) {
+        EXPECT_STRNE(fields[a].name, fields[b].name);
+        EXPECT_FALSE(fields[a].member == fields[b].member) << fields[a].name << " " << fields[b].name;
+      }
+  };
+  distinct(tensor_metric_fields());
+  distinct(logits_metric_fields());
+  distinct(routing_metric_fields());
+  TensorMetrics m;
+  m.rmse = 0.5;
+  m.n_diff = 3;
+  for (const auto& f : tensor_metric_fields()) {
+    if (std::string_view(f.name) == "rmse") EXPECT_EQ(std::get<double>(f.value(m)), 0.5);
+    if (std::string_view(f.name) == "n_diff") EXPECT_EQ(std::get<std::int64_t>(f.value(m)), 3);
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "bisect/isolate.h"
 #include "emu/emu_backend.h"
 #include "emu_case.h"
+#include "field_count.h"
 
 namespace tdiff {
 namespace {
@@ -298,6 +299,23 @@ TEST_F(EmuKnobs, EveryKnobOfTheCatalogHasATestHere) {
   std::set<std::string> catalog;
   for (const auto& k : knob_catalog()) catalog.insert(k.name);
   EXPECT_EQ(tested, catalog);
+}
+
+TEST(KnobCatalog, EveryNumericsFieldHasAKnobRow) {
+  // One row per field: as many rows as Numerics has fields, and no field set by two rows.
+  EXPECT_EQ(testing::field_count<Numerics>(), knob_catalog().size());
+  for (std::size_t a = 0; a < knob_catalog().size(); ++a)
+    for (std::size_t b = a + 1; b < knob_catalog().size(); ++b)
+      EXPECT_FALSE(knob_catalog()[a].member == knob_catalog()[b].member)
+          << knob_catalog()[a].name << " and " << knob_catalog()[b].name << " set the same field";
+  // Each row's values set only its own field.
+  for (const auto& k : knob_catalog())
+    for (const auto& v : k.values) {
+      Numerics n;
+      set_knob(n, k.name, v);
+      for (const auto& other : knob_catalog())
+        if (&other != &k) EXPECT_EQ(get_knob(n, other.name), other.good) << k.name << "=" << v << " moved " << other.name;
+    }
 }
 
 }  // namespace

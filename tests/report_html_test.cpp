@@ -121,6 +121,28 @@ TEST_F(ReportHtml, SelfContained) {
   EXPECT_NE(html_.find("L02.only_ref/x"), std::string::npos);
 }
 
+TEST(ReportHtmlThresholds, PlotsDrawEachStagesOwnLines) {
+  // A rule for L01's stages: judge() records it on their rows, and the plot draws its line
+  // over those stages only, beside the default line elsewhere.
+  CompareResult r = sample_run();
+  ThresholdPolicy p;
+  p.rules.push_back({{"L01.*"}, {{"cosine_fail", 0.9}, {"max_abs_fail", 0.5}}, "test"});
+  judge(r, p);
+  for (const auto& row : r.rows)
+    EXPECT_EQ(row.thresholds.cosine_fail, row.stage.starts_with("L01.") ? 0.9 : 0.99) << row.key();
+  EXPECT_EQ(r.thresholds.cosine_fail, 0.99);  // the defaults
+  RunInfo info;
+  const std::string html = render_html(r, info);
+  EXPECT_NE(html.find("FAIL below 0.99"), std::string::npos);
+  EXPECT_NE(html.find("FAIL below 0.9<"), std::string::npos);
+  EXPECT_NE(html.find("FAIL at 0.5<"), std::string::npos);
+  EXPECT_NE(html.find("FAIL at 0.1<"), std::string::npos);
+  std::size_t lines = 0;
+  for (auto at = html.find("class=\"thr fail\""); at != std::string::npos; at = html.find("class=\"thr fail\"", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 6u);  // per plot: before L01, L01, after L01
+}
+
 TEST_F(ReportHtml, LoadsInHeadlessChromiumWithoutConsoleErrors) {
   const std::string browser = chromium();
   if (browser.empty()) GTEST_SKIP() << "chromium is not installed (scripts/setup installs it)";

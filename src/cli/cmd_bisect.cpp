@@ -112,7 +112,6 @@ void run_bisect(BisectCmd c) {
   info.title = fmt::format("tdiff bisect {}: {}", std::filesystem::path(c.case_path).filename().string(), rep.candidate);
   info.command = fmt::format("tdiff bisect {}{}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), flags(c),
                              c.report.flags()) + " --run-id " + shell_quote(run_id);
-  info.thresholds = thresholds.defaults;
   EnvRecord env = capture_env(c.cand.backend, policy.describe(), process_command_line());
   env.extra["seed"] = std::to_string(c.cand.seed);
   env.extra["floor"] = floor_label.empty() ? "none" : floor_label;

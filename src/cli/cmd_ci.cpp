@@ -140,7 +140,6 @@ void run_ci(CiCmd c) {
     info.run_id = run_id;
     info.title = fmt::format("tdiff ci {} / {}: {}", suite.name, sc->name, sum.candidate);
     info.command = case_command(c, suite, *sc, case_file, thresholds_file);
-    info.thresholds = thresholds.defaults;
     for (const auto& [k, v] : case_env.to_attrs()) info.env.emplace_back(k, v);
     write_reports(out + "/" + sc->name, r.diff, info);
 

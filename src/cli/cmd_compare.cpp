@@ -104,7 +104,6 @@ void run_compare(CompareCmd c) {
   info.title = fmt::format("tdiff compare {} vs {}", std::filesystem::path(c.file_a).filename().string(),
                            std::filesystem::path(c.file_b).filename().string());
   info.command = reproduce_command(c);
-  info.thresholds = policy.defaults;
   for (const auto& [k, v] : capture_env("compare", c.thresholds.empty() ? "default thresholds" : c.thresholds).to_attrs())
     info.env.emplace_back(k, v);
 

@@ -76,7 +76,6 @@ void run_run(RunCmd c) {
   info.command = fmt::format("tdiff run {}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), c.report.flags()) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
                  " --run-id " + shell_quote(run_id);
-  info.thresholds = thresholds.defaults;
   EnvRecord env = capture_env(c.cand.backend, policy.describe(), process_command_line());
   env.extra["seed"] = std::to_string(c.cand.seed);
   for (const auto& [k, v] : candidate->environment()) env.extra[k] = v;

@@ -32,32 +32,24 @@ std::vector<OpKind> all_compute_kinds() {
   return v;
 }
 
-DType parse_float_type(const std::string& knob, const std::string& v, std::initializer_list<DType> allowed) {
-  std::optional<DType> t;
-  if (v == "fp32" || v == "f32") t = DType::f32;
-  else if (v == "bf16") t = DType::bf16;
-  else if (v == "fp16" || v == "f16") t = DType::f16;
-  else if (v == "fp8" || v == "f8_e4m3") t = DType::f8_e4m3;
-  if (!t || std::find(allowed.begin(), allowed.end(), *t) == allowed.end())
-    input_error("policy: knob '{}' does not take the value '{}' (allowed: {})", knob, v,
-                fmt::join(knob_info(knob).values, ", "));
-  return *t;
-}
+constexpr auto F32 = DType::f32, BF = DType::bf16, F16 = DType::f16, F8 = DType::f8_e4m3;
 
-std::string type_name(DType t) {
-  switch (t) {
-    case DType::f32: return "fp32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "fp16";
-    case DType::f8_e4m3: return "fp8";
-    default: return std::string(dtype_name(t));
-  }
+// A float-type knob's values, written fp32 / bf16 / fp16 / fp8.
+std::vector<std::pair<std::string, DType>> types(std::initializer_list<DType> allowed) {
+  std::vector<std::pair<std::string, DType>> v;
+  for (DType t : allowed) v.emplace_back(t == F32 ? "fp32" : t == BF ? "bf16" : t == F16 ? "fp16" : "fp8", t);
+  return v;
 }
+std::vector<std::pair<std::string, bool>> on_off() { return {{"on", true}, {"off", false}}; }
 
-bool parse_switch(const std::string& knob, const std::string& v) {
-  if (v == "on" || v == "true") return true;
-  if (v == "off" || v == "false") return false;
-  input_error("policy: knob '{}' does not take the value '{}' (allowed: on, off)", knob, v);
+// Other spellings a value is accepted under (the dtype names; true/false for a switch).
+std::string canonical_value(const std::string& v) {
+  if (v == "f32") return "fp32";
+  if (v == "f16") return "fp16";
+  if (v == "f8_e4m3") return "fp8";
+  if (v == "true") return "on";
+  if (v == "false") return "off";
+  return v;
 }
 
 }  // namespace
@@ -66,64 +58,87 @@ const std::vector<KnobInfo>& knob_catalog() {
   // Kinds: the operator kinds whose emu arithmetic reads the knob (a knob changes nothing
   // elsewhere). `tdiff info --knobs` prints this table; the README carries it with measured effects.
   static const std::vector<KnobInfo> catalog = {
-      {"storage", {"fp32", "bf16", "fp16"}, all_compute_kinds(), "fp16", "bf16", true,
+      {"storage", &Numerics::storage, types({F32, BF, F16}),
+       all_compute_kinds(), "fp16", "bf16", true,
        "activations rounded to 16 bits between kernels; fp16 keeps 3 more mantissa bits than bf16 but overflows to "
        "inf above 65504 and, in gfx90a's fp16 MFMA, flushes operands below 2^-14 to zero"},
-      {"stream", {"fp32", "bf16", "fp16"}, {K::hc_expand, K::hc_mix, K::hc_pre, K::hc_post, K::hc_head}, "fp16", "fp32", true,
+      {"stream", &Numerics::stream, types({F32, BF, F16}),
+       {K::hc_expand, K::hc_mix, K::hc_pre, K::hc_post, K::hc_head}, "fp16", "fp32", true,
        "the residual (hyper-connection) streams and their collapses (the inputs of attn_norm, ffn_norm and "
        "final.norm) stored in 16 bits: every layer's two expands round them again, and fp16 streams overflow "
        "where checkpoints carry massive activations"},
-      {"matmul_input", {"fp32", "bf16", "fp16", "fp8"}, kGemmKinds, "fp16", "bf16", true,
+      {"matmul_input", &Numerics::matmul_input, types({F32, BF, F16, F8}),
+       kGemmKinds, "fp16", "bf16", true,
        "GEMM operands rounded (fp8: e4m3 with power-of-two block scales as the release checkpoint); fp16 operands "
        "overflow above 65504 and gfx90a's fp16 MFMA flushes those below 2^-14 to zero"},
-      {"matmul_accum", {"fp32", "bf16", "fp16"}, kGemmKinds, "fp16", "fp32", true,
+      {"matmul_accum", &Numerics::matmul_accum, types({F32, BF, F16}),
+       kGemmKinds, "fp16", "fp32", true,
        "dot products accumulated in fp16: the error grows with the reduction length (4096 terms in V4-Flash)"},
-      {"qk_accum", {"fp32", "fp16"}, {K::attention}, "fp16", "fp32", true,
+      {"qk_accum", &Numerics::qk_accum, types({F32, F16}),
+       {K::attention}, "fp16", "fp32", true,
        "attention logits q.k accumulated in fp16 (paper: ~10x error)"},
-      {"pv_accum", {"fp32", "fp16"}, {K::attention}, "fp16", "fp32", true,
+      {"pv_accum", &Numerics::pv_accum, types({F32, F16}),
+       {K::attention}, "fp16", "fp32", true,
        "attention output P.V accumulated in fp16 (paper: ~8x error)"},
-      {"softmax_stats", {"fp32", "fp16"}, {K::attention}, "fp16", "fp32", true,
+      {"softmax_stats", &Numerics::softmax_stats, types({F32, F16}),
+       {K::attention}, "fp16", "fp32", true,
        "online-softmax logits, running max and sum kept in fp16 (paper: ~5x error)"},
-      {"mask_style", {"neg_inf", "additive"}, {K::attention}, "additive", "neg_inf", true,
+      {"mask_style", &Numerics::mask_style, {{"neg_inf", MaskStyle::neg_inf}, {"additive", MaskStyle::additive}},
+       {K::attention}, "additive", "neg_inf", true,
        "masked keys biased by finfo(storage).min and visited instead of skipped: with the sink every row stays "
        "finite, so finite keys give the same numbers, but masked blocks are read and 0 x (non-finite) is NaN"},
-      {"rescale_order", {"deferred", "per_block"}, {K::attention}, "per_block", "deferred", true,
+      {"rescale_order", &Numerics::rescale_order, {{"deferred", RescaleOrder::deferred}, {"per_block", RescaleOrder::per_block}},
+       {K::attention}, "per_block", "deferred", true,
        "online softmax renormalises the stored output after every KV block (FA1 style), rounding it to the storage "
        "type each time"},
-      {"router", {"fp32", "bf16", "fp16"}, {K::router}, "bf16", "fp32", true,
+      {"router", &Numerics::router, types({F32, BF, F16}),
+       {K::router}, "bf16", "fp32", true,
        "the router's score GEMM in 16 bits (operands and logits; scores rounded): near-ties flip expert choices and "
        "exact ties appear (in a real ROCm deployment it changed routing between identical runs)"},
-      {"topk_compare", {"fp32", "bf16", "fp16"}, {K::moe_select, K::idx_topk}, "bf16", "fp32", true,
+      {"topk_compare", &Numerics::topk_compare, types({F32, BF, F16}),
+       {K::moe_select, K::idx_topk}, "bf16", "fp32", true,
        "router/indexer scores compared after rounding: near-ties become exact ties and flip choices"},
-      {"topk_ties", {"index", "unstable"}, {K::moe_select, K::idx_topk}, "unstable", "index", true,
+      {"topk_ties", &Numerics::topk_ties, {{"index", TieBreak::index}, {"unstable", TieBreak::unstable}},
+       {K::moe_select, K::idx_topk}, "unstable", "index", true,
        "exact ties broken in a run-dependent order (memory order of a parallel sort): selections change between "
        "identical runs"},
-      {"reduction", {"fixed", "atomic"}, kReductionKinds, "atomic", "fixed", true,
+      {"reduction", &Numerics::reduction, {{"fixed", Reduction::fixed}, {"atomic", Reduction::atomic}},
+       kReductionKinds, "atomic", "fixed", true,
        "split-K partials and expert contributions atomically added into the output in its own format, in a "
        "run-dependent order: results differ between runs"},
-      {"logits", {"fp32", "bf16", "fp16"}, {K::lm_head}, "fp16", "fp32", true,
+      {"logits", &Numerics::logits, types({F32, BF, F16}),
+       {K::lm_head}, "fp16", "fp32", true,
        "lm_head with fp16 operands, accumulation and logits (bf16: bf16 operands, fp32 accumulation, bf16 logits; "
        "fixed: an fp32 GEMM, as DeepSeek's inference computes its logits; paper: ~3x)"},
-      {"norm_stats", {"fp32", "bf16", "fp16"}, {K::rms_norm, K::head_rms_norm, K::hc_mix, K::hc_head}, "fp16", "fp32", true,
+      {"norm_stats", &Numerics::norm_stats, types({F32, BF, F16}),
+       {K::rms_norm, K::head_rms_norm, K::hc_mix, K::hc_head}, "fp16", "fp32", true,
        "RMSNorm sum of squares and factor in fp16: overflows past 65504 (a channel above 256 suffices), the factor "
        "becomes 0 and the row is zeroed"},
-      {"rope_angle", {"fp32", "bf16", "fp16", "fast"}, {K::rope_table, K::entry_rope}, "fp16", "fp32", true,
+      {"rope_angle", &Numerics::rope_angle, {{"fp32", RopeAngle::f32}, {"bf16", RopeAngle::bf16}, {"fp16", RopeAngle::f16}, {"fast", RopeAngle::fast}},
+       {K::rope_table, K::entry_rope}, "fp16", "fp32", true,
        "RoPE angle p.w rounded to 16 bits (or fast-math sin/cos): the phase is lost as positions grow"},
-      {"sinkhorn", {"fp32", "bf16", "fp16"}, {K::hc_mix, K::hc_sinkhorn, K::hc_head}, "fp16", "fp32", false,
+      {"sinkhorn", &Numerics::sinkhorn, types({F32, BF, F16}),
+       {K::hc_mix, K::hc_sinkhorn, K::hc_head}, "fp16", "fp32", false,
        "hyper-connection mixing product, maps and 20 Sinkhorn rounds in fp16: rounding feeds every stream of every "
        "later layer"},
-      {"hc_eps", {"on", "off"}, {K::hc_sinkhorn, K::hc_head}, "off", "on", false,
+      {"hc_eps", &Numerics::hc_eps, on_off(),
+       {K::hc_sinkhorn, K::hc_head}, "off", "on", false,
        "eps_hc flushed to zero: pre weights lose their +1e-6 and Sinkhorn denominators their floor"},
-      {"pool_softmax", {"fp32", "bf16", "fp16"}, {K::pool}, "fp16", "fp32", false,
+      {"pool_softmax", &Numerics::pool_softmax, types({F32, BF, F16}),
+       {K::pool}, "fp16", "fp32", false,
        "compressor/indexer gate softmax over the window in 16 bits"},
-      {"index_score", {"fp32", "bf16", "fp16"}, {K::idx_weights, K::idx_score}, "bf16", "fp32", false,
+      {"index_score", &Numerics::index_score, types({F32, BF, F16}),
+       {K::idx_weights, K::idx_score}, "bf16", "fp32", false,
        "indexer head weights, q.k dot products and head sum in bf16: near-ties flip which compressed entries a "
        "query sees"},
-      {"routing_bias", {"select_only", "in_weights"}, {K::moe_weights}, "in_weights", "select_only", false,
+      {"routing_bias", &Numerics::routing_bias_in_weights, {{"select_only", false}, {"in_weights", true}},
+       {K::moe_weights}, "in_weights", "select_only", false,
        "the routing bias (e_score_correction_bias) added to the weights, not only to the choice"},
-      {"routing_norm_eps", {"on", "off"}, {K::moe_weights}, "off", "on", false,
+      {"routing_norm_eps", &Numerics::routing_norm_eps, on_off(),
+       {K::moe_weights}, "off", "on", false,
        "routing weights normalised without the +1e-20: selected scores that underflow to 0 give 0/0 = NaN"},
-      {"shared_clip", {"on", "off"}, {K::moe_shared}, "off", "on", false,
+      {"shared_clip", &Numerics::shared_clip, on_off(),
+       {K::moe_shared}, "off", "on", false,
        "the shared expert's SwiGLU without clipping at +-swiglu_limit"},
   };
   return catalog;
@@ -137,71 +152,27 @@ const KnobInfo& knob_info(const std::string& name) {
   input_error("policy: unknown knob '{}' (known: {})", name, fmt::join(names, ", "));
 }
 
-void set_knob(Numerics& n, const std::string& knob, const std::string& v) {
+KnobSetting parse_knob(const std::string& knob, const std::string& v) {
   const KnobInfo& info = knob_info(knob);
-  if (std::find(info.values.begin(), info.values.end(), v) == info.values.end() &&
-      !(v == "f32" || v == "f16" || v == "f8_e4m3" || v == "true" || v == "false"))
+  const auto it = std::find(info.values.begin(), info.values.end(), canonical_value(v));
+  if (it == info.values.end())
     input_error("policy: knob '{}' does not take the value '{}' (allowed: {})", knob, v, fmt::join(info.values, ", "));
-  const auto F32 = DType::f32, BF = DType::bf16, F16 = DType::f16, F8 = DType::f8_e4m3;
-  if (knob == "storage") n.storage = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "stream") n.stream = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "router") n.router = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "matmul_input") n.matmul_input = parse_float_type(knob, v, {F32, BF, F16, F8});
-  else if (knob == "matmul_accum") n.matmul_accum = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "qk_accum") n.qk_accum = parse_float_type(knob, v, {F32, F16});
-  else if (knob == "pv_accum") n.pv_accum = parse_float_type(knob, v, {F32, F16});
-  else if (knob == "softmax_stats") n.softmax_stats = parse_float_type(knob, v, {F32, F16});
-  else if (knob == "mask_style") n.mask_style = v == "additive" ? MaskStyle::additive : MaskStyle::neg_inf;
-  else if (knob == "rescale_order") n.rescale_order = v == "per_block" ? RescaleOrder::per_block : RescaleOrder::deferred;
-  else if (knob == "topk_compare") n.topk_compare = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "topk_ties") n.topk_ties = v == "unstable" ? TieBreak::unstable : TieBreak::index;
-  else if (knob == "reduction") n.reduction = v == "atomic" ? Reduction::atomic : Reduction::fixed;
-  else if (knob == "logits") n.logits = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "norm_stats") n.norm_stats = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "rope_angle")
-    n.rope_angle = v == "fast" ? RopeAngle::fast : v == "bf16" ? RopeAngle::bf16 : (v == "fp16" || v == "f16") ? RopeAngle::f16 : RopeAngle::f32;
-  else if (knob == "sinkhorn") n.sinkhorn = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "hc_eps") n.hc_eps = parse_switch(knob, v);
-  else if (knob == "pool_softmax") n.pool_softmax = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "index_score") n.index_score = parse_float_type(knob, v, {F32, BF, F16});
-  else if (knob == "routing_bias") n.routing_bias_in_weights = v == "in_weights";
-  else if (knob == "routing_norm_eps") n.routing_norm_eps = parse_switch(knob, v);
-  else if (knob == "shared_clip") n.shared_clip = parse_switch(knob, v);
+  return {&info, static_cast<std::size_t>(it - info.values.begin())};
 }
 
+void apply_knob(Numerics& n, const KnobSetting& s) {
+  std::visit([&](auto member) { n.*member = std::get<std::remove_reference_t<decltype(n.*member)>>(s.knob->typed[s.value]); },
+             s.knob->member);
+}
+
+void set_knob(Numerics& n, const std::string& knob, const std::string& v) { apply_knob(n, parse_knob(knob, v)); }
+
 std::string get_knob(const Numerics& n, const std::string& knob) {
-  knob_info(knob);
-  if (knob == "storage") return type_name(n.storage);
-  if (knob == "stream") return type_name(n.stream);
-  if (knob == "router") return type_name(n.router);
-  if (knob == "matmul_input") return type_name(n.matmul_input);
-  if (knob == "matmul_accum") return type_name(n.matmul_accum);
-  if (knob == "qk_accum") return type_name(n.qk_accum);
-  if (knob == "pv_accum") return type_name(n.pv_accum);
-  if (knob == "softmax_stats") return type_name(n.softmax_stats);
-  if (knob == "mask_style") return n.mask_style == MaskStyle::additive ? "additive" : "neg_inf";
-  if (knob == "rescale_order") return n.rescale_order == RescaleOrder::per_block ? "per_block" : "deferred";
-  if (knob == "topk_compare") return type_name(n.topk_compare);
-  if (knob == "topk_ties") return n.topk_ties == TieBreak::unstable ? "unstable" : "index";
-  if (knob == "reduction") return n.reduction == Reduction::atomic ? "atomic" : "fixed";
-  if (knob == "logits") return type_name(n.logits);
-  if (knob == "norm_stats") return type_name(n.norm_stats);
-  if (knob == "rope_angle") {
-    switch (n.rope_angle) {
-      case RopeAngle::f32: return "fp32";
-      case RopeAngle::bf16: return "bf16";
-      case RopeAngle::f16: return "fp16";
-      case RopeAngle::fast: return "fast";
-    }
-  }
-  if (knob == "sinkhorn") return type_name(n.sinkhorn);
-  if (knob == "hc_eps") return n.hc_eps ? "on" : "off";
-  if (knob == "pool_softmax") return type_name(n.pool_softmax);
-  if (knob == "index_score") return type_name(n.index_score);
-  if (knob == "routing_bias") return n.routing_bias_in_weights ? "in_weights" : "select_only";
-  if (knob == "routing_norm_eps") return n.routing_norm_eps ? "on" : "off";
-  if (knob == "shared_clip") return n.shared_clip ? "on" : "off";
-  return "?";
+  const KnobInfo& info = knob_info(knob);
+  const KnobValue now = std::visit([&](auto member) { return KnobValue(n.*member); }, info.member);
+  for (std::size_t i = 0; i < info.values.size(); ++i)
+    if (info.typed[i] == now) return info.values[i];
+  return "?";  // a value no text names (a float type the knob does not offer)
 }
 
 Numerics preset_numerics(const std::string& preset) {
@@ -326,9 +297,10 @@ void Policy::add_set(const std::string& spec) {
 }
 
 void Policy::add_override(PolicyOverride o) {
-  Numerics probe = base_;
-  for (auto& [k, v] : o.knobs) set_knob(probe, k, v);  // validates names and values now
-  overrides_.push_back(std::move(o));
+  TypedOverride typed{o.stages, {}};
+  for (auto& [k, v] : o.knobs) typed.settings.push_back(parse_knob(k, v));  // errors now, not at resolve()
+  for (auto& [k, v] : o.knobs) described_ += fmt::format(" + {}:{}={}", o.stages, k, v);
+  overrides_.push_back(std::move(typed));
 }
 
 void Policy::validate(const std::vector<Stage>& stages) const {
@@ -343,15 +315,10 @@ Numerics Policy::resolve(const std::string& stage) const {
   Numerics n = base_;
   for (const auto& o : overrides_)
     if (pattern_matches(o.stages, stage))
-      for (auto& [k, v] : o.knobs) set_knob(n, k, v);
+      for (const auto& setting : o.settings) apply_knob(n, setting);
   return n;
 }
 
-std::string Policy::describe() const {
-  std::string s = name_;
-  for (const auto& o : overrides_)
-    for (auto& [k, v] : o.knobs) s += fmt::format(" + {}:{}={}", o.stages, k, v);
-  return s;
-}
+std::string Policy::describe() const { return name_ + described_; }
 
 }  // namespace tdiff

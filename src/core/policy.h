@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "core/dtype.h"
@@ -47,20 +48,47 @@ struct Numerics {
   bool operator==(const Numerics&) const = default;
 };
 
-// One knob: its name, the values it takes, the operator kinds it changes, and its known-bad
-// ("naive") and known-good ("fixed") settings — the fault catalog is this table.
+// One knob, one row: its name, the Numerics field it sets, its values (the text and the typed
+// value each one sets), the operator kinds it changes, and its known-bad ("naive") and
+// known-good ("fixed") settings — the fault catalog is this table, and setting, reading,
+// presets and validation are loops over it.
+using KnobValue = std::variant<DType, MaskStyle, RescaleOrder, TieBreak, Reduction, RopeAngle, bool>;
+using KnobMember = std::variant<DType Numerics::*, MaskStyle Numerics::*, RescaleOrder Numerics::*, TieBreak Numerics::*,
+                                Reduction Numerics::*, RopeAngle Numerics::*, bool Numerics::*>;
 struct KnobInfo {
+  KnobInfo() = default;
+  template <class T>
+  KnobInfo(std::string name, T Numerics::*field, std::vector<std::pair<std::string, T>> choices,
+           std::vector<OpKind> kinds, std::string bad, std::string good, bool in_naive, std::string effect)
+      : name(std::move(name)), member(field), kinds(std::move(kinds)), bad(std::move(bad)), good(std::move(good)),
+        in_naive(in_naive), effect(std::move(effect)) {
+    for (auto& [text, value] : choices) {
+      values.push_back(std::move(text));
+      typed.emplace_back(value);
+    }
+  }
   std::string name;
-  std::vector<std::string> values;
+  KnobMember member;                // the Numerics field the knob sets
+  std::vector<std::string> values;  // its value texts ...
+  std::vector<KnobValue> typed;     // ... and what each one sets the field to (typed[i] for values[i])
   std::vector<OpKind> kinds;
   std::string bad, good;
-  bool in_naive;       // the naive preset takes the bad setting (a straight port's habit)
-  std::string effect;  // what the bad setting does numerically
+  bool in_naive = false;  // the naive preset takes the bad setting (a straight port's habit)
+  std::string effect;     // what the bad setting does numerically
 };
 const std::vector<KnobInfo>& knob_catalog();
 const KnobInfo& knob_info(const std::string& name);  // InputError for an unknown knob
-// Sets a knob from its text value ("fp16", "bf16", "additive", ...); InputError on a bad value.
-void set_knob(Numerics& n, const std::string& knob, const std::string& value);
+
+// One knob set to one of its values, parsed once from text (a catalog row and a value index).
+struct KnobSetting {
+  const KnobInfo* knob;
+  std::size_t value;
+};
+// Parses "fp16", "bf16", "additive", ... (aliases: f32, f16, f8_e4m3, true, false); InputError
+// for an unknown knob or a value the knob does not take.
+KnobSetting parse_knob(const std::string& knob, const std::string& value);
+void apply_knob(Numerics& n, const KnobSetting& s);
+void set_knob(Numerics& n, const std::string& knob, const std::string& value);  // parse + apply
 std::string get_knob(const Numerics& n, const std::string& knob);
 
 Numerics preset_numerics(const std::string& preset);  // naive | fixed | fp32
@@ -87,9 +115,15 @@ class Policy {
   std::string describe() const;
 
  private:
+  // An override parsed once, when it is added: resolve() applies typed settings.
+  struct TypedOverride {
+    std::string stages;
+    std::vector<KnobSetting> settings;
+  };
   std::string name_ = "fixed";
   Numerics base_;
-  std::vector<PolicyOverride> overrides_;
+  std::vector<TypedOverride> overrides_;
+  std::string described_;  // " + stages:knob=value" per setting, as written
 };
 
 }  // namespace tdiff

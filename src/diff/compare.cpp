@@ -200,6 +200,7 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
     for (const auto& row : floor->rows) floor_rows.emplace(row.key(), &row);
   r.verdict = (r.only_ref.empty() && r.only_cand.empty()) ? Verdict::pass : Verdict::warn;
   r.first_fail = -1;
+  r.thresholds = policy.defaults;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     TensorDiff& row = r.rows[i];
     JudgeInput in;
@@ -212,7 +213,8 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
       in.floor = &it->second->metrics;
       row.floor_rmse = it->second->metrics.rmse;
     }
-    const Judgement j = judge_tensor(in, policy.for_tensor(row.stage, row.tensor));
+    row.thresholds = policy.for_tensor(row.stage, row.tensor);
+    const Judgement j = judge_tensor(in, row.thresholds);
     row.verdict = j.verdict;
     row.reason = j.reason;
     r.verdict = worst(r.verdict, j.verdict);

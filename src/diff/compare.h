@@ -39,6 +39,7 @@ struct TensorDiff {
   Verdict verdict = Verdict::pass;
   std::string reason;
   std::optional<double> floor_rmse;  // the noise-floor run's rmse, when one was given
+  Thresholds thresholds;             // what the row was judged against (its rules applied)
 
   std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }
 };
@@ -51,6 +52,7 @@ struct CompareResult {
   // and the first failing row in model order (-1: none).
   Verdict verdict = Verdict::pass;
   int first_fail = -1;
+  Thresholds thresholds;  // the policy's defaults (each row carries its own)
 };
 
 struct CompareOptions {

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "refcpu/handlers.h"
+
 namespace tdiff::refcpu {
 
 void attention_row(const double* q, const double* kv, const std::uint8_t* win, const double* C,
@@ -39,5 +41,30 @@ void attention_row(const double* q, const double* kv, const std::uint8_t* win, c
     }
   }
 }
+
+}  // namespace tdiff::refcpu
+
+namespace tdiff::refcpu {
+
+namespace {
+
+// q [B, S, H, d], kv [B, S, d], window mask [B, S, S] (, C [B, n, d], cmp mask [B, S, n]),
+// the sinks as weight 0 -> o [B, S, H, d], one batch row at a time.
+std::vector<Tensor> run_attention(RefCall& r) {
+  const std::int64_t S = r.S;
+  const auto H = r.c.num_attention_heads, d = r.c.head_dim;
+  Tensor o(DType::f64, {r.B, S, H, d});
+  const bool compressed = r.in.size() > 3;
+  const auto n = compressed ? r.in[3]->dim(1) : 0;
+  for (std::int64_t b = 0; b < r.B; ++b)
+    attention_row(r.f64(0) + b * S * H * d, r.f64(1) + b * S * d, r.u8(2) + b * S * S,
+                  compressed ? r.f64(3) + b * n * d : nullptr, compressed ? r.u8(4) + b * S * n : nullptr, S, n, H, d,
+                  r.weight(0).data<double>(), o.data<double>() + b * S * H * d);
+  return {o};
+}
+
+}  // namespace
+
+void register_attention(RefHandlers& t) { t.add(OpKind::attention, run_attention); }
 
 }  // namespace tdiff::refcpu

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <vector>
 
+#include "refcpu/handlers.h"
+#include "refcpu/linear.h"
+
 namespace tdiff::refcpu {
 
 void gated_pool(const double* P, const double* Z, std::int64_t len, const double* pb, std::int64_t rate,
@@ -34,6 +37,41 @@ void gated_pool(const double* P, const double* Z, std::int64_t len, const double
       out[w * width + ch] = acc;
     }
   }
+}
+
+}  // namespace tdiff::refcpu
+
+namespace tdiff::refcpu {
+
+namespace {
+
+// h [B, S, D] -> P = h·Wpᵀ, Z = h·Wzᵀ (the pooled values and their gate logits).
+std::vector<Tensor> run_cmp_proj(RefCall& r) {
+  const Tensor& h = *r.in[0];
+  const Tensor &wp = r.weight(0), &wz = r.weight(1);
+  Tensor P(DType::f64, with_last(h.shape(), wp.dim(0))), Z(DType::f64, with_last(h.shape(), wz.dim(0)));
+  linear(r.f64(0), r.N, h.dim(-1), wp.data<double>(), wp.dim(0), P.data<double>());
+  linear(r.f64(0), r.N, h.dim(-1), wz.data<double>(), wz.dim(0), Z.data<double>());
+  return {P, Z};
+}
+
+std::vector<Tensor> run_pool(RefCall& r) {
+  const std::int64_t S = r.S, rate = r.s.rate;
+  const auto n = S / rate, width = r.s.width, stride = r.in[0]->dim(-1);
+  Tensor out(DType::f64, {r.B, n, width});
+  for (std::int64_t b = 0; b < r.B; ++b) {
+    const std::int64_t off = (b * S + r.batch.start[static_cast<std::size_t>(b)]) * stride;
+    gated_pool(r.f64(0) + off, r.f64(1) + off, r.batch.length[static_cast<std::size_t>(b)], r.weight(0).data<double>(),
+               rate, width, r.s.overlap, out.data<double>() + b * n * width);
+  }
+  return {out};
+}
+
+}  // namespace
+
+void register_compressor(RefHandlers& t) {
+  t.add(OpKind::cmp_proj, run_cmp_proj);
+  t.add(OpKind::pool, run_pool);
 }
 
 }  // namespace tdiff::refcpu

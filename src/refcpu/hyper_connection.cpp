@@ -1,8 +1,10 @@
 #include "refcpu/hyper_connection.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "refcpu/handlers.h"
 #include "refcpu/linear.h"
 #include "refcpu/norm.h"
 
@@ -92,6 +94,70 @@ void hc_head_weights(const double* X, std::int64_t tokens, std::int64_t n, std::
   for (std::int64_t t = 0; t < tokens; ++t)
     for (std::int64_t s = 0; s < n; ++s)
       preh[t * n + s] = sigmoid(mix[static_cast<std::size_t>(t * n + s)] * scale[0] + base[s]) + hc_eps;
+}
+
+}  // namespace tdiff::refcpu
+
+namespace tdiff::refcpu {
+
+namespace {
+
+std::vector<Tensor> run_hc_expand(RefCall& r) {
+  const auto D = r.c.hidden_size, n = r.c.hc_mult;
+  Tensor X(DType::f64, {r.B, r.S, n, D});
+  const double* e = r.f64(0);
+  for (std::int64_t t = 0; t < r.N; ++t)
+    for (std::int64_t k = 0; k < n; ++k)
+      std::memcpy(X.data<double>() + (t * n + k) * D, e + t * D, static_cast<std::size_t>(D) * 8);
+  return {X};
+}
+
+std::vector<Tensor> run_hc_mix(RefCall& r) {
+  const Tensor& fn = r.weight(0);
+  const auto M = r.c.hc_mix_width(), flat = r.c.hc_mult * r.c.hidden_size;
+  Tensor mix(DType::f64, {r.B, r.S, M});
+  hc_mix(r.f64(0), r.N, flat, fn.data<double>(), M, r.c.rms_norm_eps, mix.data<double>());
+  return {mix};
+}
+
+std::vector<Tensor> run_hc_sinkhorn(RefCall& r) {
+  const auto n = r.c.hc_mult;
+  Tensor pre(DType::f64, {r.B, r.S, n}), post(DType::f64, {r.B, r.S, n}), comb(DType::f64, {r.B, r.S, n, n});
+  hc_sinkhorn(r.f64(0), r.N, n, r.weight(0).data<double>(), r.weight(1).data<double>(), r.c.hc_eps,
+              r.c.hc_sinkhorn_iters, pre.data<double>(), post.data<double>(), comb.data<double>());
+  return {pre, post, comb};
+}
+
+std::vector<Tensor> run_hc_pre(RefCall& r) {
+  Tensor x(DType::f64, {r.B, r.S, r.c.hidden_size});
+  hc_collapse(r.f64(0), r.f64(1), r.N, r.c.hc_mult, r.c.hidden_size, x.data<double>());
+  return {x};
+}
+
+std::vector<Tensor> run_hc_post(RefCall& r) {
+  Tensor X(DType::f64, r.in[0]->shape());
+  hc_post(r.f64(0), r.f64(1), r.f64(2), r.f64(3), r.N, r.c.hc_mult, r.c.hidden_size, X.data<double>());
+  return {X};
+}
+
+std::vector<Tensor> run_hc_head(RefCall& r) {
+  const auto n = r.c.hc_mult, D = r.c.hidden_size;
+  Tensor y(DType::f64, {r.B, r.S, D}), preh(DType::f64, {r.B, r.S, n});
+  hc_head_weights(r.f64(0), r.N, n, D, r.weight(0).data<double>(), r.weight(1).data<double>(),
+                  r.weight(2).data<double>(), r.c.rms_norm_eps, r.c.hc_eps, preh.data<double>());
+  hc_collapse(r.f64(0), preh.data<double>(), r.N, n, D, y.data<double>());
+  return {y, preh};
+}
+
+}  // namespace
+
+void register_hyper_connection(RefHandlers& t) {
+  t.add(OpKind::hc_expand, run_hc_expand);
+  t.add(OpKind::hc_mix, run_hc_mix);
+  t.add(OpKind::hc_sinkhorn, run_hc_sinkhorn);
+  t.add(OpKind::hc_pre, run_hc_pre);
+  t.add(OpKind::hc_post, run_hc_post);
+  t.add(OpKind::hc_head, run_hc_head);
 }
 
 }  // namespace tdiff::refcpu

@@ -1,6 +1,7 @@
 #pragma once
 // Hyper-connections of the reference (shared spec 3.7, 4.7 step 47), float64. Per token,
 // streams X [n_hc, D] (stream-major flat).
+//   expand:   X[s] = e for every stream s
 //   mix:      u = X/RMS(X) over n_hc·D;  mix = fn · u                     -> [M]
 //   sinkhorn: pre[s] = σ(mix[s]·scale0 + base[s]) + ε_hc
 //             post[s] = 2σ(mix[n+s]·scale1 + base[n+s])

@@ -5,6 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include "refcpu/handlers.h"
+#include "refcpu/linear.h"
+
 namespace tdiff::refcpu {
 
 void indexer_scores(const double* QI, const double* KI, const double* weights, const std::int64_t* pos,
@@ -61,6 +64,61 @@ void topk_select(const double* score, std::int64_t n, std::int64_t k, std::int64
   for (auto w : pick)
     if (w < causal_count) out[m++] = w;
   while (m < k) out[m++] = -1;
+}
+
+}  // namespace tdiff::refcpu
+
+namespace tdiff::refcpu {
+
+namespace {
+
+// ω = (h·Wᵀ) · H_I^(−1/2): the per-head weights of the score sum.
+std::vector<Tensor> run_idx_weights(RefCall& r) {
+  const Tensor& w = r.weight(0);
+  const auto HI = w.dim(0);
+  Tensor out(DType::f64, {r.B, r.S, HI});
+  linear(r.f64(0), r.N, r.c.hidden_size, w.data<double>(), HI, out.data<double>());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HI));
+  for (double& v : out.span<double>()) v *= scale;
+  return {out};
+}
+
+std::vector<Tensor> run_idx_score(RefCall& r) {
+  const Tensor &QI = *r.in[0], &KI = *r.in[1];
+  const std::int64_t S = r.S;
+  const auto n = KI.dim(1), HI = QI.dim(2), dI = QI.dim(3);
+  Tensor score(DType::f64, {r.B, S, n});
+  for (std::int64_t b = 0; b < r.B; ++b)
+    indexer_scores(r.f64(0) + b * S * HI * dI, r.f64(1) + b * n * dI, r.f64(2) + b * S * HI, r.i64(3) + b * S, S, n,
+                   r.batch.length[static_cast<std::size_t>(b)] / r.s.rate, HI, dI, r.s.rate,
+                   score.data<double>() + b * S * n);
+  return {score};
+}
+
+std::vector<Tensor> run_idx_topk(RefCall& r) {
+  const std::int64_t S = r.S, N = r.N, rate = r.s.rate;
+  const auto n = r.in[0]->dim(2), k = std::min(r.c.index_topk, n);
+  Tensor sel(DType::i64, {r.B, S, k});
+  const auto* pos = r.i64(1);
+  const double* score = r.f64(0);
+  const TieRule tie_rule = r.ctx.tie_rule;
+  const Batch& batch = r.batch;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t t = 0; t < N; ++t) {
+    const std::int64_t b = t / S;
+    const std::int64_t causal =
+        std::min(pos[t] + 1 >= 0 ? (pos[t] + 1) / rate : 0, batch.length[static_cast<std::size_t>(b)] / rate);
+    topk_select(score + t * n, n, k, causal, tie_rule, sel.data<std::int64_t>() + t * k);
+  }
+  return {sel};
+}
+
+}  // namespace
+
+void register_indexer(RefHandlers& t) {
+  t.add(OpKind::idx_weights, run_idx_weights);
+  t.add(OpKind::idx_score, run_idx_score);
+  t.add(OpKind::idx_topk, run_idx_topk);
 }
 
 }  // namespace tdiff::refcpu

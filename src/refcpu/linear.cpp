@@ -2,6 +2,8 @@
 
 #include <Eigen/Dense>
 
+#include "refcpu/handlers.h"
+
 namespace tdiff::refcpu {
 
 using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -57,6 +59,43 @@ void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std
       product_chunk(x + g * in_per_group, groups * in_per_group, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk),
                     in_per_group, w + g * out_per_group * in_per_group, in_per_group, out_per_group,
                     y + g * out_per_group, groups * out_per_group);
+}
+
+}  // namespace tdiff::refcpu
+
+namespace tdiff::refcpu {
+
+namespace {
+
+// linear and lm_head; a stage with a width splits the output features head-major.
+std::vector<Tensor> run_linear(RefCall& r) {
+  const Tensor& x = *r.in[0];
+  const Tensor& w = r.weight(0);
+  const auto out = w.dim(0), rows = rows_of(x);
+  Tensor y(DType::f64, with_last(x.shape(), out));
+  linear(r.f64(0), rows, x.dim(-1), w.data<double>(), out, y.data<double>());
+  if (r.s.width > 0) {
+    Shape hs = x.shape();
+    hs.back() = out / r.s.width;
+    hs.push_back(r.s.width);
+    y = y.reshaped(hs);
+  }
+  return {y};
+}
+
+std::vector<Tensor> run_grouped_linear(RefCall& r) {
+  const Tensor& w = r.weight(0);
+  const auto G = r.c.o_groups, Ro = r.c.o_lora_rank, per = r.c.num_attention_heads * r.c.head_dim / G;
+  Tensor y(DType::f64, {r.B, r.S, G * Ro});
+  grouped_linear(r.f64(0), r.N, G, per, w.data<double>(), Ro, y.data<double>());
+  return {y};
+}
+
+}  // namespace
+
+void register_linear(RefHandlers& t) {
+  t.add({OpKind::linear, OpKind::lm_head}, run_linear);
+  t.add(OpKind::grouped_linear, run_grouped_linear);
 }
 
 }  // namespace tdiff::refcpu

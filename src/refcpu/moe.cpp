@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "refcpu/handlers.h"
+#include "refcpu/indexer.h"
 #include "refcpu/linear.h"
 
 namespace tdiff::refcpu {
@@ -67,6 +69,89 @@ void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::
       for (std::int64_t k = 0; k < K; ++k) acc += wt[t * K + k] * slot_out[static_cast<std::size_t>((t * K + k) * D + c)];
       routed[t * D + c] = acc;
     }
+}
+
+}  // namespace tdiff::refcpu
+
+namespace tdiff::refcpu {
+
+namespace {
+
+std::vector<Tensor> run_router(RefCall& r) {
+  const Tensor& w = r.weight(0);
+  const auto E = w.dim(0), N = r.N;
+  Tensor logit(DType::f64, {N, E}), score(DType::f64, {N, E});
+  linear(r.f64(0), N, r.c.hidden_size, w.data<double>(), E, logit.data<double>());
+  router_scores(logit.data<double>(), N * E, score.data<double>());
+  return {logit, score};
+}
+
+// Hash routing (a token-id table, weight 0, with the ids as input 1) or the top-K of
+// score + bias: the routing bias only chooses, it never weighs.
+std::vector<Tensor> run_moe_select(RefCall& r) {
+  const auto K = r.c.num_experts_per_tok, E = r.c.n_routed_experts, N = r.N;
+  Tensor idx(DType::i64, {N, K});
+  auto* out = idx.data<std::int64_t>();
+  if (r.in.size() > 1) {
+    const Tensor& table = r.ctx.weights.i64(r.s.weights.at(0));
+    const auto* ids = r.i64(1);
+    for (std::int64_t t = 0; t < N; ++t)
+      for (std::int64_t k = 0; k < K; ++k) out[t * K + k] = table.data<std::int64_t>()[ids[t] * K + k];
+  } else {
+    const double* bias = r.weight(0).data<double>();
+    const double* score = r.f64(0);
+    const TieRule tie_rule = r.ctx.tie_rule;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t t = 0; t < N; ++t) {
+      std::vector<double> biased(static_cast<std::size_t>(E));
+      for (std::int64_t e = 0; e < E; ++e) biased[static_cast<std::size_t>(e)] = score[t * E + e] + bias[e];
+      topk_indices(biased.data(), E, K, tie_rule, out + t * K);
+    }
+  }
+  return {idx};
+}
+
+std::vector<Tensor> run_moe_weights(RefCall& r) {
+  const auto K = r.c.num_experts_per_tok, E = r.c.n_routed_experts;
+  Tensor wt(DType::f64, {r.N, K});
+  routing_weights(r.f64(0), r.i64(1), r.N, E, K, r.c.routed_scaling_factor, wt.data<double>());
+  return {wt};
+}
+
+std::vector<Tensor> run_moe_experts(RefCall& r) {
+  const auto D = r.c.hidden_size, K = r.c.num_experts_per_tok;
+  Tensor routed(DType::f64, {r.N, D});
+  routed_experts(r.f64(0), r.N, D, r.i64(1), r.f64(2), K, r.weight(0).data<double>(), r.weight(1).data<double>(),
+                 r.c.n_routed_experts, r.c.moe_intermediate_size, r.c.swiglu_limit, routed.data<double>());
+  return {routed};
+}
+
+std::vector<Tensor> run_moe_shared(RefCall& r) {
+  const auto D = r.c.hidden_size;
+  Tensor y(DType::f64, {r.N, D});
+  swiglu_ffn(r.f64(0), r.N, D, r.weight(0).data<double>(), r.weight(1).data<double>(), r.weight(2).data<double>(),
+             r.c.moe_intermediate_size, r.c.swiglu_limit, y.data<double>());
+  return {y};
+}
+
+// The MoE output f = routed + shared, in the shape of the FFN input z (input 2).
+std::vector<Tensor> run_add(RefCall& r) {
+  Tensor f(DType::f64, r.in[2]->shape());
+  const double *a = r.f64(0), *b = r.f64(1);
+  double* out = f.data<double>();
+  for (std::int64_t i = 0; i < f.numel(); ++i) out[i] = a[i] + b[i];
+  return {f};
+}
+
+}  // namespace
+
+void register_moe(RefHandlers& t) {
+  t.add(OpKind::router, run_router);
+  t.add(OpKind::moe_select, run_moe_select);
+  t.add(OpKind::moe_weights, run_moe_weights);
+  t.add(OpKind::moe_experts, run_moe_experts);
+  t.add(OpKind::moe_shared, run_moe_shared);
+  t.add(OpKind::add, run_add);
 }
 
 }  // namespace tdiff::refcpu

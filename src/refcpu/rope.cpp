@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "refcpu/handlers.h"
+
 namespace tdiff::refcpu {
 
 std::vector<double> rope_frequencies(const RopeTable& t, std::int64_t r) {
@@ -57,6 +59,56 @@ void rope_rotate(const double* x, std::int64_t rows, std::int64_t width, std::in
       yi[dn + 2 * f + 1] = a * s + b * c;
     }
   }
+}
+
+}  // namespace tdiff::refcpu
+
+namespace tdiff::refcpu {
+
+namespace {
+
+std::vector<Tensor> run_rope_table(RefCall& r) {
+  const auto half = r.c.rope_dim / 2;
+  Tensor cs(DType::f64, {r.B, r.S, half}), sn(DType::f64, {r.B, r.S, half});
+  auto freq = rope_frequencies(r.s.compress_rope ? r.c.rope_compress : r.c.rope_main, r.c.rope_dim);
+  rope_tables(freq, r.i64(0), r.N, cs.data<double>(), sn.data<double>());
+  return {cs, sn};
+}
+
+// rope and rope_inverse: x [B,S,(heads,)width]; every head of token t uses table row t.
+std::vector<Tensor> run_rope(RefCall& r) {
+  const Tensor& x = *r.in[0];
+  const std::int64_t rows = rows_of(x), per_token = rows / r.N;
+  std::vector<std::int64_t> table_row(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) table_row[static_cast<std::size_t>(i)] = i / per_token;
+  Tensor y(DType::f64, x.shape());
+  rope_rotate(r.f64(0), rows, x.dim(-1), r.c.rope_dim, r.f64(1), r.f64(2), table_row.data(),
+              r.s.kind == OpKind::rope_inverse, y.data<double>());
+  return {y};
+}
+
+// Compressed entries [B, n, width]: entry w sits at position w·m, its own table.
+std::vector<Tensor> run_entry_rope(RefCall& r) {
+  const Tensor& x = *r.in[0];
+  const auto n = x.dim(1), B = r.B;
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(n)), table_row(static_cast<std::size_t>(B * n));
+  for (std::int64_t w = 0; w < n; ++w) positions[static_cast<std::size_t>(w)] = w * r.s.rate;
+  for (std::int64_t i = 0; i < B * n; ++i) table_row[static_cast<std::size_t>(i)] = i % n;
+  const auto half = r.c.rope_dim / 2;
+  std::vector<double> cs(static_cast<std::size_t>(n * half)), sn(cs.size());
+  rope_tables(rope_frequencies(r.c.rope_compress, r.c.rope_dim), positions.data(), n, cs.data(), sn.data());
+  Tensor y(DType::f64, x.shape());
+  rope_rotate(r.f64(0), B * n, x.dim(-1), r.c.rope_dim, cs.data(), sn.data(), table_row.data(), false,
+              y.data<double>());
+  return {y};
+}
+
+}  // namespace
+
+void register_rope(RefHandlers& t) {
+  t.add(OpKind::rope_table, run_rope_table);
+  t.add({OpKind::rope, OpKind::rope_inverse}, run_rope);
+  t.add(OpKind::entry_rope, run_entry_rope);
 }
 
 }  // namespace tdiff::refcpu

@@ -1,11 +1,16 @@
 // report.csv and report.json: every metric of every tensor, for scripts.
 #include <cmath>
+#include <functional>
+#include <optional>
+#include <span>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/version.h"
+#include "diff/metric_fields.h"
 #include "report/report.h"
 #include "report/summary.h"
 
@@ -19,12 +24,53 @@ using report::csv_field;
 std::string full(double v) { return report::num(v, "{}"); }
 std::string opt_num(bool has, double v) { return has ? full(v) : ""; }
 
-const char* kColumns =
-    "stage,tensor,cosine,max_abs,rmse,rel_l2,verdict,max_abs_scaled,max_rel,ref_rms,max_abs_ref,count,compared,"
-    "n_diff,nan_ref,inf_ref,nan_cand,inf_cand,new_nonfinite,argmax_abs,argmax_abs_scaled,kind,dtype_ref,dtype_cand,"
-    "shape,floor_rmse,top1_agree,topk_overlap_mean,topk_overlap_min,kl_mean,kl_p99,kl_max,routing_equal_share,"
-    "routing_mismatch_share,routing_flips,routing_ties,routing_explained,routing_unexplained_share,routing_replayed,"
-    "reason\n";
+// One report.csv column: its header name and its text for a row.
+struct Column {
+  std::string name;
+  std::function<std::string(const TensorDiff&)> text;
+};
+
+std::string csv_text(const MetricValue& v) {
+  if (const double* d = std::get_if<double>(&v)) return full(*d);
+  if (const bool* b = std::get_if<bool>(&v)) return *b ? "1" : "0";
+  return std::to_string(std::get<std::int64_t>(v));
+}
+
+// The CSV columns of an optional metrics block (logits, routing): empty where a row lacks it.
+template <class Stats>
+void add_optional_columns(std::vector<Column>& cols, std::span<const MetricField<Stats>> fields,
+                          std::optional<Stats> TensorDiff::*block) {
+  for (const auto& f : fields)
+    if (f.csv && (f.show & kShowFiles))
+      cols.push_back({f.csv, [f, block](const TensorDiff& d) { return d.*block ? csv_text(f.value(*(d.*block))) : ""; }});
+}
+
+// stage, tensor, the lead metrics, verdict, the other metrics, what the row compared, the
+// logits and routing metrics, reason.
+const std::vector<Column>& csv_columns() {
+  static const std::vector<Column> cols = [] {
+    std::vector<Column> c = {{"stage", [](const TensorDiff& d) { return csv_field(d.stage); }},
+                             {"tensor", [](const TensorDiff& d) { return csv_field(d.tensor); }}};
+    auto metrics = [&](bool lead) {
+      for (const auto& f : tensor_metric_fields())
+        if ((f.show & kShowFiles) && f.csv && ((f.show & kShowLead) != 0) == lead)
+          c.push_back({f.csv, [f](const TensorDiff& d) { return csv_text(f.value(d.metrics)); }});
+    };
+    metrics(true);
+    c.push_back({"verdict", [](const TensorDiff& d) { return std::string(verdict_name(d.verdict)); }});
+    metrics(false);
+    c.push_back({"kind", [](const TensorDiff& d) { return std::string(tensor_kind_name(d.kind)); }});
+    c.push_back({"dtype_ref", [](const TensorDiff& d) { return std::string(dtype_name(d.dtype_ref)); }});
+    c.push_back({"dtype_cand", [](const TensorDiff& d) { return std::string(dtype_name(d.dtype_cand)); }});
+    c.push_back({"shape", [](const TensorDiff& d) { return csv_field(shape_str(d.shape)); }});
+    c.push_back({"floor_rmse", [](const TensorDiff& d) { return opt_num(d.floor_rmse.has_value(), d.floor_rmse.value_or(0)); }});
+    add_optional_columns(c, logits_metric_fields(), &TensorDiff::logits);
+    add_optional_columns(c, routing_metric_fields(), &TensorDiff::routing);
+    c.push_back({"reason", [](const TensorDiff& d) { return csv_field(d.reason); }});
+    return c;
+  }();
+  return cols;
+}
 
 nlohmann::json number(double v) {
   // JSON has no NaN or infinity: those become strings, so that no value is silently lost.
@@ -32,20 +78,25 @@ nlohmann::json number(double v) {
   return report::num(v);
 }
 
+template <class Stats>
+nlohmann::json fields_json(const Stats& s, std::span<const MetricField<Stats>> fields) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : fields)
+    if (f.show & kShowFiles)
+      std::visit(
+          [&](auto v) {
+            if constexpr (std::is_same_v<decltype(v), double>) j[f.name] = number(v);
+            else j[f.name] = v;
+          },
+          f.value(s));
+  return j;
+}
+
 nlohmann::json row_json(const TensorDiff& d) {
-  const TensorMetrics& m = d.metrics;
   nlohmann::json j = {
       {"stage", d.stage}, {"tensor", d.tensor}, {"verdict", verdict_name(d.verdict)}, {"reason", d.reason},
       {"kind", tensor_kind_name(d.kind)}, {"dtype_ref", dtype_name(d.dtype_ref)},
-      {"dtype_cand", dtype_name(d.dtype_cand)}, {"shape", d.shape},
-      {"metrics",
-       {{"cosine", number(m.cosine)}, {"max_abs", number(m.max_abs)},
-        {"max_abs_scaled", number(m.max_abs_scaled)}, {"rmse", number(m.rmse)},
-        {"rel_l2", number(m.rel_l2)}, {"max_rel", number(m.max_rel)}, {"ref_rms", number(m.ref_rms)},
-        {"max_abs_ref", number(m.max_abs_ref)}, {"count", m.count}, {"compared", m.compared},
-        {"n_diff", m.n_diff}, {"nan_ref", m.nan_ref}, {"inf_ref", m.inf_ref}, {"nan_cand", m.nan_cand},
-        {"inf_cand", m.inf_cand}, {"new_nonfinite", m.new_nonfinite}, {"argmax_abs", m.argmax_abs},
-        {"argmax_abs_scaled", m.argmax_abs_scaled}}},
+      {"dtype_cand", dtype_name(d.dtype_cand)}, {"shape", d.shape}, {"metrics", fields_json(d.metrics, tensor_metric_fields())},
   };
   if (d.floor_rmse) j["floor_rmse"] = number(*d.floor_rmse);
   if (d.logits) {
@@ -60,51 +111,33 @@ nlohmann::json row_json(const TensorDiff& d) {
       worst.push_back({{"token", t.token}, {"kl", number(t.kl)}, {"top_ref", tops(t.top_ref)},
                        {"top_cand", tops(t.top_cand)}});
     }
-    j["logits"] = {{"tokens", l.tokens}, {"vocab", l.vocab}, {"nonfinite_tokens", l.nonfinite_tokens},
-                   {"top1_agree", number(l.top1_agree)}, {"topk_overlap_mean", number(l.topk_overlap_mean)},
-                   {"topk_overlap_min", number(l.topk_overlap_min)}, {"kl_mean", number(l.kl_mean)},
-                   {"kl_p99", number(l.kl_p99)}, {"kl_max", number(l.kl_max)}, {"worst_tokens", worst}};
+    j["logits"] = fields_json(l, logits_metric_fields());
+    j["logits"]["worst_tokens"] = worst;
   }
-  if (d.routing) {
-    const RoutingMetrics& rt = *d.routing;
-    j["routing"] = {{"tokens", rt.tokens}, {"k", rt.k}, {"equal_tokens", rt.equal_tokens},
-                    {"tie_tokens", rt.tie_tokens}, {"flips", rt.flips}, {"equal_share", number(rt.equal_share)},
-                    {"mismatch_share", number(rt.mismatch_share)}, {"explained_tokens", rt.explained_tokens},
-                    {"unexplained_share", number(rt.unexplained_share)}, {"replayed", rt.replayed}};
-  }
+  if (d.routing) j["routing"] = fields_json(*d.routing, routing_metric_fields());
   return j;
 }
 
 }  // namespace
 
 std::string render_csv(const CompareResult& r) {
-  std::string out = kColumns;
+  const auto& cols = csv_columns();
+  std::vector<std::string> header;
+  for (const auto& c : cols) header.push_back(c.name);
+  std::string out = fmt::format("{}\n", fmt::join(header, ","));
   for (const auto& d : r.rows) {
-    const TensorMetrics& m = d.metrics;
-    const bool lg = d.logits.has_value(), rt = d.routing.has_value();
-    const LogitsMetrics l = lg ? *d.logits : LogitsMetrics{};
-    const RoutingMetrics ro = rt ? *d.routing : RoutingMetrics{};
-    const std::vector<std::string> f = {
-        csv_field(d.stage), csv_field(d.tensor), full(m.cosine), full(m.max_abs), full(m.rmse), full(m.rel_l2),
-        verdict_name(d.verdict), full(m.max_abs_scaled), full(m.max_rel), full(m.ref_rms), full(m.max_abs_ref),
-        std::to_string(m.count), std::to_string(m.compared), std::to_string(m.n_diff), std::to_string(m.nan_ref),
-        std::to_string(m.inf_ref), std::to_string(m.nan_cand), std::to_string(m.inf_cand),
-        std::to_string(m.new_nonfinite), std::to_string(m.argmax_abs), std::to_string(m.argmax_abs_scaled),
-        tensor_kind_name(d.kind),
-        std::string(dtype_name(d.dtype_ref)), std::string(dtype_name(d.dtype_cand)), csv_field(shape_str(d.shape)),
-        opt_num(d.floor_rmse.has_value(), d.floor_rmse.value_or(0)), opt_num(lg, l.top1_agree),
-        opt_num(lg, l.topk_overlap_mean), opt_num(lg, l.topk_overlap_min), opt_num(lg, l.kl_mean),
-        opt_num(lg, l.kl_p99), opt_num(lg, l.kl_max), opt_num(rt, ro.equal_share), opt_num(rt, ro.mismatch_share),
-        rt ? std::to_string(ro.flips) : "", rt ? std::to_string(ro.tie_tokens) : "",
-        rt ? std::to_string(ro.explained_tokens) : "", opt_num(rt, ro.unexplained_share),
-        rt ? (ro.replayed ? "1" : "0") : "", csv_field(d.reason)};
+    std::vector<std::string> f;
+    for (const auto& c : cols) f.push_back(c.text(d));
     out += fmt::format("{}\n", fmt::join(f, ","));
   }
-  // Tensors found on one side only: listed with empty metrics.
+  // Tensors found on one side only: listed with empty metrics, MISSING as the verdict.
+  std::size_t verdict = 0;
+  while (cols[verdict].name != "verdict") ++verdict;
   auto missing = [&](const std::vector<std::string>& keys, const char* why) {
     for (const auto& k : keys) {
       auto [stage, tensor] = split_key(k);
-      out += fmt::format("{},{},,,,,MISSING{},{}\n", csv_field(stage), csv_field(tensor), std::string(32, ','), why);
+      out += fmt::format("{},{},{}MISSING{},{}\n", csv_field(stage), csv_field(tensor), std::string(verdict - 2, ','),
+                         std::string(cols.size() - verdict - 2, ','), why);
     }
   };
   missing(r.only_ref, "only in the reference");
@@ -118,7 +151,7 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
   for (const auto& d : r.rows) rows.push_back(row_json(d));
   nlohmann::json env = nlohmann::json::object();
   for (const auto& [k, v] : info.env) env[k] = v;
-  const Thresholds& t = info.thresholds;
+  const Thresholds& t = r.thresholds;  // the defaults, kept for readers of format_version 1
   const nlohmann::json thr = {{"cosine_fail", number(t.cosine_fail)}, {"cosine_warn", number(t.cosine_warn)},
          {"max_abs_fail", number(t.max_abs_fail)}, {"max_abs_warn", number(t.max_abs_warn)},
          {"max_abs_scaled", number(t.max_abs_scaled)},

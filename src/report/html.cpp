@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/version.h"
+#include "diff/metric_fields.h"
 #include "report/html_plot.h"
 #include "report/html_style.h"
 #include "report/report.h"
@@ -28,11 +29,63 @@ std::string num_cell(double v, const std::string& text) {
   return fmt::format("<td class=\"num\" data-v=\"{}\">{}</td>", key, html_escape(text));
 }
 
-std::string plots(const CompareResult& r, const RunInfo& info) {
+// One metric of the stage table. Distances between ids mean nothing: exact tensors show only
+// their mismatch count (and "exact" under cosine).
+std::string metric_cell(const MetricField<TensorMetrics>& f, const TensorMetrics& m, bool exact) {
+  const MetricValue v = f.value(m);
+  const double x = std::holds_alternative<double>(v) ? std::get<double>(v)
+                   : std::holds_alternative<bool>(v) ? std::get<bool>(v)
+                                                     : static_cast<double>(std::get<std::int64_t>(v));
+  const bool cosine = f.member == decltype(f.member)(&TensorMetrics::cosine);
+  if (cosine) return num_cell(x, exact ? "exact" : report::cosine_text(x));
+  if (!std::holds_alternative<double>(v)) return num_cell(x, exact ? "" : fmt::format("{}", x));
+  return num_cell(x, exact ? "" : num(x, "{:.2e}"));
+}
+
+// What a stage shows in the plots, with the thresholds of the tensor each point comes from:
+// its lowest cosine and its highest max-abs error as that tensor's rule reads it.
+struct StagePoint {
+  double cosine = 1.0, judged = 0.0;
+  const Thresholds* cosine_t = nullptr;
+  const Thresholds* judged_t = nullptr;
+};
+StagePoint stage_point(const CompareResult& r, const report::StageSummary& s) {
+  StagePoint p;
+  for (std::size_t i : s.rows) {
+    const TensorDiff& d = r.rows[i];
+    if (d.kind != TensorKind::values && d.kind != TensorKind::logits) continue;
+    if (!p.cosine_t || d.metrics.cosine < p.cosine) p.cosine = d.metrics.cosine, p.cosine_t = &d.thresholds;
+    const double j = judged_max_abs(d.metrics, d.thresholds);
+    if (!p.judged_t || j > p.judged) p.judged = j, p.judged_t = &d.thresholds;
+  }
+  return p;
+}
+
+// A threshold line per run of stages with the same value (NaN: none drawn there), each value
+// labelled once, on its longest run. With the same thresholds everywhere: one full-width line.
+void add_lines(report::PlotSpec& plot, const std::vector<double>& y, const std::vector<double>& value,
+               const char* label, const char* css) {
+  std::vector<report::PlotLine> runs;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    if (std::isnan(y[i])) continue;
+    if (runs.empty() || runs.back().end != i || runs.back().y != y[i])
+      runs.push_back({y[i], fmt::format(fmt::runtime(label), value[i]), css, i, i});
+    runs.back().end = i + 1;
+  }
+  auto length = [&](std::size_t i) { return runs[i].end - runs[i].begin; };
+  for (std::size_t a = 0; a < runs.size(); ++a)
+    for (std::size_t b = 0; b < runs.size(); ++b)
+      if (a != b && runs[b].y == runs[a].y && (length(b) > length(a) || (length(b) == length(a) && b < a)))
+        runs[a].label.clear();  // b carries this value's label
+  for (auto& l : runs) plot.lines.push_back(std::move(l));
+}
+
+std::string plots(const CompareResult& r) {
   const auto stages = report::summarize_stages(r);
   std::vector<const report::StageSummary*> shown;
+  std::vector<StagePoint> pts;
   for (const auto& s : stages)
-    if (s.has_values) shown.push_back(&s);
+    if (s.has_values) shown.push_back(&s), pts.push_back(stage_point(r, s));
   if (shown.empty()) return "<p class=\"sub\">No floating-point tensors to plot.</p>\n";
 
   std::vector<report::PlotBand> bands;
@@ -41,52 +94,63 @@ std::string plots(const CompareResult& r, const RunInfo& info) {
     if (bands.empty() || bands.back().label != g) bands.push_back({i, i, g});
     bands.back().end = i + 1;
   }
-  const Thresholds& t = info.thresholds;
+  const std::size_t n = shown.size();
+  const double nan = std::nan("");
+  std::vector<double> cos_fail(n), cos_warn(n), mab_fail(n), mab_warn(n), log_fail(n), log_warn(n);
+  std::size_t scaled = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Thresholds &ct = *pts[i].cosine_t, &mt = *pts[i].judged_t;
+    cos_fail[i] = ct.cosine_fail;
+    cos_warn[i] = ct.cosine_warn > -1 ? ct.cosine_warn : nan;
+    mab_fail[i] = mt.max_abs_fail, mab_warn[i] = mt.max_abs_warn;
+    log_fail[i] = std::log10(mt.max_abs_fail), log_warn[i] = std::log10(mt.max_abs_warn);
+    scaled += mt.max_abs_scaled != 0 ? 1 : 0;
+  }
 
   report::PlotSpec cos;
   cos.title = "cosine similarity per stage (lowest tensor of the stage)";
   cos.bands = bands;
-  double lo = t.cosine_fail;
-  for (auto* s : shown) lo = std::min(lo, s->cosine);
+  double lo = 1.0;
+  for (std::size_t i = 0; i < n; ++i) lo = std::min({lo, cos_fail[i], shown[i]->cosine});
   cos.y_lo = std::max(-1.0, lo - std::max(1.0 - lo, 1e-6) * 0.25);
   cos.y_hi = 1.0;
   cos.tick = [](double y) { return fmt::format("{:.6g}", y); };
-  cos.lines.push_back({t.cosine_fail, fmt::format("FAIL below {:g}", t.cosine_fail), "fail"});
-  if (t.cosine_warn > -1) cos.lines.push_back({t.cosine_warn, fmt::format("WARN below {:g}", t.cosine_warn), "warn"});
+  add_lines(cos, cos_fail, cos_fail, "FAIL below {:g}", "fail");
+  add_lines(cos, cos_warn, cos_warn, "WARN below {:g}", "warn");
 
-  // The number the default max_abs rules judge, so that the threshold lines apply to the points.
-  const bool scaled = t.max_abs_scaled != 0;
-  auto judged = [&](const report::StageSummary* s) { return scaled ? s->max_abs_scaled : s->max_abs; };
+  // Each stage's point is the number its tensors' max_abs rules judge, so the lines apply to it.
   report::PlotSpec mab;
-  mab.title = scaled ? "max_abs_scaled (max-abs error / max(1, rms(r), |r|)) per stage, log10 scale (highest tensor of the stage)"
-                     : "max-abs error per stage, log10 scale (highest tensor of the stage)";
+  mab.title = scaled == n ? "max_abs_scaled (max-abs error / max(1, rms(r), |r|)) per stage, log10 scale (highest tensor of the stage)"
+              : scaled == 0 ? "max-abs error per stage, log10 scale (highest tensor of the stage)"
+                            : "max-abs error as each tensor's rule judges it (max_abs_scaled or max_abs) per stage, log10 "
+                              "scale (highest tensor of the stage)";
   mab.bands = bands;
-  double hi = std::log10(t.max_abs_fail), low = std::log10(t.max_abs_warn);
-  for (auto* s : shown)
-    if (judged(s) > 0 && std::isfinite(judged(s))) {
-      hi = std::max(hi, std::log10(judged(s)));
-      low = std::min(low, std::log10(judged(s)));
-    }
+  double hi = -HUGE_VAL, low = HUGE_VAL;
+  for (std::size_t i = 0; i < n; ++i)
+    for (double v : {log_fail[i], log_warn[i], pts[i].judged > 0 ? std::log10(pts[i].judged) : nan})
+      if (std::isfinite(v)) hi = std::max(hi, v), low = std::min(low, v);
+  if (hi < low) hi = low = 0;  // nothing finite to show
   mab.y_lo = low - 0.3;
   mab.y_hi = hi + 0.3;
   mab.min_step = 1.0;
   mab.tick = [](double y) { return fmt::format("1e{:.0f}", y); };
-  mab.lines.push_back({std::log10(t.max_abs_fail), fmt::format("FAIL at {:g}", t.max_abs_fail), "fail"});
-  mab.lines.push_back({std::log10(t.max_abs_warn), fmt::format("WARN at {:g}", t.max_abs_warn), "warn"});
+  add_lines(mab, log_fail, mab_fail, "FAIL at {:g}", "fail");
+  add_lines(mab, log_warn, mab_warn, "WARN at {:g}", "warn");
 
-  for (auto* s : shown) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const report::StageSummary* s = shown[i];
     const std::string href = fmt::format("#row-{}", s->rows.front());
     const std::string tip =
         fmt::format("{}: {} cosine {} max_abs {} max_abs_scaled {}", s->stage, verdict_name(s->verdict),
                     report::cosine_text(s->cosine), num(s->max_abs), num(s->max_abs_scaled));
     cos.points.push_back({std::max(s->cosine, cos.y_lo), s->verdict, tip, href});
-    const double lm = judged(s) > 0 ? std::log10(judged(s)) : mab.y_lo;
+    const double lm = pts[i].judged > 0 ? std::log10(pts[i].judged) : mab.y_lo;
     mab.points.push_back({std::isfinite(lm) ? lm : mab.y_hi, s->verdict, tip, href});
   }
   return report::svg_plot(cos) + report::svg_plot(mab) +
          "<p class=\"legend\">One point per stage in model order, coloured by verdict (click one to see its row). "
-         "Dashed lines: the default thresholds; per-stage overrides show in the table's reasons. "
-         "A max-abs of 0 is drawn on the bottom edge.</p>\n";
+         "Dashed lines: the thresholds each stage was judged by (those of the tensor its point shows), so a rule "
+         "that changes a stage's thresholds moves its line. A max-abs of 0 is drawn on the bottom edge.</p>\n";
 }
 
 std::string summary_cards(const CompareResult& r) {
@@ -126,16 +190,21 @@ std::string stage_table(const CompareResult& r) {
   std::string o =
       "<div class=\"tools\"><label><input type=\"checkbox\" id=\"only-bad\"> show only WARN and FAIL</label>"
       "<span>click a column to sort</span></div>\n"
-      "<table id=\"stages\" class=\"sortable\"><thead><tr><th>#</th><th>stage</th><th>tensor</th><th>cosine</th>"
-      "<th>max_abs</th><th>max_abs_scaled</th><th>rmse</th><th>rel_l2</th><th>max_rel</th><th>ref_rms</th><th>NaN/Inf</th><th>verdict</th>"
-      "<th>reason</th></tr></thead><tbody>\n";
+      "<table id=\"stages\" class=\"sortable\"><thead><tr><th>#</th><th>stage</th><th>tensor</th>";
+  int columns = 6;
+  for (const auto& f : tensor_metric_fields())
+    if (f.show & kShowTable) {
+      o += fmt::format("<th>{}</th>", f.name);
+      ++columns;
+    }
+  o += "<th>NaN/Inf</th><th>verdict</th><th>reason</th></tr></thead><tbody>\n";
   std::string group;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const TensorDiff& d = r.rows[i];
     const TensorMetrics& m = d.metrics;
     if (const auto g = report::group_name(d.stage); g != group) {
       group = g;
-      o += fmt::format("<tr class=\"grp\"><td colspan=\"13\">{}</td></tr>\n", html_escape(g));
+      o += fmt::format("<tr class=\"grp\"><td colspan=\"{}\">{}</td></tr>\n", columns, html_escape(g));
     }
     const bool exact = d.kind == TensorKind::exact || d.kind == TensorKind::routing;
     const std::int64_t bad = m.nan_cand + m.inf_cand;
@@ -150,10 +219,8 @@ std::string stage_table(const CompareResult& r) {
                      static_cast<int>(i) == r.first_fail ? " first" : "");
     o += num_cell(static_cast<double>(i), std::to_string(i));
     o += fmt::format("<td><code>{}</code></td><td><code>{}</code></td>", html_escape(d.stage), html_escape(d.tensor));
-    o += num_cell(m.cosine, exact ? "exact" : report::cosine_text(m.cosine));
-    // Distances between ids mean nothing: exact tensors show only their mismatch count.
-    auto metric = [&](double v) { return num_cell(v, exact ? "" : num(v, "{:.2e}")); };
-    o += metric(m.max_abs) + metric(m.max_abs_scaled) + metric(m.rmse) + metric(m.rel_l2) + metric(m.max_rel) + metric(m.ref_rms);
+    for (const auto& f : tensor_metric_fields())
+      if (f.show & kShowTable) o += metric_cell(f, m, exact);
     o += num_cell(static_cast<double>(bad),
                   bad || m.nan_ref + m.inf_ref ? fmt::format("{} / {}", m.nan_ref + m.inf_ref, bad) : "");
     o += fmt::format("<td data-v=\"{}\">{}</td><td class=\"reason\">{}</td></tr>\n", static_cast<int>(d.verdict),
@@ -244,12 +311,12 @@ std::string render_html(const CompareResult& r, const RunInfo& info) {
                    badge(r.verdict, true), html_escape(title), html_escape(r.label_ref), html_escape(r.label_cand),
                    html_escape(info.case_name), html_escape(info.run_id), TDIFF_VERSION);
   o += summary_cards(r);
-  o += "<h2>Along the model</h2>\n" + plots(r, info);
+  o += "<h2>Along the model</h2>\n" + plots(r);
   o += logits_section(r);
   o += "<h2>Stages</h2>\n" + stage_table(r);
   o += missing_section(r);
   o += fmt::format("<h2>Reproduce</h2>\n<pre>{}</pre>\n", html_escape(info.command.empty() ? "(not recorded)" : info.command));
-  const Thresholds& t = info.thresholds;
+  const Thresholds& t = r.thresholds;
   const char* max_abs_name = t.max_abs_scaled != 0 ? "max_abs_scaled" : "max_abs";
   o += fmt::format(
       "<p class=\"legend\">Default thresholds: FAIL when cosine &lt; {:g}, {} &ge; {:g} or a NaN/Inf the "

@@ -76,14 +76,17 @@ std::string svg_plot(const PlotSpec& spec) {
                      html_escape(s.tick ? s.tick(y) : num(y)));
   }
 
-  // Threshold lines, labelled at the right end.
+  // Threshold lines over their stages, labelled at their right end.
   for (const auto& l : s.lines) {
     if (l.y < s.y_lo || l.y > s.y_hi) continue;
     const double py = y_of(l.y);
-    o += fmt::format("<line class=\"thr {}\" x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\"/>\n", l.css, kLeft, py,
-                     kLeft + pw, py);
-    o += fmt::format("<text class=\"tlabel {}\" x=\"{}\" y=\"{:.1f}\">{}</text>\n", l.css, kLeft + pw - 4, py - 4,
-                     html_escape(l.label));
+    const double x0 = kLeft + static_cast<double>(l.begin) * pw / static_cast<double>(n);
+    const double x1 = l.end ? kLeft + static_cast<double>(l.end) * pw / static_cast<double>(n) : kLeft + pw;
+    o += fmt::format("<line class=\"thr {}\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>\n", l.css, x0, py,
+                     x1, py);
+    if (!l.label.empty())
+      o += fmt::format("<text class=\"tlabel {}\" x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", l.css, x1 - 4, py - 4,
+                       html_escape(l.label));
   }
 
   // The values: one polyline, then a linked point per stage (drawn worst last, on top).

@@ -1,6 +1,6 @@
 #pragma once
 // Inline SVG line plots for report.html: one value per stage along the model, layer bands
-// behind, dashed threshold lines, points coloured by verdict and linked to the table.
+// behind, dashed threshold lines (each over the stages it applies to), points coloured by verdict and linked to the table.
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,8 +17,9 @@ struct PlotPoint {
 };
 struct PlotLine {
   double y = 0.0;
-  std::string label;
+  std::string label;    // "": none
   std::string css;      // "warn" or "fail"
+  std::size_t begin = 0, end = 0;  // the points it spans, [begin, end); end 0: the whole width
 };
 struct PlotBand {
   std::size_t begin = 0, end = 0;  // point indices [begin, end)

@@ -20,7 +20,6 @@ struct RunInfo {
   std::string title;                  // headline of the HTML page
   std::string command;                // the exact command that reproduces the run
   std::vector<std::pair<std::string, std::string>> env;  // environment record, in display order
-  Thresholds thresholds;              // the default thresholds, drawn in the plots
 };
 
 // `out_dir` if not empty, else reports/<case>/<run-id>.

@@ -1,0 +1,25 @@
+// Token embedding of the reference (shared spec 4.1 step 1): ids [B, S], E [V, D] -> e [B, S, D],
+// e[t] = E[ids[t]] (a copy: exact).
+#include <cstring>
+
+#include "refcpu/handlers.h"
+
+namespace tdiff::refcpu {
+
+namespace {
+
+std::vector<Tensor> run_embed(RefCall& r) {
+  const Tensor& E = r.weight(0);
+  const auto D = r.c.hidden_size;
+  Tensor e(DType::f64, {r.B, r.S, D});
+  const auto* ids = r.i64(0);
+  for (std::int64_t t = 0; t < r.N; ++t)
+    std::memcpy(e.data<double>() + t * D, E.data<double>() + ids[t] * D, static_cast<std::size_t>(D) * 8);
+  return {e};
+}
+
+}  // namespace
+
+void register_embedding(RefHandlers& t) { t.add(OpKind::embed, run_embed); }
+
+}  // namespace tdiff::refcpu
