@@ -104,6 +104,22 @@ TEST(Policy, SetSpecsApplyToMatchingStages) {
   EXPECT_EQ(p.resolve("L02.attn.core").softmax_stats, DType::f32);
 }
 
+TEST(Policy, AliasesParseToTheirValues) {
+  Numerics n;
+  set_knob(n, "storage", "f16");
+  set_knob(n, "matmul_input", "f8_e4m3");
+  set_knob(n, "hc_eps", "false");
+  set_knob(n, "rope_angle", "f16");
+  EXPECT_EQ(n.storage, DType::f16);
+  EXPECT_EQ(n.matmul_input, DType::f8_e4m3);
+  EXPECT_FALSE(n.hc_eps);
+  EXPECT_EQ(n.rope_angle, RopeAngle::f16);
+  Policy p = Policy::preset("fixed");
+  p.add_set("L01.attn.core:qk_accum=f16");
+  EXPECT_EQ(p.resolve("L01.attn.core").qk_accum, DType::f16);
+  EXPECT_EQ(p.describe(), "fixed + L01.attn.core:qk_accum=f16");  // as written
+}
+
 TEST(Policy, BadSpecsAreInputErrors) {
   Policy p = Policy::preset("fixed");
   EXPECT_THROW(p.add_set("bogus=1"), InputError);                       // unknown knob
@@ -111,6 +127,8 @@ TEST(Policy, BadSpecsAreInputErrors) {
   EXPECT_THROW(p.add_set("mask_style=zero"), InputError);
   EXPECT_THROW(p.add_set("L02.attn.core:softmax_stats"), InputError);   // no '='
   EXPECT_THROW(p.add_set("hc_eps=maybe"), InputError);
+  EXPECT_THROW(p.add_set("mask_style=true"), InputError);  // an alias only where its value exists
+  EXPECT_THROW(p.add_set("rope_angle=f8_e4m3"), InputError);
   try {
     p.add_set("bogus=1");
   } catch (const InputError& e) {

@@ -13,6 +13,7 @@
 #include "refcpu/linear.h"
 #include "refcpu/moe.h"
 #include "refcpu/norm.h"
+#include "refcpu/refcpu_backend.h"
 #include "refcpu/rope.h"
 
 namespace tdiff::refcpu {
@@ -198,6 +199,13 @@ TEST(RefCpuOps, SwigluClipsGateAboveAndUpBothWays) {
   router_scores(logit, 3, score);
   EXPECT_NEAR(score[0], std::sqrt(std::log1p(std::exp(-3.0))), 1e-15);
   EXPECT_EQ(score[2], std::sqrt(25.0));
+}
+
+// The family files register a handler for every operator kind (refcpu/handlers.h).
+TEST(RefCpuDispatch, EveryKindHasAHandler) {
+  const refcpu::RefCpuBackend be;
+  for (std::size_t k = 0; k < kOpKindCount; ++k)
+    EXPECT_TRUE(be.implements(static_cast<OpKind>(k))) << op_kind_name(static_cast<OpKind>(k));
 }
 
 }  // namespace
