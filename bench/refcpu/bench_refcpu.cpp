@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     for (const auto& s : stages) {
       const double f = stage_flops(s, spec, c, static_cast<double>(tokens));
       if (f == 0) continue;
-      auto& [cf, cs] = by_class[stage_class(s)];
+      auto& [cf, cs] = by_class[s.op_class];
       cf += f, cs += secs[s.name];
       mm_flops += f, mm_secs += secs[s.name];
     }

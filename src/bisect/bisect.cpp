@@ -289,7 +289,7 @@ SearchResult Bisector::search() {
       else lo = mid, lo_step = p.step;
     }
     const Stage& s = session_.stages[hi - 1];
-    res.culprits.push_back({hi - 1, s.name, stage_class(s), lo_step, hi_step});
+    res.culprits.push_back({hi - 1, s.name, s.op_class, lo_step, hi_step});
     pinned.push_back(hi - 1);
     const Probe& v = probe("verify", prefix_assignment(n, pinned), prefix_split(n, pinned), n, pinned);
     if (v.verdict() != Verdict::fail) {
@@ -348,7 +348,7 @@ IsolationResult Bisector::isolate() {
     std::optional<IsolatedStage> best;
     for (const auto& row : res.diff.rows) {
       if (row.stage != s.name) continue;
-      IsolatedStage e{i, s.name, stage_class(s), row, std::nullopt, 0.0};
+      IsolatedStage e{i, s.name, s.op_class, row, std::nullopt, 0.0};
       if (floor_backend_) {
         e.floor_error = error_of(*floor_rows.at(row.key()));
         e.score = error_of(row) == *e.floor_error ? 1.0 : ratio(error_of(row), *e.floor_error);
@@ -378,7 +378,7 @@ AttributionResult Bisector::attribute(Grouping by) {
   std::vector<std::pair<std::string, std::vector<std::size_t>>> groups;  // first appearance order
   for (std::size_t i = 0; i < stage_count(); ++i) {
     const Stage& s = session_.stages[i];
-    const std::string g = by == Grouping::stage_class ? stage_class(s) : op_kind_name(s.kind);
+    const std::string g = by == Grouping::stage_class ? s.op_class : op_kind_name(s.kind);
     auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& e) { return e.first == g; });
     if (it == groups.end()) groups.push_back({g, {i}});
     else it->second.push_back(i);

@@ -134,7 +134,7 @@ struct IsolationResult {
   double seconds = 0;
 };
 
-enum class Grouping { stage_class, op_kind };  // stage_class() or op_kind_name()
+enum class Grouping { stage_class, op_kind };  // Stage::op_class or op_kind_name()
 struct ClassShare {
   std::string group;
   std::size_t stages = 0;

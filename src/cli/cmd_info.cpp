@@ -1,6 +1,8 @@
-// tdiff info: what a case file or a model folder holds, and the model's stage list.
+// tdiff info: what a case file or a model folder holds, the model's stage list, the knob
+// catalogue and the operator table.
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <set>
 
@@ -14,6 +16,7 @@
 #include "core/policy.h"
 #include "core/stage_graph.h"
 #include "core/weights.h"
+#include "exec/backend_registry.h"
 
 namespace tdiff::cli {
 
@@ -26,6 +29,7 @@ struct InfoOptions {
   std::string model;
   std::string stages;  // glob; empty: no stage list
   bool knobs = false;
+  bool ops = false;
 };
 
 // Prints `label` in a 10-column margin, then the text.
@@ -200,6 +204,45 @@ void print_knobs() {
   }
 }
 
+// One column of `--ops`: what a backend of the registry says for each kind.
+struct CoverageColumn {
+  std::string name;
+  std::function<std::string(OpKind)> cell;
+};
+
+CoverageColumn backend_column(const BackendEntry& e) {
+  if (!e.built) return {e.name, [](OpKind) { return std::string("not built"); }};
+  std::shared_ptr<Backend> b;
+  try {
+    b = make_backend(e.name, Policy::preset("fixed"));
+  } catch (const InputError&) {  // built, but no device to make it on
+    return {e.name, [](OpKind) { return std::string("no device"); }};
+  }
+  return {e.name, [b](OpKind k) { return std::string(b->implements(k) ? "yes" : "missing"); }};
+}
+
+// The operator table with each kind's coverage: the backends that implement it (the
+// reference first) and the tests/gpu file that checks its kernels.
+void print_ops() {
+  std::vector<CoverageColumn> cols;
+  for (bool reference : {true, false})
+    for (const BackendEntry& e : backend_registry())
+      if (e.candidate != reference) cols.push_back(backend_column(e));
+  std::string head = fmt::format("{:<15} {:<17} {:<8} {:<9}", "kind", "family", "outputs", "selection");
+  for (const auto& c : cols) head += fmt::format(" {:<10}", c.name);
+  fmt::print("{} GPU test\n", head);
+  std::vector<std::string> untested;
+  for (const OpInfo& op : op_table()) {
+    std::string row = fmt::format("{:<15} {:<17} {:<8} {:<9}", op.name, op_family_name(op.family),
+                                  tensor_kind_name(op.output), op.selection ? "yes" : "no");
+    for (const auto& c : cols) row += fmt::format(" {:<10}", c.cell(op.kind));
+    if (!*op.gpu_test) untested.push_back(op.name);
+    fmt::print("{} {}\n", row, *op.gpu_test ? fmt::format("tests/gpu/{}", op.gpu_test) : "missing");
+  }
+  fmt::print("{} kinds; a GPU test for {}{}\n", op_table().size(), op_table().size() - untested.size(),
+             untested.empty() ? "" : fmt::format(" (missing: {})", fmt::join(untested, ", ")));
+}
+
 }  // namespace
 
 void setup_info(CLI::App& app) {
@@ -216,14 +259,22 @@ void setup_info(CLI::App& app) {
                           "Print the fault catalog: every policy knob, its bad and fixed settings, the operator kinds "
                           "it changes and what the bad setting does (a Markdown table)");
   k->excludes(c)->excludes(m);
+  cmd->add_flag("--ops", o->ops,
+                "Print the operator table: every operator kind, its family, output kind, whether it selects ids, "
+                "and its coverage (the backends that implement it, the GPU test that checks it)")
+      ->excludes(c)
+      ->excludes(m)
+      ->excludes(k);
   cmd->footer(
       "Examples:\n"
       "  tdiff info tiny.h5\n"
       "  tdiff info --model tiny-model --stages\n"
       "  tdiff info --model tiny-model --stages 'L00.attn.*'\n"
-      "  tdiff info --knobs\n");
+      "  tdiff info --knobs\n"
+      "  tdiff info --ops\n");
   cmd->callback([o] {
     if (o->knobs) return print_knobs();
+    if (o->ops) return print_ops();
     if (o->case_path.empty() && o->model.empty()) throw CLI::RequiredError("a case file or --model");
     if (!o->model.empty()) info_model(*o);
     else info_case(*o);

@@ -18,19 +18,10 @@ namespace {
 using K = OpKind;
 // GEMMs whose operand and accumulator types follow matmul_input / matmul_accum (the router and
 // lm_head have their own knobs, router and logits); split-K reductions happen in all of them.
-const std::vector<OpKind> kGemmKinds = {K::linear, K::grouped_linear, K::cmp_proj, K::idx_weights, K::moe_experts,
-                                        K::moe_shared};
-const std::vector<OpKind> kReductionKinds = {K::linear,      K::grouped_linear, K::cmp_proj, K::idx_weights, K::router,
-                                             K::moe_experts, K::moe_shared,     K::lm_head};
+const std::vector<OpKind> kGemmKinds = op_kinds_where([](const OpInfo& op) { return op.gemm; });
+const std::vector<OpKind> kReductionKinds = op_kinds_where([](const OpInfo& op) { return op.split_k; });
 
-std::vector<OpKind> all_compute_kinds() {
-  std::vector<OpKind> v;
-  for (int k = 0; k <= static_cast<int>(K::lm_head); ++k)
-    if (k != static_cast<int>(K::window_mask) && k != static_cast<int>(K::cmp_mask) &&
-        k != static_cast<int>(K::moe_select) && k != static_cast<int>(K::idx_topk))
-      v.push_back(static_cast<OpKind>(k));
-  return v;
-}
+std::vector<OpKind> all_compute_kinds() { return op_kinds_where([](const OpInfo& op) { return op.compute(); }); }
 
 constexpr auto F32 = DType::f32, BF = DType::bf16, F16 = DType::f16, F8 = DType::f8_e4m3;
 

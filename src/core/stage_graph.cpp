@@ -4,42 +4,6 @@
 
 namespace tdiff {
 
-const char* op_kind_name(OpKind k) {
-  switch (k) {
-    case OpKind::embed: return "embed";
-    case OpKind::hc_expand: return "hc_expand";
-    case OpKind::rope_table: return "rope_table";
-    case OpKind::window_mask: return "window_mask";
-    case OpKind::hc_mix: return "hc_mix";
-    case OpKind::hc_sinkhorn: return "hc_sinkhorn";
-    case OpKind::hc_pre: return "hc_pre";
-    case OpKind::rms_norm: return "rms_norm";
-    case OpKind::linear: return "linear";
-    case OpKind::head_rms_norm: return "head_rms_norm";
-    case OpKind::rope: return "rope";
-    case OpKind::cmp_proj: return "cmp_proj";
-    case OpKind::pool: return "pool";
-    case OpKind::entry_rope: return "entry_rope";
-    case OpKind::idx_weights: return "idx_weights";
-    case OpKind::idx_score: return "idx_score";
-    case OpKind::idx_topk: return "idx_topk";
-    case OpKind::cmp_mask: return "cmp_mask";
-    case OpKind::attention: return "attention";
-    case OpKind::rope_inverse: return "rope_inverse";
-    case OpKind::grouped_linear: return "grouped_linear";
-    case OpKind::hc_post: return "hc_post";
-    case OpKind::router: return "router";
-    case OpKind::moe_select: return "moe_select";
-    case OpKind::moe_weights: return "moe_weights";
-    case OpKind::moe_experts: return "moe_experts";
-    case OpKind::moe_shared: return "moe_shared";
-    case OpKind::add: return "add";
-    case OpKind::hc_head: return "hc_head";
-    case OpKind::lm_head: return "lm_head";
-  }
-  return "?";
-}
-
 namespace {
 
 // Appends stages; keeps the bookkeeping of names and weight prefixes in one place.
@@ -47,10 +11,12 @@ class Builder {
  public:
   std::vector<Stage> stages;
 
-  Stage& add(std::string name, OpKind kind, std::vector<TensorRef> in, std::vector<std::string> out,
+  // The stage is named "<layer prefix><op_class>" ("L03." + "attn.core").
+  Stage& add(std::string op_class, OpKind kind, std::vector<TensorRef> in, std::vector<std::string> out,
              std::vector<std::string> weights = {}) {
     Stage s;
-    s.name = std::move(name);
+    s.name = name(op_class);
+    s.op_class = std::move(op_class);
     s.kind = kind;
     s.layer = layer_;
     s.layer_type = layer_type_;
@@ -60,10 +26,16 @@ class Builder {
     stages.push_back(std::move(s));
     return stages.back();
   }
-  void set_layer(int l, LayerType t) { layer_ = l; layer_type_ = t; }
+  std::string name(const std::string& op_class) const { return prefix_ + op_class; }
+  void set_layer(int l, LayerType t) {
+    layer_ = l;
+    layer_type_ = t;
+    prefix_ = l >= 0 ? fmt::format("L{:02d}.", l) : "";
+  }
 
  private:
   int layer_ = -1;
+  std::string prefix_;
   LayerType layer_type_ = LayerType::sliding;
 };
 
@@ -85,31 +57,30 @@ std::vector<Stage> build_stages(const ModelConfig& c) {
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerType lt = c.layer_types[static_cast<std::size_t>(l)];
     b.set_layer(l, lt);
-    const std::string L = fmt::format("L{:02d}.", l);
     const std::string P = fmt::format("model.layers.{}.", l);
     const bool compressed = lt != LayerType::sliding;
     const std::string table = compressed ? "rope.compress" : "rope.main";
     const TensorRef cos = ref(table, "cos"), sin = ref(table, "sin");
-    auto stage = [&](const char* s) { return L + s; };
+    auto stage = [&](const char* s) { return b.name(s); };
     auto mark_rope = [&](Stage& s) -> Stage& { s.compress_rope = compressed; return s; };
 
     // Attention half.
-    b.add(stage("hc_attn.mix"), OpKind::hc_mix, {X}, {"mix"}, {P + "attn_hc.fn"});
-    b.add(stage("hc_attn.sinkhorn"), OpKind::hc_sinkhorn, {ref(stage("hc_attn.mix"), "mix")},
+    b.add("hc_attn.mix", OpKind::hc_mix, {X}, {"mix"}, {P + "attn_hc.fn"});
+    b.add("hc_attn.sinkhorn", OpKind::hc_sinkhorn, {ref(stage("hc_attn.mix"), "mix")},
           {"pre", "post", "comb"}, {P + "attn_hc.base", P + "attn_hc.scale"});
-    b.add(stage("hc_attn.pre"), OpKind::hc_pre, {X, ref(stage("hc_attn.sinkhorn"), "pre")}, {"x"});
-    b.add(stage("attn_norm"), OpKind::rms_norm, {ref(stage("hc_attn.pre"), "x")}, {"h"}, {P + "input_layernorm.weight"})
+    b.add("hc_attn.pre", OpKind::hc_pre, {X, ref(stage("hc_attn.sinkhorn"), "pre")}, {"x"});
+    b.add("attn_norm", OpKind::rms_norm, {ref(stage("hc_attn.pre"), "x")}, {"h"}, {P + "input_layernorm.weight"})
         .stream_input = true;
     const TensorRef h = ref(stage("attn_norm"), "h");
-    b.add(stage("attn.q_a"), OpKind::linear, {h}, {"out"}, {P + "self_attn.q_a_proj.weight"});
-    b.add(stage("attn.q_a_norm"), OpKind::rms_norm, {ref(stage("attn.q_a"), "out")}, {"q_res"}, {P + "self_attn.q_a_norm.weight"});
+    b.add("attn.q_a", OpKind::linear, {h}, {"out"}, {P + "self_attn.q_a_proj.weight"});
+    b.add("attn.q_a_norm", OpKind::rms_norm, {ref(stage("attn.q_a"), "out")}, {"q_res"}, {P + "self_attn.q_a_norm.weight"});
     const TensorRef q_res = ref(stage("attn.q_a_norm"), "q_res");
-    b.add(stage("attn.q_b"), OpKind::linear, {q_res}, {"out"}, {P + "self_attn.q_b_proj.weight"}).width = c.head_dim;
-    b.add(stage("attn.q_norm"), OpKind::head_rms_norm, {ref(stage("attn.q_b"), "out")}, {"out"}).width = c.head_dim;
-    mark_rope(b.add(stage("attn.q_rope"), OpKind::rope, {ref(stage("attn.q_norm"), "out"), cos, sin}, {"q"}));
-    b.add(stage("attn.kv"), OpKind::linear, {h}, {"out"}, {P + "self_attn.kv_proj.weight"});
-    b.add(stage("attn.kv_norm"), OpKind::rms_norm, {ref(stage("attn.kv"), "out")}, {"out"}, {P + "self_attn.kv_norm.weight"});
-    mark_rope(b.add(stage("attn.kv_rope"), OpKind::rope, {ref(stage("attn.kv_norm"), "out"), cos, sin}, {"kv"}));
+    b.add("attn.q_b", OpKind::linear, {q_res}, {"out"}, {P + "self_attn.q_b_proj.weight"}).width = c.head_dim;
+    b.add("attn.q_norm", OpKind::head_rms_norm, {ref(stage("attn.q_b"), "out")}, {"out"}).width = c.head_dim;
+    mark_rope(b.add("attn.q_rope", OpKind::rope, {ref(stage("attn.q_norm"), "out"), cos, sin}, {"q"}));
+    b.add("attn.kv", OpKind::linear, {h}, {"out"}, {P + "self_attn.kv_proj.weight"});
+    b.add("attn.kv_norm", OpKind::rms_norm, {ref(stage("attn.kv"), "out")}, {"out"}, {P + "self_attn.kv_norm.weight"});
+    mark_rope(b.add("attn.kv_rope", OpKind::rope, {ref(stage("attn.kv_norm"), "out"), cos, sin}, {"kv"}));
 
     std::vector<TensorRef> core_in = {ref(stage("attn.q_rope"), "q"), ref(stage("attn.kv_rope"), "kv"),
                                       ref("mask.window", "mask")};
@@ -117,71 +88,71 @@ std::vector<Stage> build_stages(const ModelConfig& c) {
       const std::int64_t rate = c.rate(lt);
       const bool csa = lt == LayerType::csa;
       const std::string C = P + "self_attn.compressor.";
-      b.add(stage("attn.cmp.proj"), OpKind::cmp_proj, {h}, {"P", "Z"}, {C + "kv_proj.weight", C + "gate_proj.weight"});
-      Stage& pool = b.add(stage("attn.cmp.pool"), OpKind::pool,
+      b.add("attn.cmp.proj", OpKind::cmp_proj, {h}, {"P", "Z"}, {C + "kv_proj.weight", C + "gate_proj.weight"});
+      Stage& pool = b.add("attn.cmp.pool", OpKind::pool,
                           {ref(stage("attn.cmp.proj"), "P"), ref(stage("attn.cmp.proj"), "Z"), mask}, {"out"},
                           {C + "position_bias"});
       pool.rate = rate, pool.overlap = csa, pool.width = c.head_dim;
-      b.add(stage("attn.cmp.norm"), OpKind::rms_norm, {ref(stage("attn.cmp.pool"), "out")}, {"out"}, {C + "kv_norm.weight"});
-      Stage& er = b.add(stage("attn.cmp.rope"), OpKind::entry_rope, {ref(stage("attn.cmp.norm"), "out")}, {"C"});
+      b.add("attn.cmp.norm", OpKind::rms_norm, {ref(stage("attn.cmp.pool"), "out")}, {"out"}, {C + "kv_norm.weight"});
+      Stage& er = b.add("attn.cmp.rope", OpKind::entry_rope, {ref(stage("attn.cmp.norm"), "out")}, {"C"});
       er.rate = rate, er.compress_rope = true;
       if (csa) {
         const std::string I = C + "indexer.";
-        b.add(stage("attn.idx.proj"), OpKind::cmp_proj, {h}, {"P", "Z"}, {I + "kv_proj.weight", I + "gate_proj.weight"});
-        Stage& ip = b.add(stage("attn.idx.pool"), OpKind::pool,
+        b.add("attn.idx.proj", OpKind::cmp_proj, {h}, {"P", "Z"}, {I + "kv_proj.weight", I + "gate_proj.weight"});
+        Stage& ip = b.add("attn.idx.pool", OpKind::pool,
                           {ref(stage("attn.idx.proj"), "P"), ref(stage("attn.idx.proj"), "Z"), mask}, {"out"},
                           {I + "position_bias"});
         ip.rate = rate, ip.overlap = true, ip.width = c.index_head_dim;
-        b.add(stage("attn.idx.norm"), OpKind::rms_norm, {ref(stage("attn.idx.pool"), "out")}, {"out"}, {I + "kv_norm.weight"});
-        Stage& ir = b.add(stage("attn.idx.rope"), OpKind::entry_rope, {ref(stage("attn.idx.norm"), "out")}, {"KI"});
+        b.add("attn.idx.norm", OpKind::rms_norm, {ref(stage("attn.idx.pool"), "out")}, {"out"}, {I + "kv_norm.weight"});
+        Stage& ir = b.add("attn.idx.rope", OpKind::entry_rope, {ref(stage("attn.idx.norm"), "out")}, {"KI"});
         ir.rate = rate, ir.compress_rope = true;
-        b.add(stage("attn.idx.q"), OpKind::linear, {q_res}, {"out"}, {I + "q_b_proj.weight"}).width = c.index_head_dim;
-        b.add(stage("attn.idx.q_rope"), OpKind::rope,
+        b.add("attn.idx.q", OpKind::linear, {q_res}, {"out"}, {I + "q_b_proj.weight"}).width = c.index_head_dim;
+        b.add("attn.idx.q_rope", OpKind::rope,
               {ref(stage("attn.idx.q"), "out"), ref("rope.compress", "cos"), ref("rope.compress", "sin")}, {"QI"})
             .compress_rope = true;
-        b.add(stage("attn.idx.weights"), OpKind::idx_weights, {h}, {"w"}, {I + "scorer.weights_proj.weight"});
-        b.add(stage("attn.idx.score"), OpKind::idx_score,
+        b.add("attn.idx.weights", OpKind::idx_weights, {h}, {"w"}, {I + "scorer.weights_proj.weight"});
+        b.add("attn.idx.score", OpKind::idx_score,
               {ref(stage("attn.idx.q_rope"), "QI"), ref(stage("attn.idx.rope"), "KI"), ref(stage("attn.idx.weights"), "w"), pos},
               {"score"}).rate = rate;
-        b.add(stage("attn.idx.topk"), OpKind::idx_topk, {ref(stage("attn.idx.score"), "score"), pos, mask}, {"sel"}).rate = rate;
-        b.add(stage("attn.cmp.mask"), OpKind::cmp_mask, {ref(stage("attn.cmp.rope"), "C"), pos, ref(stage("attn.idx.topk"), "sel")},
+        b.add("attn.idx.topk", OpKind::idx_topk, {ref(stage("attn.idx.score"), "score"), pos, mask}, {"sel"}).rate = rate;
+        b.add("attn.cmp.mask", OpKind::cmp_mask, {ref(stage("attn.cmp.rope"), "C"), pos, ref(stage("attn.idx.topk"), "sel")},
               {"mask"}).rate = rate;
       } else {
-        b.add(stage("attn.cmp.mask"), OpKind::cmp_mask, {ref(stage("attn.cmp.rope"), "C"), pos}, {"mask"}).rate = rate;
+        b.add("attn.cmp.mask", OpKind::cmp_mask, {ref(stage("attn.cmp.rope"), "C"), pos}, {"mask"}).rate = rate;
       }
       core_in.push_back(ref(stage("attn.cmp.rope"), "C"));
       core_in.push_back(ref(stage("attn.cmp.mask"), "mask"));
     }
-    b.add(stage("attn.core"), OpKind::attention, core_in, {"o"}, {P + "self_attn.sinks"});
-    mark_rope(b.add(stage("attn.o_rope"), OpKind::rope_inverse, {ref(stage("attn.core"), "o"), cos, sin}, {"out"}));
-    b.add(stage("attn.o_a"), OpKind::grouped_linear, {ref(stage("attn.o_rope"), "out")}, {"out"}, {P + "self_attn.o_a_proj.weight"});
-    b.add(stage("attn.o_b"), OpKind::linear, {ref(stage("attn.o_a"), "out")}, {"a"}, {P + "self_attn.o_b_proj.weight"});
-    b.add(stage("hc_attn.post"), OpKind::hc_post,
+    b.add("attn.core", OpKind::attention, core_in, {"o"}, {P + "self_attn.sinks"});
+    mark_rope(b.add("attn.o_rope", OpKind::rope_inverse, {ref(stage("attn.core"), "o"), cos, sin}, {"out"}));
+    b.add("attn.o_a", OpKind::grouped_linear, {ref(stage("attn.o_rope"), "out")}, {"out"}, {P + "self_attn.o_a_proj.weight"});
+    b.add("attn.o_b", OpKind::linear, {ref(stage("attn.o_a"), "out")}, {"a"}, {P + "self_attn.o_b_proj.weight"});
+    b.add("hc_attn.post", OpKind::hc_post,
           {X, ref(stage("attn.o_b"), "a"), ref(stage("hc_attn.sinkhorn"), "post"), ref(stage("hc_attn.sinkhorn"), "comb")}, {"X"});
     X = ref(stage("hc_attn.post"), "X");
 
     // MoE half.
-    b.add(stage("hc_ffn.mix"), OpKind::hc_mix, {X}, {"mix"}, {P + "ffn_hc.fn"});
-    b.add(stage("hc_ffn.sinkhorn"), OpKind::hc_sinkhorn, {ref(stage("hc_ffn.mix"), "mix")}, {"pre", "post", "comb"},
+    b.add("hc_ffn.mix", OpKind::hc_mix, {X}, {"mix"}, {P + "ffn_hc.fn"});
+    b.add("hc_ffn.sinkhorn", OpKind::hc_sinkhorn, {ref(stage("hc_ffn.mix"), "mix")}, {"pre", "post", "comb"},
           {P + "ffn_hc.base", P + "ffn_hc.scale"});
-    b.add(stage("hc_ffn.pre"), OpKind::hc_pre, {X, ref(stage("hc_ffn.sinkhorn"), "pre")}, {"x"});
-    b.add(stage("ffn_norm"), OpKind::rms_norm, {ref(stage("hc_ffn.pre"), "x")}, {"z"}, {P + "post_attention_layernorm.weight"})
+    b.add("hc_ffn.pre", OpKind::hc_pre, {X, ref(stage("hc_ffn.sinkhorn"), "pre")}, {"x"});
+    b.add("ffn_norm", OpKind::rms_norm, {ref(stage("hc_ffn.pre"), "x")}, {"z"}, {P + "post_attention_layernorm.weight"})
         .stream_input = true;
     const TensorRef z = ref(stage("ffn_norm"), "z");
-    b.add(stage("moe.router"), OpKind::router, {z}, {"logit", "score"}, {P + "mlp.gate.weight"});
+    b.add("moe.router", OpKind::router, {z}, {"logit", "score"}, {P + "mlp.gate.weight"});
     if (c.mlp_types[static_cast<std::size_t>(l)] == MlpType::hash_moe)
-      b.add(stage("moe.select"), OpKind::moe_select, {ref(stage("moe.router"), "score"), ids}, {"idx"}, {P + "mlp.gate.tid2eid"});
+      b.add("moe.select", OpKind::moe_select, {ref(stage("moe.router"), "score"), ids}, {"idx"}, {P + "mlp.gate.tid2eid"});
     else
-      b.add(stage("moe.select"), OpKind::moe_select, {ref(stage("moe.router"), "score")}, {"idx"},
+      b.add("moe.select", OpKind::moe_select, {ref(stage("moe.router"), "score")}, {"idx"},
             {P + "mlp.gate.e_score_correction_bias"});
-    b.add(stage("moe.weights"), OpKind::moe_weights, {ref(stage("moe.router"), "score"), ref(stage("moe.select"), "idx")}, {"wt"});
-    b.add(stage("moe.experts"), OpKind::moe_experts, {z, ref(stage("moe.select"), "idx"), ref(stage("moe.weights"), "wt")},
+    b.add("moe.weights", OpKind::moe_weights, {ref(stage("moe.router"), "score"), ref(stage("moe.select"), "idx")}, {"wt"});
+    b.add("moe.experts", OpKind::moe_experts, {z, ref(stage("moe.select"), "idx"), ref(stage("moe.weights"), "wt")},
           {"routed"}, {P + "mlp.experts.gate_up_proj", P + "mlp.experts.down_proj"});
-    b.add(stage("moe.shared"), OpKind::moe_shared, {z}, {"shared"},
+    b.add("moe.shared", OpKind::moe_shared, {z}, {"shared"},
           {P + "mlp.shared_experts.gate_proj.weight", P + "mlp.shared_experts.up_proj.weight",
            P + "mlp.shared_experts.down_proj.weight"});
-    b.add(stage("moe.out"), OpKind::add, {ref(stage("moe.experts"), "routed"), ref(stage("moe.shared"), "shared"), z}, {"f"});
-    b.add(stage("hc_ffn.post"), OpKind::hc_post,
+    b.add("moe.out", OpKind::add, {ref(stage("moe.experts"), "routed"), ref(stage("moe.shared"), "shared"), z}, {"f"});
+    b.add("hc_ffn.post", OpKind::hc_post,
           {X, ref(stage("moe.out"), "f"), ref(stage("hc_ffn.sinkhorn"), "post"), ref(stage("hc_ffn.sinkhorn"), "comb")}, {"X"});
     X = ref(stage("hc_ffn.post"), "X");
   }
@@ -192,15 +163,6 @@ std::vector<Stage> build_stages(const ModelConfig& c) {
   b.add("final.norm", OpKind::rms_norm, {ref("final.hc_head", "y")}, {"out"}, {"model.norm.weight"}).stream_input = true;
   b.add("lm_head", OpKind::lm_head, {ref("final.norm", "out")}, {"logits"}, {"lm_head.weight"});
   return std::move(b.stages);
-}
-
-std::string stage_class(const Stage& s) {
-  // Drop the "Lxx." prefix: "L03.attn.core" -> "attn.core".
-  if (s.layer >= 0) {
-    auto dot = s.name.find('.');
-    return s.name.substr(dot + 1);
-  }
-  return s.name;
 }
 
 }  // namespace tdiff

@@ -1,7 +1,6 @@
 #include "diff/compare.h"
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -17,6 +16,14 @@ bool matches_any(const std::vector<std::string>& patterns, const std::string& st
   for (const auto& p : patterns)
     if (stage_matches(p, stage, tensor)) return true;
   return false;
+}
+
+// The output kind of the stage's operator; for other names, what the patterns say.
+TensorKind declared_kind(const std::string& stage, const std::string& tensor, const CompareOptions& opt) {
+  if (const auto s = parse_stage_name(stage)) return op_info(s->kind).output;
+  if (matches_any(opt.routing_patterns, stage, tensor)) return TensorKind::routing;
+  if (matches_any(opt.logits_patterns, stage, tensor)) return TensorKind::logits;
+  return TensorKind::values;
 }
 
 // Keeps the keys that pass the --stages filter; InputError when none does.
@@ -78,29 +85,10 @@ std::string tie_scores_key(const std::string& stage) {
   return "";
 }
 
-const char* tensor_kind_name(TensorKind k) {
-  switch (k) {
-    case TensorKind::values: return "values";
-    case TensorKind::logits: return "logits";
-    case TensorKind::routing: return "routing";
-    case TensorKind::exact: return "exact";
-  }
-  return "?";
-}
-
 std::pair<std::string, std::string> split_key(const std::string& key) {
   const auto slash = key.rfind('/');
   if (slash == std::string::npos) return {key, ""};
   return {key.substr(0, slash), key.substr(slash + 1)};
-}
-
-int stage_layer(const std::string& stage) {
-  if (stage.size() < 3 || stage[0] != 'L' || !std::isdigit(static_cast<unsigned char>(stage[1]))) return -1;
-  std::size_t i = 1;
-  int layer = 0;
-  while (i < stage.size() && std::isdigit(static_cast<unsigned char>(stage[i])))
-    layer = layer * 10 + (stage[i++] - '0');
-  return i < stage.size() && stage[i] != '.' ? -1 : layer;
 }
 
 std::vector<std::string> order_keys(std::vector<std::string> keys, const std::vector<std::string>& stage_order) {
@@ -111,10 +99,7 @@ std::vector<std::string> order_keys(std::vector<std::string> keys, const std::ve
     auto it = rank.find(stage);
     const int known = it == rank.end() ? 1 : 0;
     const int pos = it == rank.end() ? 0 : it->second;
-    const int layer = stage_layer(stage);
-    const bool tail = stage.starts_with("final.") || stage.starts_with("lm_head") || stage == "logits";
-    const int part = layer >= 0 ? 1 : tail ? 2 : 0;
-    return std::tuple(known, pos, part, layer, stage, tensor);
+    return std::tuple(known, pos, stage_part(stage), stage_layer(stage), stage, tensor);
   };
   std::stable_sort(keys.begin(), keys.end(),
                    [&](const std::string& a, const std::string& b) { return sort_key(a) < sort_key(b); });
@@ -139,13 +124,14 @@ TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& 
   d.shape = ref.shape();
   d.metrics = tensor_metrics(ref, cand, opt.metrics);
   const bool floats = is_float(ref.dtype()) || is_float(cand.dtype());
-  if (!floats && ref.rank() > 0 && matches_any(opt.routing_patterns, d.stage, d.tensor)) {
+  const TensorKind declared = declared_kind(d.stage, d.tensor, opt);
+  if (!floats && ref.rank() > 0 && declared == TensorKind::routing) {
     d.kind = TensorKind::routing;
     d.routing = routing_metrics(ref, cand, ref_scores, ref_scores ? cand_scores : nullptr);
     d.routing->replayed = opt.replayed_selections;
   } else if (!floats) {
     d.kind = TensorKind::exact;
-  } else if (ref.rank() > 0 && matches_any(opt.logits_patterns, d.stage, d.tensor)) {
+  } else if (ref.rank() > 0 && declared == TensorKind::logits) {
     d.kind = TensorKind::logits;
     d.logits = logits_metrics(ref, cand, opt.metrics);
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/stage_names.h"
 #include "core/tensor.h"
 #include "diff/metrics.h"
 #include "diff/thresholds.h"
@@ -18,14 +19,6 @@
 namespace tdiff {
 
 using NamedTensors = std::map<std::string, Tensor>;  // "<stage>/<tensor>" -> tensor
-
-enum class TensorKind : std::uint8_t {
-  values,   // floating-point activations
-  logits,   // floating-point logits: also per-token top-1, top-k, KL
-  routing,  // integer selections [..., K]: expert-set agreement
-  exact,    // other integer/boolean tensors (masks): exact comparison
-};
-const char* tensor_kind_name(TensorKind k);
 
 struct TensorDiff {
   std::string stage, tensor;
@@ -58,7 +51,8 @@ struct CompareResult {
 struct CompareOptions {
   std::vector<std::string> stage_order;  // stage names in model order; unknown stages follow
   std::string stages;                    // glob filter; InputError when it matches nothing
-  // Which keys ("stage/tensor") get the logits and routing metrics (fnmatch globs).
+  // A tensor of a stage name gets the metrics of its operator's output kind (op_table.h);
+  // these globs pick the logits and routing tensors among keys of other names ("logits").
   std::vector<std::string> logits_patterns = {"lm_head/*", "*/logits", "logits"};
   std::vector<std::string> routing_patterns = {"*.moe.select/*", "*.attn.idx.topk/*"};
   MetricOptions metrics;
@@ -69,10 +63,8 @@ struct CompareOptions {
 
 // "L03.attn.core/o" -> {"L03.attn.core", "o"}; a key without '/' is a stage of its own.
 std::pair<std::string, std::string> split_key(const std::string& key);
-// The layer number of "Lxx.<...>" stages, -1 for the others.
-int stage_layer(const std::string& stage);
-// Keys sorted by model order: `stage_order` first; otherwise prologue, layers by number,
-// then "final.*" and "lm_head"; by name inside each part.
+// Keys sorted by model order: `stage_order` first; otherwise by part (stage_part: prologue,
+// layers by number, head), by name inside each part.
 std::vector<std::string> order_keys(std::vector<std::string> keys, const std::vector<std::string>& stage_order);
 
 // Dataset paths under `group`, relative to it ("L03.attn.core/o"), as compare_files pairs them.

@@ -14,8 +14,6 @@ namespace tdiff {
 
 namespace {
 
-bool is_selection(const Stage& s) { return s.kind == OpKind::moe_select || s.kind == OpKind::idx_topk; }
-
 // What a selection stage chooses on: the indexer's stored scores, or the router's scores
 // plus the routing bias (top-k layers; hash layers choose by token id and have none).
 struct SelectionScores {
@@ -73,7 +71,7 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     if (const std::string k = selection_scores(s).key; !k.empty()) score_keys.insert(k);
   copt.replayed_selections = opt.replay_selections;
   hooks.replace = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
-    if (!opt.replay_selections || !on_candidate[i] || !is_selection(s)) return false;
+    if (!opt.replay_selections || !on_candidate[i] || !op_info(s.kind).selection) return false;
     if (!have_ref.count(s.name)) {  // a partial reference (tdiff golden --stages): this one follows its own
       result.not_replayed.push_back(s.name);
       return false;

@@ -36,9 +36,22 @@ Tensor sub_block(const Tensor& t, const std::vector<Range>& ranges) {
   return out;
 }
 
-bool flat_tokens(OpKind k) {
-  return k == OpKind::router || k == OpKind::moe_select || k == OpKind::moe_weights || k == OpKind::moe_experts ||
-         k == OpKind::moe_shared;
+// The selected entry ids of the row's real queries, sorted and padded with -1 to index_topk.
+Tensor selected_ids(const Tensor& t, const Range& r, const Range& tokens, const ModelConfig& c) {
+  const Tensor sel = sub_block(t, {r, tokens});
+  const std::int64_t len = tokens[1] - tokens[0], k = sel.dim(2), width = c.index_topk;
+  Tensor out(DType::i64, {1, len, width});
+  const auto* in = sel.data<std::int64_t>();
+  auto* o = out.data<std::int64_t>();
+  for (std::int64_t i = 0; i < len; ++i) {
+    std::vector<std::int64_t> ids;
+    for (std::int64_t j = 0; j < k; ++j)
+      if (in[i * k + j] >= 0) ids.push_back(in[i * k + j]);
+    std::sort(ids.begin(), ids.end());
+    ids.resize(static_cast<std::size_t>(width), -1);
+    std::copy(ids.begin(), ids.end(), o + i * width);
+  }
+  return out;
 }
 
 }  // namespace
@@ -49,32 +62,21 @@ Tensor row_slice(const Stage& s, const Tensor& t, const Batch& batch, std::int64
   const Range r{row, row + 1}, tokens{st, st + len};
   const std::int64_t rate = s.rate > 0 ? s.rate : c.rate(s.layer_type);
   const std::int64_t entries = rate > 0 ? len / rate : 0;
-  if (flat_tokens(s.kind) && t.rank() >= 1 && t.dim(0) == B * S) return sub_block(t, {{row * S + st, row * S + st + len}});
+  const RowLayout layout = op_info(s.kind).layout;
+  if (layout == RowLayout::flat_tokens && t.rank() >= 1 && t.dim(0) == B * S)
+    return sub_block(t, {{row * S + st, row * S + st + len}});
   if (t.rank() < 2 || t.dim(0) != B) return t;
   if (t.dim(1) == S) {
-    switch (s.kind) {
-      case OpKind::window_mask: return sub_block(t, {r, tokens, tokens});
-      case OpKind::cmp_mask:
-      case OpKind::idx_score: return sub_block(t, {r, tokens, {0, entries}});
-      case OpKind::idx_topk: {
-        const Tensor sel = sub_block(t, {r, tokens});
-        const std::int64_t k = sel.dim(2), width = c.index_topk;
-        Tensor out(DType::i64, {1, len, width});
-        const auto* in = sel.data<std::int64_t>();
-        auto* o = out.data<std::int64_t>();
-        for (std::int64_t i = 0; i < len; ++i) {
-          std::vector<std::int64_t> ids;
-          for (std::int64_t j = 0; j < k; ++j)
-            if (in[i * k + j] >= 0) ids.push_back(in[i * k + j]);
-          std::sort(ids.begin(), ids.end());
-          ids.resize(static_cast<std::size_t>(width), -1);
-          std::copy(ids.begin(), ids.end(), o + i * width);
-        }
-        return out;
-      }
-      default: return sub_block(t, {r, tokens});
+    switch (layout) {
+      case RowLayout::query_key: return sub_block(t, {r, tokens, tokens});
+      case RowLayout::query_entry: return sub_block(t, {r, tokens, {0, entries}});
+      case RowLayout::selected_ids: return selected_ids(t, r, tokens, c);
+      case RowLayout::tokens:
+      case RowLayout::flat_tokens:
+      case RowLayout::entries: return sub_block(t, {r, tokens});
     }
   }
+  // Compressed entries: the pool and entry rope outputs, and the norm between them.
   if (rate > 0 && t.dim(1) == S / rate) return sub_block(t, {r, {0, entries}});
   return t;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The part of a stage output that belongs to one batch row, in a form that does not depend on
-// the rest of the batch, so that a prompt's results can be compared between batches:
+// the rest of the batch, so that a prompt's results can be compared between batches. The
+// stage's operator kind gives the layout (op_table.h), the shape the rest:
 //   [B,S,...] token tensors           -> [1,len,...]   the row's real tokens
 //   [B*S,...] flat token tensors      -> [len,...]     (router, MoE stages)
 //   [B,n,...] compressed entries      -> [1,len/m,...] the row's own entries (m = the layer's rate)

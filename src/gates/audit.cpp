@@ -20,7 +20,7 @@ namespace tdiff {
 
 namespace {
 
-bool is_selection(OpKind k) { return k == OpKind::moe_select || k == OpKind::idx_topk; }
+bool is_selection(OpKind k) { return op_info(k).selection; }
 
 bool touches(const std::vector<OpKind>& kinds, OpKind k) {
   return kinds.empty() || std::find(kinds.begin(), kinds.end(), k) != kinds.end();
@@ -87,7 +87,7 @@ LocalError local_error(const CaseSession& session, Backend& candidate, const std
                        const InputHook& inputs) {
   std::vector<TensorDiff> rows;
   for (const Stage& s : session.stages) {
-    if (!touches(kinds, s.kind) || s.kind == OpKind::window_mask || s.kind == OpKind::cmp_mask) continue;
+    if (!touches(kinds, s.kind) || op_info(s.kind).family == OpFamily::mask) continue;
     for (auto& d : isolated_diffs(session, s, candidate, ctx, inputs)) rows.push_back(std::move(d));
   }
   return pool(std::move(rows));

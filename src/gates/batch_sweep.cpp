@@ -132,29 +132,18 @@ BatchSweepResult check_batch_invariance(CaseSession& session, const BackendFacto
 std::string known_batch_variance(const std::string& backend, const Policy& policy, const Stage& s) {
   if (backend != "emu") return "";
   const Numerics n = policy.resolve(s.name);
-  switch (s.kind) {
-    case OpKind::attention:
-      return "known: emu's flash attention walks the keys in blocks of 64 counted from the start of the padded "
-             "batch ([S padded keys ; S/m compressed entries]); another padded length or padding side moves the "
-             "row's keys and entries across block boundaries, so the online-softmax max and rescale happen at other "
-             "points (last-bit differences). A batch-invariant kernel counts blocks from the row's own first key.";
-    case OpKind::moe_select:
-    case OpKind::idx_topk:
-      if (n.topk_ties == TieBreak::unstable)
-        return "known: topk_ties=unstable draws the tie order per token of the batch, so a token at another row "
-               "breaks its ties another way";
-      break;
-    case OpKind::linear:
-    case OpKind::grouped_linear:
-    case OpKind::lm_head:
-    case OpKind::moe_experts:
-      if (n.reduction == Reduction::atomic)
-        return "known: reduction=atomic draws the order of the split-K / expert partial sums per output element of "
-               "the batch, so a token at another row adds them in another order";
-      break;
-    default:
-      break;
-  }
+  const OpInfo& op = op_info(s.kind);
+  if (s.kind == OpKind::attention)
+    return "known: emu's flash attention walks the keys in blocks of 64 counted from the start of the padded "
+           "batch ([S padded keys ; S/m compressed entries]); another padded length or padding side moves the "
+           "row's keys and entries across block boundaries, so the online-softmax max and rescale happen at other "
+           "points (last-bit differences). A batch-invariant kernel counts blocks from the row's own first key.";
+  if (op.selection && n.topk_ties == TieBreak::unstable)
+    return "known: topk_ties=unstable draws the tie order per token of the batch, so a token at another row "
+           "breaks its ties another way";
+  if (op.split_k && n.reduction == Reduction::atomic)
+    return "known: reduction=atomic draws the order of the split-K / expert partial sums per output element of "
+           "the batch, so a token at another row adds them in another order";
   return "";
 }
 

@@ -70,9 +70,11 @@ Counts count_verdicts(const CompareResult& r) {
 }
 
 std::string group_name(const std::string& stage) {
-  const int layer = stage_layer(stage);
-  if (layer >= 0) return fmt::format("L{:02d}", layer);
-  if (stage.starts_with("final.") || stage.starts_with("lm_head") || stage == "logits") return "head";
+  switch (stage_part(stage)) {
+    case ModelPart::layers: return fmt::format("L{:02d}", stage_layer(stage));
+    case ModelPart::head: return "head";
+    case ModelPart::prologue: break;
+  }
   return "prologue";
 }
 

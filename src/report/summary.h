@@ -36,7 +36,7 @@ struct Counts {
 };
 Counts count_verdicts(const CompareResult& r);
 
-// "L03" for layer stages, otherwise "prologue" or "head" (final.*, lm_head).
+// "L03" for layer stages, otherwise "prologue" or "head" (the stage's part, stage_part).
 std::string group_name(const std::string& stage);
 
 // fmt spec applied to finite values; "nan", "inf", "-inf" otherwise.

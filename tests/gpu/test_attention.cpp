@@ -1,3 +1,4 @@
+// covers: attention
 // hip::attention against emu::flash_attention_row (same rounded inputs: ulps of the storage
 // format) and refcpu::attention_row (float64: error relative to the output's scale), for the
 // fixed policy, each attention knob on its own and the naive preset's formats (each of the

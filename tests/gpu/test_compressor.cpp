@@ -1,3 +1,4 @@
+// covers: pool
 // hip::gated_pool against emu::gated_pool (ulps of the storage format) and
 // refcpu::gated_pool (float64), overlapping (CSA, μ = 4) and not (μ = 16), a left-padded
 // row whose windows start at its first real token, windows past the row left zero.

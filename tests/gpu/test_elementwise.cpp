@@ -1,3 +1,4 @@
+// covers: embed, hc_expand, add
 // Embedding, stream expansion, residual add and the float64 conversion against their
 // definitions (all exact).
 #include "gpu_test.h"

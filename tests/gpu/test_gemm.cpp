@@ -1,3 +1,4 @@
+// covers: linear, cmp_proj, grouped_linear, lm_head
 // hip::gemm against emu::gemm (bit-identical in fixed mode on the vector ALU; on the matrix
 // cores within one ulp of the output format plus the float reordering of the 16-deep
 // products, and bit-identical between float32 operands and their 16-bit patterns, which

@@ -1,3 +1,4 @@
+// covers: hc_mix, hc_sinkhorn, hc_pre, hc_post, hc_head
 // Hyper-connection kernels against emu (ulps of the output format) and refcpu (float64):
 // hc_mix, hc_sinkhorn (20 iterations; comb's columns sum to 1), hc_pre, hc_post, hc_head,
 // under fixed and each hyper-connection knob. N = 13 tokens, n = 4 streams, D = 96.

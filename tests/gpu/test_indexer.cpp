@@ -1,3 +1,4 @@
+// covers: idx_score, idx_topk
 // hip::idx_score against emu::indexer_scores (ulps of index_score) and refcpu (float64);
 // hip::idx_topk against emu's selection (emu_backend's idx_topk: topk, sort, causal filter)
 // exactly, for both tie rules on tie-heavy scores, and against refcpu::topk_select where the

@@ -1,3 +1,4 @@
+// covers: window_mask
 // The sliding-window mask against its definition (exact): two rows with different padding
 // (a padded tail and a padded head), a window shorter and one longer than the row.
 #include "gpu_test.h"

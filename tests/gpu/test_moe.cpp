@@ -1,3 +1,4 @@
+// covers: router, moe_weights, moe_experts, moe_shared
 // MoE kernels: router scores and routing weights against refcpu; the routed experts as the
 // backend runs them (tokens gathered per expert, gate|up grouped GEMM, clipped SwiGLU, down
 // grouped GEMM, weighted combine) against refcpu::routed_experts; the atomic combine differs

@@ -1,3 +1,4 @@
+// covers: rms_norm, head_rms_norm
 // hip::rms_norm against emu::rms_norm (bit-identical) and refcpu (float64) for both
 // statistics formats, with and without a weight, on awkward row widths.
 #include "emu/norm.h"

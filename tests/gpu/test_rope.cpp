@@ -1,3 +1,4 @@
+// covers: rope_table, rope, entry_rope, rope_inverse
 // hip::rope_tables / rope_rotate against emu for every angle format and YaRN frequencies (the
 // angles bit-identical; cos/sin within one float ulp: the device's cos/sin of the same float
 // angle against glibc's cosf/sinf, which are not correctly rounded everywhere; the rotation

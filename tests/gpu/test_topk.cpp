@@ -1,3 +1,4 @@
+// covers: moe_select
 // hip::topk_rows against emu::topk exactly (the router's expert choice with its bias, and a
 // plain top-k over more values than one LDS tile), both tie rules, three comparison formats,
 // and against refcpu::topk_indices where the rules coincide.
