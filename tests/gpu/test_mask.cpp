@@ -3,7 +3,7 @@
 #include "gpu_test.h"
 #include "hip/mask.h"
 
-namespace tdiff::gpu1 {
+namespace tdiff::gputest {
 namespace {
 
 TEST(Mask, WindowMaskMatchesItsDefinition) {
@@ -28,4 +28,4 @@ TEST(Mask, WindowMaskMatchesItsDefinition) {
 }
 
 }  // namespace
-}  // namespace tdiff::gpu1
+}  // namespace tdiff::gputest
