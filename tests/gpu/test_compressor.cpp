@@ -5,6 +5,7 @@
 
 #include "emu/compressor.h"
 #include "emu/numerics.h"
+#include "gpu_test.h"
 #include "hip/compressor.h"
 #include "refcpu/compressor.h"
 

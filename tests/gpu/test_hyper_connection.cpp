@@ -5,6 +5,7 @@
 
 #include "emu/hyper_connection.h"
 #include "emu/numerics.h"
+#include "gpu_test.h"
 #include "hip/hyper_connection.h"
 #include "refcpu/hyper_connection.h"
 

@@ -7,6 +7,7 @@
 
 #include "emu/numerics.h"
 #include "emu/topk.h"
+#include "gpu_test.h"
 #include "hip/indexer.h"
 #include "refcpu/indexer.h"
 

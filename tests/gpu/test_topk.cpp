@@ -2,6 +2,7 @@
 // plain top-k over more values than one LDS tile), both tie rules, three comparison formats,
 // and against refcpu::topk_indices where the rules coincide.
 #include "emu/topk.h"
+#include "gpu_test.h"
 #include "hip/topk.h"
 #include "refcpu/indexer.h"
 
