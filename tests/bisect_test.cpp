@@ -333,8 +333,8 @@ TEST_F(BisectTiny, WithoutAFloorTheThresholdsAloneJudge) {
 // Issue 5's acceptance read per operator: every stage of the tiny model under `fixed`, run on
 // the reference's own inputs, passes the default thresholds (cosine >= 0.99, max_abs < 0.1,
 // selections within 1%) with no noise floor. End to end the bf16 rounding compounds through
-// near-tied routing and indexer choices and later stages fail; README "tdiff audit" and the
-// closing notes give those numbers.
+// near-tied routing and indexer choices and later stages fail; bench/README.md gives those
+// numbers.
 TEST_F(BisectTiny, FixedPassesTheDefaultThresholdsOnEveryStageInIsolation) {
   const Outcome o = bisect(Policy::preset("fixed"), Mode::isolate, "logits", "");
   ASSERT_EQ(o.isolation->ranked.size(), session_->stages.size());

@@ -13,7 +13,6 @@
 #include "gpu_test.h"
 #include "hip/attention.h"
 #include "hip/gemm.h"
-#include "kernel_test_util.h"
 #include "refcpu/attention.h"
 
 namespace tdiff::gputest {
@@ -61,20 +60,19 @@ AttnResult run_attention(const Numerics& num, std::mt19937_64& rng, const AttnCa
                           o_ref.data() + b * c.S * c.H * c.d);
   }
 
-  GpuStream s;
-  DeviceIn<float> d_q(q, s.s), d_kv(kv, s.s), d_C(C, s.s), d_sinks(sinks, s.s);
-  DeviceIn<std::uint8_t> d_win(win, s.s), d_cmask(cmask, s.s);
-  DeviceOut<float> d_o(out_n, s.s);
+  Dev<float> d_q(q), d_kv(kv), d_C(C), d_sinks(sinks);
+  Dev<std::uint8_t> d_win(win), d_cmask(cmask);
+  Dev<float> d_o(out_n);
   hip::DeviceBuffer kv16(std::max<std::size_t>(kv.size(), 1) * 2), C16(std::max<std::size_t>(C.size(), 1) * 2);
   if (matrix_cores) {
-    hip::quantize_activations_bits16(d_kv.get(), kv16.as<std::uint16_t>(), c.B * c.S * c.d, st, s.s);
-    hip::quantize_activations_bits16(d_C.get(), C16.as<std::uint16_t>(), c.B * c.n * c.d, st, s.s);
+    hip::quantize_activations_bits16(d_kv.ptr(), kv16.as<std::uint16_t>(), c.B * c.S * c.d, st, test_stream());
+    hip::quantize_activations_bits16(d_C.ptr(), C16.as<std::uint16_t>(), c.B * c.n * c.d, st, test_stream());
   }
-  hip::attention(d_q.get(), d_kv.get(), d_win.get(), d_C.get(), d_cmask.get(), c.B, c.S, c.n, c.H, c.d, d_sinks.get(),
-                 num, d_o.get(), s.s, matrix_cores ? kv16.as<std::uint16_t>() : nullptr,
+  hip::attention(d_q.ptr(), d_kv.ptr(), d_win.ptr(), d_C.ptr(), d_cmask.ptr(), c.B, c.S, c.n, c.H, c.d, d_sinks.ptr(),
+                 num, d_o.ptr(), test_stream(), matrix_cores ? kv16.as<std::uint16_t>() : nullptr,
                  matrix_cores ? C16.as<std::uint16_t>() : nullptr);
-  const auto o_hip = d_o.read(s.s);
-  return {ulp_stats(o_hip, o_emu, st), rel_error(o_hip, o_ref), rel_error(o_emu, o_ref)};
+  const auto o_hip = d_o.get();
+  return {ulp_stats(o_hip, o_emu, st), error_vs(o_hip, o_ref).scaled, error_vs(o_emu, o_ref).scaled};
 }
 
 std::map<std::string, Numerics> attention_settings() {
@@ -165,7 +163,7 @@ TEST(HipAttention, WideHeadsAndHeadGroups) {
 // d = 520 (a partial 16-channel tile) with 5 heads, 20 heads (a second, mostly idle group of
 // 16), and 64 heads with d = 130 (rows not in whole 16-byte runs).
 TEST(HipAttention, MatrixCoresAgainstEmu) {
-  if (!hip::has_matrix_cores(gpu1::device_arch())) GTEST_SKIP() << "no matrix cores on " << gpu1::device_arch();
+  if (!hip::has_matrix_cores(device_arch())) GTEST_SKIP() << "no matrix cores on " << device_arch();
   auto rng = test_rng();
   std::vector<std::pair<std::string, AttnCase>> cases{{"per-knob case", AttnCase{}}};
   for (auto [H, d] : {std::pair<std::int64_t, std::int64_t>{5, 520}, {20, 72}, {64, 130}}) {
@@ -208,31 +206,30 @@ TEST(HipAttention, FlashDimsRunsAndIsFinite) {
     for (std::int64_t j = 0; j < S; ++j) win[i * S + j] = i - window < j && j <= i;
     for (std::int64_t e = 0; e < n; ++e) cmask[i * n + e] = (e + 1) * 4 <= i + 1;
   }
-  GpuStream s;
-  DeviceIn<float> d_q(q, s.s), d_kv(kv, s.s), d_C(C, s.s), d_sinks(sinks, s.s);
-  DeviceIn<std::uint8_t> d_win(win, s.s), d_cmask(cmask, s.s);
-  DeviceOut<float> d_o(S * H * d, s.s), d_o_mma(S * H * d, s.s);
+  Dev<float> d_q(q), d_kv(kv), d_C(C), d_sinks(sinks);
+  Dev<std::uint8_t> d_win(win), d_cmask(cmask);
+  Dev<float> d_o(S * H * d), d_o_mma(S * H * d);
   auto launch = [&] {
-    hip::attention(d_q.get(), d_kv.get(), d_win.get(), d_C.get(), d_cmask.get(), 1, S, n, H, d, d_sinks.get(), num,
-                   d_o.get(), s.s);
+    hip::attention(d_q.ptr(), d_kv.ptr(), d_win.ptr(), d_C.ptr(), d_cmask.ptr(), 1, S, n, H, d, d_sinks.ptr(), num,
+                   d_o.ptr(), test_stream());
   };
-  const double ms = time_ms(s.s, launch);
+  const double ms = time_ms(launch);
   std::printf("attention S=%ld H=%ld d=%ld n=%ld window=%ld: %.3f ms (vector ALU)\n", static_cast<long>(S),
               static_cast<long>(H), static_cast<long>(d), static_cast<long>(n), static_cast<long>(window), ms);
-  const auto o = d_o.read(s.s);
+  const auto o = d_o.get();
   std::size_t bad = 0;
   for (float x : o) bad += !std::isfinite(x);
   EXPECT_EQ(bad, 0u);
-  if (!hip::has_matrix_cores(gpu1::device_arch())) return;
+  if (!hip::has_matrix_cores(device_arch())) return;
   hip::DeviceBuffer kv16(kv.size() * 2), C16(C.size() * 2);
-  hip::quantize_activations_bits16(d_kv.get(), kv16.as<std::uint16_t>(), S * d, arith::Fmt::bf16, s.s);
-  hip::quantize_activations_bits16(d_C.get(), C16.as<std::uint16_t>(), n * d, arith::Fmt::bf16, s.s);
+  hip::quantize_activations_bits16(d_kv.ptr(), kv16.as<std::uint16_t>(), S * d, arith::Fmt::bf16, test_stream());
+  hip::quantize_activations_bits16(d_C.ptr(), C16.as<std::uint16_t>(), n * d, arith::Fmt::bf16, test_stream());
   auto launch_mma = [&] {
-    hip::attention(d_q.get(), d_kv.get(), d_win.get(), d_C.get(), d_cmask.get(), 1, S, n, H, d, d_sinks.get(), num,
-                   d_o_mma.get(), s.s, kv16.as<std::uint16_t>(), C16.as<std::uint16_t>());
+    hip::attention(d_q.ptr(), d_kv.ptr(), d_win.ptr(), d_C.ptr(), d_cmask.ptr(), 1, S, n, H, d, d_sinks.ptr(), num,
+                   d_o_mma.ptr(), test_stream(), kv16.as<std::uint16_t>(), C16.as<std::uint16_t>());
   };
-  const double ms_mma = time_ms(s.s, launch_mma);
-  const UlpStats u = ulp_stats(d_o_mma.read(s.s), o, arith::Fmt::bf16);
+  const double ms_mma = time_ms(launch_mma);
+  const UlpStats u = ulp_stats(d_o_mma.get(), o, arith::Fmt::bf16);
   std::printf("attention S=%ld H=%ld d=%ld: %.3f ms on the matrix cores (%.2fx); vs the vector ALU: max diff %.2f "
               "bf16 ulps at the scale, %zu of %zu differ\n", static_cast<long>(S), static_cast<long>(H),
               static_cast<long>(d), ms_mma, ms / ms_mma, u.scaled / unit_ulp(arith::Fmt::bf16), u.differ, u.count);

@@ -6,8 +6,8 @@
 
 #include "emu/compressor.h"
 #include "emu/numerics.h"
+#include "gpu_test.h"
 #include "hip/compressor.h"
-#include "kernel_test_util.h"
 #include "refcpu/compressor.h"
 
 namespace tdiff::gputest {
@@ -35,14 +35,13 @@ PoolResult run_pool(const Numerics& num, std::int64_t rate, bool overlap, std::m
     refcpu::gated_pool(Pd.data() + off, Zd.data() + off, length[b], pbd.data(), rate, width, overlap,
                        out_ref.data() + b * n * width);
   }
-  GpuStream s;
-  DeviceIn<float> d_P(P, s.s), d_Z(Z, s.s), d_pb(pb, s.s);
-  DeviceIn<std::int64_t> d_start(start, s.s), d_length(length, s.s);
-  DeviceOut<float> d_out(out_emu.size(), s.s);
-  hip::gated_pool(d_P.get(), d_Z.get(), B, S, d_start.get(), d_length.get(), d_pb.get(), rate, width, overlap, num,
-                  d_out.get(), s.s);
-  const auto out_hip = d_out.read(s.s);
-  return {ulp_stats(out_hip, out_emu, st), rel_error(out_hip, out_ref), rel_error(out_emu, out_ref)};
+  Dev<float> d_P(P), d_Z(Z), d_pb(pb);
+  Dev<std::int64_t> d_start(start), d_length(length);
+  Dev<float> d_out(out_emu.size());
+  hip::gated_pool(d_P.ptr(), d_Z.ptr(), B, S, d_start.ptr(), d_length.ptr(), d_pb.ptr(), rate, width, overlap, num,
+                  d_out.ptr(), test_stream());
+  const auto out_hip = d_out.get();
+  return {ulp_stats(out_hip, out_emu, st), error_vs(out_hip, out_ref).scaled, error_vs(out_emu, out_ref).scaled};
 }
 
 TEST(HipGatedPool, MatchesEmuAndReferencePerKnob) {
@@ -83,15 +82,14 @@ TEST(HipGatedPool, FlashDimsMatchEmu) {
   const auto pbd = to_double(pb);
   std::vector<float> out_emu(n * width);
   emu::gated_pool(P.data(), Z.data(), S, pbd.data(), rate, width, true, num, out_emu.data());
-  GpuStream s;
-  DeviceIn<float> d_P(P, s.s), d_Z(Z, s.s), d_pb(pb, s.s);
-  DeviceIn<std::int64_t> d_start(std::vector<std::int64_t>{0}, s.s), d_length(std::vector<std::int64_t>{S}, s.s);
-  DeviceOut<float> d_out(out_emu.size(), s.s);
-  const double ms = time_ms(s.s, [&] {
-    hip::gated_pool(d_P.get(), d_Z.get(), 1, S, d_start.get(), d_length.get(), d_pb.get(), rate, width, true, num,
-                    d_out.get(), s.s);
+  Dev<float> d_P(P), d_Z(Z), d_pb(pb);
+  Dev<std::int64_t> d_start(std::vector<std::int64_t>{0}), d_length(std::vector<std::int64_t>{S});
+  Dev<float> d_out(out_emu.size());
+  const double ms = time_ms([&] {
+    hip::gated_pool(d_P.ptr(), d_Z.ptr(), 1, S, d_start.ptr(), d_length.ptr(), d_pb.ptr(), rate, width, true, num,
+                    d_out.ptr(), test_stream());
   });
-  const UlpStats u = ulp_stats(d_out.read(s.s), out_emu, arith::Fmt::bf16);
+  const UlpStats u = ulp_stats(d_out.get(), out_emu, arith::Fmt::bf16);
   std::printf("pool S=1024 rate=4 width=512 overlap: %.3f ms, vs emu max %.0f ulp (%zu of %zu differ)\n", ms, u.max_ulps,
               u.differ, u.count);
   EXPECT_LE(u.max_ulps, 1.0);

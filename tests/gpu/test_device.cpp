@@ -4,7 +4,7 @@
 
 #include "gpu_test.h"
 
-namespace tdiff::gpu1 {
+namespace tdiff::gputest {
 namespace {
 
 TEST(Device, OutOfMemoryNamesTheBytes) {
@@ -37,4 +37,4 @@ TEST(Device, PoolReusesBlocks) {
 }
 
 }  // namespace
-}  // namespace tdiff::gpu1
+}  // namespace tdiff::gputest

@@ -4,12 +4,13 @@
 #include "gpu_test.h"
 #include "hip/elementwise.h"
 
-namespace tdiff::gpu1 {
+namespace tdiff::gputest {
 namespace {
 
 TEST(Elementwise, EmbedExpandAddConvert) {
   const std::int64_t V = 50, D = 72, N = 31, n = 4;
-  const auto E = random_values(V * D, name_seed());
+  auto rng = test_rng();
+  const auto E = random_magnitudes(rng, V * D);
   std::vector<std::int64_t> ids(static_cast<std::size_t>(N));
   for (std::int64_t t = 0; t < N; ++t) ids[static_cast<std::size_t>(t)] = (t * 13) % V;
   Dev<float> d_E(E), d_e(N * D), d_X(N * n * D), d_sum(N * D);
@@ -28,4 +29,4 @@ TEST(Elementwise, EmbedExpandAddConvert) {
 }
 
 }  // namespace
-}  // namespace tdiff::gpu1
+}  // namespace tdiff::gputest

@@ -11,7 +11,7 @@
 #include "hip/gemm.h"
 #include "refcpu/linear.h"
 
-namespace tdiff::gpu1 {
+namespace tdiff::gputest {
 namespace {
 
 struct Case {
@@ -25,7 +25,7 @@ struct Case {
 // rounding of the output format on top.
 bool within_mma(float y, float e, double mag, std::int64_t K, Fmt out) {
   const double d = std::fabs(double(y) - e);
-  return d <= 2 * unit_roundoff(out) * std::max(std::fabs(double(y)), std::fabs(double(e))) +
+  return d <= unit_ulp(out) * std::max(std::fabs(double(y)), std::fabs(double(e))) +
                   2.0 * (double(K) / 16 + 2) * std::ldexp(1.0, -24) * mag;
 }
 
@@ -34,9 +34,9 @@ std::string fmt_name(Fmt f) { return f == Fmt::f32 ? "f32" : f == Fmt::bf16 ? "b
 void check_dense(std::int64_t M, std::int64_t K, std::int64_t O, const Case& c) {
   SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " O=" + std::to_string(O) + " in=" + fmt_name(c.in) +
                " acc=" + fmt_name(c.acc) + (c.atomic ? " atomic" : " fixed") + (c.matrix_cores ? " matrix cores" : ""));
-  const auto seed = name_seed() ^ static_cast<std::uint64_t>(M * 1000003 + K * 1009 + O);
-  const auto x = random_values(M * K, seed, 0.05f, 1.0f, Fmt::bf16);
-  const auto w = random_values(O * K, seed + 1, 0.05f, 1.0f, Fmt::f32);
+  auto rng = test_rng(static_cast<std::uint64_t>(M * 1000003 + K * 1009 + O));
+  const auto x = random_magnitudes(rng, M * K, 0.05f, 1.0f, Fmt::bf16);
+  const auto w = random_magnitudes(rng, O * K, 0.05f, 1.0f, Fmt::f32);
   const Fmt out = Fmt::bf16;
   // emu: quantize as the backend does, then the product.
   std::vector<double> wd(w.begin(), w.end());
@@ -63,7 +63,7 @@ void check_dense(std::int64_t M, std::int64_t K, std::int64_t O, const Case& c) 
   };
   const bool on_matrix_cores = c.matrix_cores && (c.in == Fmt::bf16 || c.in == Fmt::f16) && c.acc == Fmt::f32;
   if (!c.atomic && !on_matrix_cores) {
-    EXPECT_EQ(max_ulp_diff(y, y_emu), 0) << "fixed reduction must equal emu bit for bit";
+    EXPECT_EQ(ulp_stats(y, y_emu, Fmt::f32).max_ulps, 0.0) << "fixed reduction must equal emu bit for bit";
   } else if (!c.atomic) {
     // The same product with the weight as 16-bit patterns (how the backend holds GEMM weights
     // on the matrix-core path): only the load differs, so the bits must not.
@@ -109,13 +109,13 @@ void check_dense(std::int64_t M, std::int64_t K, std::int64_t O, const Case& c) 
     // add: within 8 bf16 roundings of Σ|x·w| of the fixed-order emu result.
     for (std::int64_t m = 0; m < M; ++m)
       for (std::int64_t o = 0; o < O; ++o)
-        ASSERT_LE(std::fabs(double(y[m * O + o]) - y_emu[m * O + o]), 8 * unit_roundoff(out) * mag_of(m, o)) << m << "," << o;
+        ASSERT_LE(std::fabs(double(y[m * O + o]) - y_emu[m * O + o]), 4 * unit_ulp(out) * mag_of(m, o)) << m << "," << o;
   }
   // Against the float64 product of the unrounded inputs: the operand rounding dominates.
   std::vector<double> xd(x.begin(), x.end()), yr(static_cast<std::size_t>(M * O));
   refcpu::linear(xd.data(), M, K, wd.data(), O, yr.data());
   const Error e = error_vs(y, yr);
-  const double budget = 4 * (unit_roundoff(c.in) + unit_roundoff(out) + (c.acc == Fmt::f16 ? unit_roundoff(Fmt::f16) * std::sqrt(double(K)) : 0));
+  const double budget = 2 * (unit_ulp(c.in) + unit_ulp(out) + (c.acc == Fmt::f16 ? unit_ulp(Fmt::f16) * std::sqrt(double(K)) : 0));
   EXPECT_EQ(e.non_finite, 0);
   EXPECT_LE(e.rel_l2, budget) << "rel_l2 " << e.rel_l2;
 }
@@ -158,8 +158,9 @@ TEST(Gemm, SgemmOfBf16NumbersOnMatrixCores) {
   if (!hip::has_matrix_cores(device_arch())) GTEST_SKIP() << "no matrix cores on " << device_arch();
   for (const auto& [M, K, O] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{200, 1000, 300}, {37, 4096, 130}}) {
     SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " O=" + std::to_string(O));
-    const auto x = random_values(M * K, name_seed() + K, 0.05f, 1.0f, Fmt::bf16);
-    auto w = random_values(O * K, name_seed() + K + 1, 0.05f, 4.0f, Fmt::bf16);
+    auto rng = test_rng(static_cast<std::uint64_t>(K));
+    const auto x = random_magnitudes(rng, M * K, 0.05f, 1.0f, Fmt::bf16);
+    auto w = random_magnitudes(rng, O * K, 0.05f, 4.0f, Fmt::bf16);
     std::vector<float> y_emu(static_cast<std::size_t>(M * O));
     emu::gemm(x.data(), M, K, w.data(), O, emu::GemmSpec{Fmt::f32, Fmt::f32, Fmt::f32, false, 0}, y_emu.data());
 
@@ -199,8 +200,9 @@ TEST(Gemm, AtomicSplitK) {
 
 TEST(Gemm, AtomicDiffersBetweenLaunchesFixedDoesNot) {
   const std::int64_t M = 256, K = 4096, O = 256;
-  const auto x = random_values(M * K, name_seed(), 0.05f, 1.0f, Fmt::bf16);
-  const auto w = random_values(O * K, name_seed() + 1, 0.05f, 1.0f, Fmt::bf16);
+  auto rng = test_rng();
+  const auto x = random_magnitudes(rng, M * K, 0.05f, 1.0f, Fmt::bf16);
+  const auto w = random_magnitudes(rng, O * K, 0.05f, 1.0f, Fmt::bf16);
   Dev<float> d_x(x), d_w(w), d_y(M * O);
   auto once = [&](bool atomic) {
     hip::gemm(d_x.ptr(), K, d_w.ptr(), d_y.ptr(), O, M, K, O, hip::GemmSpec{Fmt::bf16, Fmt::f32, Fmt::bf16, atomic},
@@ -227,8 +229,9 @@ void check_grouped(bool matrix_cores) {
     return within_mma(y, e, mag, K, Fmt::bf16);
   };
   const std::int64_t N = 37, G = 3, per = 96, Ro = 40;
-  const auto x = random_values(N * G * per, name_seed(), 0.05f, 1.0f, Fmt::bf16);
-  const auto w = random_values(G * Ro * per, name_seed() + 1, 0.05f, 1.0f, Fmt::bf16);
+  auto rng = test_rng();
+  const auto x = random_magnitudes(rng, N * G * per, 0.05f, 1.0f, Fmt::bf16);
+  const auto w = random_magnitudes(rng, G * Ro * per, 0.05f, 1.0f, Fmt::bf16);
   Dev<float> d_x(x), d_w(w), d_y(N * G * Ro);
   hip::GemmGroups g;
   g.count = G, g.x_stride = per, g.w_stride = Ro * per, g.y_stride = Ro, g.y_rows = N;
@@ -267,8 +270,8 @@ void check_grouped(bool matrix_cores) {
       if ((r * 7 + r / Kp) % E == e) rows.push_back(static_cast<std::int32_t>(r));
     starts.push_back(static_cast<std::int32_t>(rows.size()));
   }
-  const auto z = random_values(T * D, name_seed() + 2, 0.05f, 1.0f, Fmt::bf16);
-  const auto we = random_values(E * I * D, name_seed() + 3, 0.05f, 1.0f, Fmt::bf16);
+  const auto z = random_magnitudes(rng, T * D, 0.05f, 1.0f, Fmt::bf16);
+  const auto we = random_magnitudes(rng, E * I * D, 0.05f, 1.0f, Fmt::bf16);
   Dev<float> d_z(z), d_we(we), d_out(T * Kp * I);
   Dev<std::int32_t> d_rows(rows), d_starts(starts);
   hip::GemmGroups gg;
@@ -297,4 +300,4 @@ TEST(Gemm, GroupedColumnsAndGatheredRows) {
 }
 
 }  // namespace
-}  // namespace tdiff::gpu1
+}  // namespace tdiff::gputest

@@ -6,8 +6,8 @@
 
 #include "emu/hyper_connection.h"
 #include "emu/numerics.h"
+#include "gpu_test.h"
 #include "hip/hyper_connection.h"
-#include "kernel_test_util.h"
 #include "refcpu/hyper_connection.h"
 
 namespace tdiff::gputest {
@@ -43,15 +43,14 @@ struct Check {
 
 Check compare(const std::string& what, const std::vector<float>& hip, const std::vector<float>& emu,
               const std::vector<double>& ref, arith::Fmt f) {
-  return {what, ulp_stats(hip, emu, f), rel_error(hip, ref), rel_error(emu, ref), f};
+  return {what, ulp_stats(hip, emu, f), error_vs(hip, ref).scaled, error_vs(emu, ref).scaled, f};
 }
 
 std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vector<float>* comb_out) {
   const Inputs in = make_inputs(rng, num);
   const auto sk = emu::fmt_of(num.sinkhorn), st = emu::fmt_of(num.storage), sf = emu::fmt_of(num.stream);
   const auto Xd = to_double(in.X), fnd = to_double(in.fn), based = to_double(in.base), scaled = to_double(in.scale);
-  GpuStream s;
-  DeviceIn<float> d_X(in.X, s.s), d_fn(in.fn, s.s), d_base(in.base, s.s), d_scale(in.scale, s.s), d_y(in.y, s.s);
+  Dev<float> d_X(in.X), d_fn(in.fn), d_base(in.base), d_scale(in.scale), d_y(in.y);
   std::vector<Check> checks;
 
   // hc_mix
@@ -59,9 +58,9 @@ std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vecto
   std::vector<double> mix_ref(mix_emu.size());
   emu::hc_mix(in.X.data(), kN, kFlat, fnd.data(), kM, kEps, num, mix_emu.data());
   refcpu::hc_mix(Xd.data(), kN, kFlat, fnd.data(), kM, kEps, mix_ref.data());
-  DeviceOut<float> d_mix(mix_emu.size(), s.s);
-  hip::hc_mix(d_X.get(), kN, kFlat, d_fn.get(), kM, kEps, num, d_mix.get(), s.s);
-  checks.push_back(compare("hc_mix", d_mix.read(s.s), mix_emu, mix_ref, sk));
+  Dev<float> d_mix(mix_emu.size());
+  hip::hc_mix(d_X.ptr(), kN, kFlat, d_fn.ptr(), kM, kEps, num, d_mix.ptr(), test_stream());
+  checks.push_back(compare("hc_mix", d_mix.get(), mix_emu, mix_ref, sk));
 
   // hc_sinkhorn, on emu's mix for all three (the stage's input is the reference's)
   std::vector<float> pre_e(kN * kHc), post_e(pre_e.size()), comb_e(kN * kHc * kHc);
@@ -71,13 +70,13 @@ std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vecto
   const auto mixd = to_double(mix_emu);
   refcpu::hc_sinkhorn(mixd.data(), kN, kHc, based.data(), scaled.data(), kHcEps, kIters, pre_r.data(), post_r.data(),
                       comb_r.data());
-  DeviceIn<float> d_mix_in(mix_emu, s.s);
-  DeviceOut<float> d_pre(pre_e.size(), s.s), d_post(post_e.size(), s.s), d_comb(comb_e.size(), s.s);
-  hip::hc_sinkhorn(d_mix_in.get(), kN, kHc, d_base.get(), d_scale.get(), kHcEps, kIters, num, d_pre.get(), d_post.get(),
-                   d_comb.get(), s.s);
-  const auto comb_h = d_comb.read(s.s);
-  checks.push_back(compare("hc_sinkhorn.pre", d_pre.read(s.s), pre_e, pre_r, sk));
-  checks.push_back(compare("hc_sinkhorn.post", d_post.read(s.s), post_e, post_r, sk));
+  Dev<float> d_mix_in(mix_emu);
+  Dev<float> d_pre(pre_e.size()), d_post(post_e.size()), d_comb(comb_e.size());
+  hip::hc_sinkhorn(d_mix_in.ptr(), kN, kHc, d_base.ptr(), d_scale.ptr(), kHcEps, kIters, num, d_pre.ptr(), d_post.ptr(),
+                   d_comb.ptr(), test_stream());
+  const auto comb_h = d_comb.get();
+  checks.push_back(compare("hc_sinkhorn.pre", d_pre.get(), pre_e, pre_r, sk));
+  checks.push_back(compare("hc_sinkhorn.post", d_post.get(), post_e, post_r, sk));
   checks.push_back(compare("hc_sinkhorn.comb", comb_h, comb_e, comb_r, sk));
   if (comb_out) *comb_out = comb_h;
 
@@ -87,10 +86,10 @@ std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vecto
   emu::hc_collapse(in.X.data(), pre_e.data(), kN, kHc, kD, st, x_e.data());
   const auto pred = to_double(pre_e);
   refcpu::hc_collapse(Xd.data(), pred.data(), kN, kHc, kD, x_r.data());
-  DeviceIn<float> d_w(pre_e, s.s);
-  DeviceOut<float> d_x(x_e.size(), s.s);
-  hip::hc_pre(d_X.get(), d_w.get(), kN, kHc, kD, st, d_x.get(), s.s);
-  checks.push_back(compare("hc_pre", d_x.read(s.s), x_e, x_r, st));
+  Dev<float> d_w(pre_e);
+  Dev<float> d_x(x_e.size());
+  hip::hc_pre(d_X.ptr(), d_w.ptr(), kN, kHc, kD, st, d_x.ptr(), test_stream());
+  checks.push_back(compare("hc_pre", d_x.get(), x_e, x_r, st));
 
   // hc_post with emu's post and comb
   std::vector<float> Xo_e(kN * kFlat);
@@ -98,10 +97,10 @@ std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vecto
   emu::hc_post(in.X.data(), in.y.data(), post_e.data(), comb_e.data(), kN, kHc, kD, sf, Xo_e.data());
   const auto yd = to_double(in.y), postd = to_double(post_e), combd = to_double(comb_e);
   refcpu::hc_post(Xd.data(), yd.data(), postd.data(), combd.data(), kN, kHc, kD, Xo_r.data());
-  DeviceIn<float> d_post_in(post_e, s.s), d_comb_in(comb_e, s.s);
-  DeviceOut<float> d_Xo(Xo_e.size(), s.s);
-  hip::hc_post(d_X.get(), d_y.get(), d_post_in.get(), d_comb_in.get(), kN, kHc, kD, sf, d_Xo.get(), s.s);
-  checks.push_back(compare("hc_post", d_Xo.read(s.s), Xo_e, Xo_r, sf));
+  Dev<float> d_post_in(post_e), d_comb_in(comb_e);
+  Dev<float> d_Xo(Xo_e.size());
+  hip::hc_post(d_X.ptr(), d_y.ptr(), d_post_in.ptr(), d_comb_in.ptr(), kN, kHc, kD, sf, d_Xo.ptr(), test_stream());
+  checks.push_back(compare("hc_post", d_Xo.get(), Xo_e, Xo_r, sf));
 
   // hc_head
   const auto fnhd = to_double(in.fn_head), bhd = to_double(in.base_head), shd = to_double(in.scale_head);
@@ -111,12 +110,12 @@ std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vecto
   emu::hc_collapse(in.X.data(), preh_e.data(), kN, kHc, kD, st, yh_e.data());
   refcpu::hc_head_weights(Xd.data(), kN, kHc, kD, fnhd.data(), bhd.data(), shd.data(), kEps, kHcEps, preh_r.data());
   refcpu::hc_collapse(Xd.data(), preh_r.data(), kN, kHc, kD, yh_r.data());
-  DeviceIn<float> d_fnh(in.fn_head, s.s), d_bh(in.base_head, s.s), d_sh(in.scale_head, s.s);
-  DeviceOut<float> d_yh(yh_e.size(), s.s), d_preh(preh_e.size(), s.s);
-  hip::hc_head(d_X.get(), kN, kHc, kD, d_fnh.get(), d_bh.get(), d_sh.get(), kEps, kHcEps, num, st, d_yh.get(),
-               d_preh.get(), s.s);
-  checks.push_back(compare("hc_head.preh", d_preh.read(s.s), preh_e, preh_r, sk));
-  checks.push_back(compare("hc_head.y", d_yh.read(s.s), yh_e, yh_r, st));
+  Dev<float> d_fnh(in.fn_head), d_bh(in.base_head), d_sh(in.scale_head);
+  Dev<float> d_yh(yh_e.size()), d_preh(preh_e.size());
+  hip::hc_head(d_X.ptr(), kN, kHc, kD, d_fnh.ptr(), d_bh.ptr(), d_sh.ptr(), kEps, kHcEps, num, st, d_yh.ptr(),
+               d_preh.ptr(), test_stream());
+  checks.push_back(compare("hc_head.preh", d_preh.get(), preh_e, preh_r, sk));
+  checks.push_back(compare("hc_head.y", d_yh.get(), yh_e, yh_r, st));
   return checks;
 }
 
@@ -179,11 +178,10 @@ TEST(HipHyperConnection, MixAwkwardShapesMatchEmu) {
     emu::hc_mix(X.data(), N, flat, fnd.data(), M, kEps, num, mix.data());
     std::vector<float> fn_shifted(1, 0.0f);
     fn_shifted.insert(fn_shifted.end(), fn.begin(), fn.end());
-    GpuStream s;
-    DeviceIn<float> d_X(X, s.s), d_fn(fn_shifted, s.s);
-    DeviceOut<float> d_mix(mix.size(), s.s);
-    hip::hc_mix(d_X.get(), N, flat, d_fn.get() + 1, M, kEps, num, d_mix.get(), s.s);
-    const UlpStats u = ulp_stats(d_mix.read(s.s), mix, arith::Fmt::f32);
+    Dev<float> d_X(X), d_fn(fn_shifted);
+    Dev<float> d_mix(mix.size());
+    hip::hc_mix(d_X.ptr(), N, flat, d_fn.ptr() + 1, M, kEps, num, d_mix.ptr(), test_stream());
+    const UlpStats u = ulp_stats(d_mix.get(), mix, arith::Fmt::f32);
     EXPECT_EQ(u.max_ulps, 0.0) << "N " << N << " n " << n << " D " << D;
   }
 }
@@ -206,31 +204,30 @@ TEST(HipHyperConnection, FlashDimsMatchEmu) {
                    comb.data());
   emu::hc_collapse(X.data(), pre.data(), N, n, D, arith::Fmt::bf16, x.data());
   emu::hc_post(X.data(), y.data(), post.data(), comb.data(), N, n, D, arith::Fmt::f32, Xo.data());
-  GpuStream s;
-  DeviceIn<float> d_X(X, s.s), d_fn(fn, s.s), d_base(base, s.s), d_scale(scale, s.s), d_y(y, s.s);
-  DeviceIn<float> e_mix(mix, s.s), e_pre(pre, s.s), e_post(post, s.s), e_comb(comb, s.s);  // emu's stage inputs
-  DeviceOut<float> d_mix(mix.size(), s.s), d_pre(pre.size(), s.s), d_post(post.size(), s.s), d_comb(comb.size(), s.s),
-      d_x(x.size(), s.s), d_Xo(Xo.size(), s.s);
+  Dev<float> d_X(X), d_fn(fn), d_base(base), d_scale(scale), d_y(y);
+  Dev<float> e_mix(mix), e_pre(pre), e_post(post), e_comb(comb);  // emu's stage inputs
+  Dev<float> d_mix(mix.size()), d_pre(pre.size()), d_post(post.size()), d_comb(comb.size()),
+      d_x(x.size()), d_Xo(Xo.size());
   const double ms_mix =
-      time_ms(s.s, [&] { hip::hc_mix(d_X.get(), N, flat, d_fn.get(), M, kEps, num, d_mix.get(), s.s); });
-  const double ms_sk = time_ms(s.s, [&] {
-    hip::hc_sinkhorn(e_mix.get(), N, n, d_base.get(), d_scale.get(), kHcEps, kIters, num, d_pre.get(), d_post.get(),
-                     d_comb.get(), s.s);
+      time_ms([&] { hip::hc_mix(d_X.ptr(), N, flat, d_fn.ptr(), M, kEps, num, d_mix.ptr(), test_stream()); });
+  const double ms_sk = time_ms([&] {
+    hip::hc_sinkhorn(e_mix.ptr(), N, n, d_base.ptr(), d_scale.ptr(), kHcEps, kIters, num, d_pre.ptr(), d_post.ptr(),
+                     d_comb.ptr(), test_stream());
   });
   const double ms_pre =
-      time_ms(s.s, [&] { hip::hc_pre(d_X.get(), e_pre.get(), N, n, D, arith::Fmt::bf16, d_x.get(), s.s); });
-  const double ms_post = time_ms(s.s, [&] {
-    hip::hc_post(d_X.get(), d_y.get(), e_post.get(), e_comb.get(), N, n, D, arith::Fmt::f32, d_Xo.get(), s.s);
+      time_ms([&] { hip::hc_pre(d_X.ptr(), e_pre.ptr(), N, n, D, arith::Fmt::bf16, d_x.ptr(), test_stream()); });
+  const double ms_post = time_ms([&] {
+    hip::hc_post(d_X.ptr(), d_y.ptr(), e_post.ptr(), e_comb.ptr(), N, n, D, arith::Fmt::f32, d_Xo.ptr(), test_stream());
   });
   std::printf("hc N=1024 D=4096: mix %.3f ms, sinkhorn %.3f ms, pre %.3f ms, post %.3f ms\n", ms_mix, ms_sk, ms_pre,
               ms_post);
   const std::pair<const char*, UlpStats> checks[] = {
-      {"mix", ulp_stats(d_mix.read(s.s), mix, arith::Fmt::f32)},
-      {"comb", ulp_stats(d_comb.read(s.s), comb, arith::Fmt::f32)},
-      {"pre", ulp_stats(d_pre.read(s.s), pre, arith::Fmt::f32)},
-      {"post", ulp_stats(d_post.read(s.s), post, arith::Fmt::f32)},
-      {"x", ulp_stats(d_x.read(s.s), x, arith::Fmt::bf16)},
-      {"Xout", ulp_stats(d_Xo.read(s.s), Xo, arith::Fmt::f32)}};
+      {"mix", ulp_stats(d_mix.get(), mix, arith::Fmt::f32)},
+      {"comb", ulp_stats(d_comb.get(), comb, arith::Fmt::f32)},
+      {"pre", ulp_stats(d_pre.get(), pre, arith::Fmt::f32)},
+      {"post", ulp_stats(d_post.get(), post, arith::Fmt::f32)},
+      {"x", ulp_stats(d_x.get(), x, arith::Fmt::bf16)},
+      {"Xout", ulp_stats(d_Xo.get(), Xo, arith::Fmt::f32)}};
   for (const auto& [what, u] : checks) {
     std::printf("  %-5s vs emu: max %.0f ulp, %zu of %zu differ\n", what, u.max_ulps, u.differ, u.count);
     EXPECT_LE(u.max_ulps, 1.0) << what;

@@ -8,8 +8,8 @@
 
 #include "emu/numerics.h"
 #include "emu/topk.h"
+#include "gpu_test.h"
 #include "hip/indexer.h"
-#include "kernel_test_util.h"
 #include "refcpu/indexer.h"
 
 namespace tdiff::gputest {
@@ -50,15 +50,14 @@ TEST(HipIndexer, ScoreMatchesEmuAndReferencePerKnob) {
                              wd.data() + b * kS * kHeads, pos.data() + b * kS, kS, kN, kLength[b] / kRate, kHeads, kDim,
                              kRate, s_ref.data() + b * kS * kN);
     }
-    GpuStream s;
-    DeviceIn<float> d_QI(QI, s.s), d_KI(KI, s.s), d_w(w, s.s);
-    DeviceIn<std::int64_t> d_pos(pos, s.s), d_len(kLength, s.s);
-    DeviceOut<float> d_score(s_emu.size(), s.s);
-    hip::idx_score(d_QI.get(), d_KI.get(), d_w.get(), d_pos.get(), d_len.get(), kB, kS, kN, kHeads, kDim, kRate, num,
-                   d_score.get(), s.s);
-    const auto s_hip = d_score.read(s.s);
+    Dev<float> d_QI(QI), d_KI(KI), d_w(w);
+    Dev<std::int64_t> d_pos(pos), d_len(kLength);
+    Dev<float> d_score(s_emu.size());
+    hip::idx_score(d_QI.ptr(), d_KI.ptr(), d_w.ptr(), d_pos.ptr(), d_len.ptr(), kB, kS, kN, kHeads, kDim, kRate, num,
+                   d_score.ptr(), test_stream());
+    const auto s_hip = d_score.get();
     const UlpStats u = ulp_stats(s_hip, s_emu, f);
-    err_hip[name] = rel_error(s_hip, s_ref), err_emu[name] = rel_error(s_emu, s_ref);
+    err_hip[name] = error_vs(s_hip, s_ref).scaled, err_emu[name] = error_vs(s_emu, s_ref).scaled;
     std::printf("idx_score %-18s vs emu: max %.0f ulp, %zu of %zu differ | vs refcpu: hip %.3e emu %.3e\n", name.c_str(),
                 u.max_ulps, u.differ, u.count, err_hip[name], err_emu[name]);
     // Only products, sums and one max: no transcendental, so bit-identical to emu.
@@ -95,13 +94,12 @@ TEST(HipIndexer, TopkMatchesEmuExactlyForBothTieRules) {
     for (std::int64_t e = 0; e < kN; ++e)
       score[t * kN + e] = e < causal[t] ? eighth(rng) / 8.0f + 1e-3f * static_cast<float>(e % 2) : -INFINITY;
   }
-  GpuStream s;
-  DeviceIn<float> d_score(score, s.s);
-  DeviceIn<std::int64_t> d_pos(pos, s.s), d_len(kLength, s.s);
+  Dev<float> d_score(score);
+  Dev<std::int64_t> d_pos(pos), d_len(kLength);
   auto run = [&](const hip::TopkSpec& spec) {
-    DeviceOut<std::int64_t> d_sel(kB * kS * k, s.s);
-    hip::idx_topk(d_score.get(), d_pos.get(), d_len.get(), kB, kS, kN, k, kRate, spec, d_sel.get(), s.s);
-    return d_sel.read(s.s);
+    Dev<std::int64_t> d_sel(kB * kS * k);
+    hip::idx_topk(d_score.ptr(), d_pos.ptr(), d_len.ptr(), kB, kS, kN, k, kRate, spec, d_sel.ptr(), test_stream());
+    return d_sel.get();
   };
   for (const auto cmp : {arith::Fmt::f32, arith::Fmt::bf16, arith::Fmt::f16})
     for (const auto ties : {TieBreak::index, TieBreak::unstable}) {
@@ -141,21 +139,20 @@ TEST(HipIndexer, FlashDimsMatchEmu) {
   std::vector<float> s_emu(S * n);
   emu::indexer_scores(QI.data(), KI.data(), w.data(), pos.data(), S, n, n, heads, dim, rate, arith::Fmt::f32,
                       s_emu.data());
-  GpuStream s;
-  DeviceIn<float> d_QI(QI, s.s), d_KI(KI, s.s), d_w(w, s.s);
-  DeviceIn<std::int64_t> d_pos(pos, s.s), d_len(length, s.s);
-  DeviceOut<float> d_score(S * n, s.s);
-  DeviceOut<std::int64_t> d_sel(S * k, s.s);
-  const double ms_score = time_ms(s.s, [&] {
-    hip::idx_score(d_QI.get(), d_KI.get(), d_w.get(), d_pos.get(), d_len.get(), 1, S, n, heads, dim, rate, num,
-                   d_score.get(), s.s);
+  Dev<float> d_QI(QI), d_KI(KI), d_w(w);
+  Dev<std::int64_t> d_pos(pos), d_len(length);
+  Dev<float> d_score(S * n);
+  Dev<std::int64_t> d_sel(S * k);
+  const double ms_score = time_ms([&] {
+    hip::idx_score(d_QI.ptr(), d_KI.ptr(), d_w.ptr(), d_pos.ptr(), d_len.ptr(), 1, S, n, heads, dim, rate, num,
+                   d_score.ptr(), test_stream());
   });
   const hip::TopkSpec spec{arith::Fmt::f32, TieBreak::index, 7};
-  const double ms_topk = time_ms(s.s, [&] {
-    hip::idx_topk(d_score.get(), d_pos.get(), d_len.get(), 1, S, n, k, rate, spec, d_sel.get(), s.s);
+  const double ms_topk = time_ms([&] {
+    hip::idx_topk(d_score.ptr(), d_pos.ptr(), d_len.ptr(), 1, S, n, k, rate, spec, d_sel.ptr(), test_stream());
   });
-  const auto s_hip = d_score.read(s.s);
-  const auto sel = d_sel.read(s.s);
+  const auto s_hip = d_score.get();
+  const auto sel = d_sel.get();
   const UlpStats u = ulp_stats(s_hip, s_emu, arith::Fmt::f32);
   std::size_t mismatched = 0;
   for (std::int64_t t = 0; t < S; ++t) {

@@ -4,7 +4,7 @@
 #include "gpu_test.h"
 #include "hip/mask.h"
 
-namespace tdiff::gpu1 {
+namespace tdiff::gputest {
 namespace {
 
 TEST(Mask, WindowMaskMatchesItsDefinition) {
@@ -29,4 +29,4 @@ TEST(Mask, WindowMaskMatchesItsDefinition) {
 }
 
 }  // namespace
-}  // namespace tdiff::gpu1
+}  // namespace tdiff::gputest

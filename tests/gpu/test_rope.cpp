@@ -10,7 +10,7 @@
 #include "hip/rope.h"
 #include "refcpu/rope.h"
 
-namespace tdiff::gpu1 {
+namespace tdiff::gputest {
 namespace {
 
 TEST(Rope, TablesAndRotationMatchEmuAndReference) {
@@ -28,8 +28,8 @@ TEST(Rope, TablesAndRotationMatchEmuAndReference) {
       Dev<float> d_freq(freq), d_c(P * half), d_s(P * half);
       hip::rope_tables(d_pos.ptr(), P, d_freq.ptr(), half, angle, d_c.ptr(), d_s.ptr(), test_stream());
       const auto c = d_c.get(), s = d_s.get();
-      EXPECT_LE(max_ulp_diff(c, c_emu), 1);
-      EXPECT_LE(max_ulp_diff(s, s_emu), 1);
+      EXPECT_LE(ulp_stats(c, c_emu, Fmt::f32).max_ulps, 1.0);
+      EXPECT_LE(ulp_stats(s, s_emu, Fmt::f32).max_ulps, 1.0);
       if (angle == RopeAngle::f32) {  // against the float64 tables (the float32 angle dominates)
         const auto fr = refcpu::rope_frequencies(table, r);
         std::vector<double> cr(c.size()), sr(c.size());
@@ -38,7 +38,8 @@ TEST(Rope, TablesAndRotationMatchEmuAndReference) {
         EXPECT_LE(error_vs(s, sr).max_abs, 5e-3);
       }
       // Rotation: 3 heads per position, table row = row / 3.
-      const auto x = random_values(rows * width, name_seed(), 0.05f, 1.0f, Fmt::bf16);
+      auto rng = test_rng();
+      const auto x = random_magnitudes(rng, rows * width, 0.05f, 1.0f, Fmt::bf16);
       std::vector<std::int64_t> trow(static_cast<std::size_t>(rows));
       for (std::int64_t i = 0; i < rows; ++i) trow[static_cast<std::size_t>(i)] = i / 3;
       for (bool inverse : {false, true}) {
@@ -48,7 +49,7 @@ TEST(Rope, TablesAndRotationMatchEmuAndReference) {
         Dev<float> d_x(x), d_y(rows * width);
         hip::rope_rotate(d_x.ptr(), rows, width, r, d_c.ptr(), d_s.ptr(), 3, P, inverse, Fmt::f32, d_y.ptr(), test_stream());
         const auto y = d_y.get();
-        EXPECT_EQ(max_ulp_diff(y, y_emu), 0);
+        EXPECT_EQ(ulp_stats(y, y_emu, Fmt::f32).max_ulps, 0.0);
         // Pair norms kept (float32 output).
         for (std::int64_t i = 0; i < rows; i += 17)
           for (std::int64_t f = 0; f < half; ++f) {
@@ -66,4 +67,4 @@ TEST(Rope, TablesAndRotationMatchEmuAndReference) {
 }
 
 }  // namespace
-}  // namespace tdiff::gpu1
+}  // namespace tdiff::gputest

@@ -3,8 +3,8 @@
 // plain top-k over more values than one LDS tile), both tie rules, three comparison formats,
 // and against refcpu::topk_indices where the rules coincide.
 #include "emu/topk.h"
+#include "gpu_test.h"
 #include "hip/topk.h"
-#include "kernel_test_util.h"
 #include "refcpu/indexer.h"
 
 namespace tdiff::gputest {
@@ -22,14 +22,13 @@ void check_rows(std::int64_t rows, std::int64_t n, std::int64_t k, bool with_bia
   auto rng = test_rng();
   const auto values = tie_values(rng, rows * n);
   const auto bias = with_bias ? random_values(rng, n, -0.25f, 0.25f, arith::Fmt::f32) : std::vector<float>{};
-  GpuStream s;
-  DeviceIn<float> d_values(values, s.s), d_bias(bias, s.s);
+  Dev<float> d_values(values), d_bias(bias);
   for (const auto cmp : {arith::Fmt::f32, arith::Fmt::bf16, arith::Fmt::f16})
     for (const auto ties : {TieBreak::index, TieBreak::unstable}) {
       const hip::TopkSpec spec{cmp, ties, 0x5eedull};
-      DeviceOut<std::int64_t> d_out(rows * k, s.s);
-      hip::topk_rows(d_values.get(), rows, n, k, with_bias ? d_bias.get() : nullptr, spec, d_out.get(), s.s);
-      const auto got = d_out.read(s.s);
+      Dev<std::int64_t> d_out(rows * k);
+      hip::topk_rows(d_values.ptr(), rows, n, k, with_bias ? d_bias.ptr() : nullptr, spec, d_out.ptr(), test_stream());
+      const auto got = d_out.get();
       std::size_t mismatched = 0;
       std::vector<float> row(n);
       std::vector<std::int64_t> want(k);
@@ -57,12 +56,11 @@ TEST(HipTopk, UnstableTiesFollowTheSeed) {
   auto rng = test_rng();
   const std::int64_t rows = 16, n = 64, k = 4;
   const auto values = tie_values(rng, rows * n);
-  GpuStream s;
-  DeviceIn<float> d_values(values, s.s);
+  Dev<float> d_values(values);
   auto run = [&](const hip::TopkSpec& spec) {
-    DeviceOut<std::int64_t> d_out(rows * k, s.s);
-    hip::topk_rows(d_values.get(), rows, n, k, nullptr, spec, d_out.get(), s.s);
-    return d_out.read(s.s);
+    Dev<std::int64_t> d_out(rows * k);
+    hip::topk_rows(d_values.ptr(), rows, n, k, nullptr, spec, d_out.ptr(), test_stream());
+    return d_out.get();
   };
   const hip::TopkSpec a{arith::Fmt::bf16, TieBreak::unstable, 1}, b{arith::Fmt::bf16, TieBreak::unstable, 2};
   EXPECT_EQ(run(a), run(a));  // same seed, same order
@@ -77,13 +75,12 @@ TEST(HipTopk, RouterFlashDimsMatchEmu) {
   const std::int64_t rows = 1024, n = 256, k = 6;
   const auto values = random_values(rng, rows * n, 0.0f, 3.0f, arith::Fmt::f32);
   const auto bias = random_values(rng, n, -0.1f, 0.1f, arith::Fmt::f32);
-  GpuStream s;
-  DeviceIn<float> d_values(values, s.s), d_bias(bias, s.s);
-  DeviceOut<std::int64_t> d_out(rows * k, s.s);
+  Dev<float> d_values(values), d_bias(bias);
+  Dev<std::int64_t> d_out(rows * k);
   const hip::TopkSpec spec{arith::Fmt::f32, TieBreak::index, 0};
   const double ms =
-      time_ms(s.s, [&] { hip::topk_rows(d_values.get(), rows, n, k, d_bias.get(), spec, d_out.get(), s.s); });
-  const auto got = d_out.read(s.s);
+      time_ms([&] { hip::topk_rows(d_values.ptr(), rows, n, k, d_bias.ptr(), spec, d_out.ptr(), test_stream()); });
+  const auto got = d_out.get();
   std::printf("topk rows=1024 n=256 k=6 (router): %.3f ms\n", ms);
   std::size_t mismatched = 0;
   std::vector<float> row(n);
