@@ -12,10 +12,21 @@
 #include <cstdint>
 
 #include "core/policy.h"
+#include "emu/numerics.h"
 
 namespace tdiff::emu {
 
 inline constexpr std::int64_t kKvBlock = 64;
+
+// The attention knobs as the kernels take them (emu and both hip kernels): storage, QKᵀ and
+// P·V accumulators, softmax statistics, the mask style and rescale order, the logit scale
+// d^(−1/2) (float32, computed on the host) and the additive mask's bias finfo(storage).min.
+struct AttentionSpec {
+  Fmt st, qk, pv, stats;
+  bool additive, per_block;
+  float scale, mask_bias;
+};
+AttentionSpec attention_spec(const Numerics& num, std::int64_t head_dim);
 
 // One batch row. q [S,H,d], kv [S,d], win [S,S], C [n,d], cmask [S,n] (null when n = 0),
 // sinks [H]; inputs already as MMA operands (storage format, mfma_operand). o [S,H,d] in the storage format.
