@@ -1,5 +1,6 @@
 // Flash-style attention core (hip/attention.h): the per-block arithmetic of
-// emu::flash_attention_row. A workgroup of 256 threads serves one query of one row and up to
+// emu::flash_attention_row, whose softmax update both kernels take from emu/online_softmax.h
+// and whose knobs from emu::attention_spec. A workgroup of 256 threads serves one query of one row and up to
 // 16 heads (one KV head: all heads read the same keys under the same mask, so every K/V tile
 // staged in LDS serves them all, and each thread's operands are reused across its heads):
 //   qk phase: thread (j, s) owns key j of the block for heads s, s + 4, s + 8, s + 12; K goes
