@@ -1,5 +1,6 @@
 #pragma once
-// The emu model of a flash-style attention kernel with a sink (shared spec 3.6):
+// The emu model of a flash-style attention kernel with a sink (shared spec 3.6); the block
+// update itself is emu/online_softmax.h, which the hip kernels call too:
 // keys are visited in blocks of kKvBlock along the concatenated axis [raw keys ; compressed
 // entries]; per block the logits are accumulated in qk_accum, the running max and sum kept in
 // softmax_stats, the probabilities rounded to the storage format for the P·V product
@@ -12,10 +13,21 @@
 #include <cstdint>
 
 #include "core/policy.h"
+#include "emu/numerics.h"
 
 namespace tdiff::emu {
 
 inline constexpr std::int64_t kKvBlock = 64;
+
+// The attention knobs as the kernels take them (emu and both hip kernels): storage, QKᵀ and
+// P·V accumulators, softmax statistics, the mask style and rescale order, the logit scale
+// d^(−1/2) (float32, computed on the host) and the additive mask's bias finfo(storage).min.
+struct AttentionSpec {
+  Fmt st, qk, pv, stats;
+  bool additive, per_block;
+  float scale, mask_bias;
+};
+AttentionSpec attention_spec(const Numerics& num, std::int64_t head_dim);
 
 // One batch row. q [S,H,d], kv [S,d], win [S,S], C [n,d], cmask [S,n] (null when n = 0),
 // sinks [H]; inputs already as MMA operands (storage format, mfma_operand). o [S,H,d] in the storage format.

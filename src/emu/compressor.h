@@ -6,8 +6,16 @@
 #include <cstdint>
 
 #include "core/policy.h"
+#include "emu/numerics.h"
 
 namespace tdiff::emu {
+
+// The pooling knobs as the kernels take them (emu and hip): the gate softmax in pool_softmax,
+// weights and entries stored in storage.
+struct PoolSpec {
+  Fmt softmax, st;
+};
+PoolSpec pool_spec(const Numerics& num);
 
 void gated_pool(const float* P, const float* Z, std::int64_t len, const double* pb, std::int64_t rate,
                 std::int64_t width, bool overlap, const Numerics& num, float* out);

@@ -1,7 +1,8 @@
 #pragma once
 // emu: a CPU model of the HIP kernels' arithmetic under a numerics policy, so the whole
 // candidate path runs where no GPU exists. Outputs are float64 tensors holding exactly the
-// values the kernels would store (already rounded to the storage format).
+// values the kernels would store (already rounded to the storage format). run() looks the
+// stage's kind up in a table of per-family handlers (emu/stage_call.h).
 #include <map>
 #include <mutex>
 #include <string>
@@ -15,18 +16,20 @@
 
 namespace tdiff::emu {
 
+struct StageCall;
+
 class EmuBackend final : public Backend {
  public:
   // run_seed: identity of this run; atomic reductions and unstable ties derive their order
   // from it, so two runs with different seeds can differ exactly where a GPU's would.
   EmuBackend(Policy policy, std::uint64_t run_seed) : policy_(std::move(policy)), run_seed_(run_seed) {}
   std::string name() const override { return "emu"; }
-  // Every kind today: run() switches over all of them (the handler table replaces this).
-  bool implements(OpKind) const override { return true; }
+  bool implements(OpKind kind) const override;
   const Policy& policy() const { return policy_; }
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
 
  private:
+  friend struct StageCall;
   // A weight rounded to a GEMM input format, cached per (name, format).
   const std::vector<float>& gemm_weight(WeightStore& w, const std::string& name, Fmt in);
 

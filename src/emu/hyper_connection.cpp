@@ -5,8 +5,11 @@
 #include <vector>
 
 #include "emu/norm.h"
+#include "emu/stage_call.h"
 
 namespace tdiff::emu {
+
+HcSpec hc_spec(const Numerics& num) { return {fmt_of(num.sinkhorn), fmt_of(num.norm_stats), num.hc_eps}; }
 
 namespace {
 float sigmoid_fmt(float x, Fmt f) { return arith::round_fmt(1.0f / (1.0f + std::exp(-x)), f); }
@@ -14,7 +17,8 @@ float sigmoid_fmt(float x, Fmt f) { return arith::round_fmt(1.0f / (1.0f + std::
 
 void hc_mix(const float* X, std::int64_t tokens, std::int64_t flat, const double* fn, std::int64_t M, float eps,
             const Numerics& num, float* mix) {
-  const Fmt sk = fmt_of(num.sinkhorn), stats = fmt_of(num.norm_stats);
+  const HcSpec spec = hc_spec(num);
+  const Fmt sk = spec.sinkhorn, stats = spec.norm_stats;
   std::vector<float> w(static_cast<std::size_t>(M * flat));
   for (std::int64_t i = 0; i < M * flat; ++i) w[static_cast<std::size_t>(i)] = arith::round_fmt(static_cast<float>(fn[i]), sk);
 #pragma omp parallel for schedule(static)
@@ -43,8 +47,9 @@ void hc_mix(const float* X, std::int64_t tokens, std::int64_t flat, const double
 
 void hc_sinkhorn(const float* mix, std::int64_t tokens, std::int64_t n, const double* base, const double* scale,
                  float hc_eps, std::int64_t iters, const Numerics& num, float* pre, float* post, float* comb) {
-  const Fmt f = fmt_of(num.sinkhorn);
-  const float eps = num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f;
+  const HcSpec spec = hc_spec(num);
+  const Fmt f = spec.sinkhorn;
+  const float eps = spec.eps(hc_eps);
   const std::int64_t M = (2 + n) * n;
   auto sc = [&](int i) { return arith::round_fmt(static_cast<float>(scale[i]), f); };
   auto bs = [&](std::int64_t i) { return arith::round_fmt(static_cast<float>(base[i]), f); };
@@ -110,8 +115,9 @@ void hc_post(const float* X, const float* y, const float* post, const float* com
 
 void hc_head_weights(const float* X, std::int64_t tokens, std::int64_t n, std::int64_t D, const double* fn,
                      const double* base, const double* scale, float eps, float hc_eps, const Numerics& num, float* preh) {
-  const Fmt f = fmt_of(num.sinkhorn);
-  const float e = num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f;
+  const HcSpec spec = hc_spec(num);
+  const Fmt f = spec.sinkhorn;
+  const float e = spec.eps(hc_eps);
   std::vector<float> mix(static_cast<std::size_t>(tokens * n));
   hc_mix(X, tokens, n * D, fn, n, eps, num, mix.data());
   for (std::int64_t t = 0; t < tokens; ++t)
@@ -120,6 +126,65 @@ void hc_head_weights(const float* X, std::int64_t tokens, std::int64_t n, std::i
                                      static_cast<float>(base[s]), f);
       preh[t * n + s] = arith::add_fmt(sigmoid_fmt(z, f), e, f);
     }
+}
+
+namespace {
+
+// Copies of the (already stored) embedding, in the stream format.
+std::vector<Tensor> run_hc_expand(StageCall& k) {
+  auto out = k.exact();
+  for (double& v : out[0].span<double>()) v = arith::round_fmt(arith::round_fmt(static_cast<float>(v), k.st), k.sf);
+  return out;
+}
+
+std::vector<Tensor> run_hc_mix(StageCall& k) {
+  const auto M = k.c.hc_mix_width(), flat = k.c.hc_mult * k.c.hidden_size;
+  std::vector<float> mix(static_cast<std::size_t>(k.N * M));
+  hc_mix(k.load(0, k.sf).data(), k.N, flat, k.weight(0).data<double>(), M, k.eps, k.num, mix.data());
+  return {store(mix, {k.B, k.S, M})};
+}
+
+std::vector<Tensor> run_hc_sinkhorn(StageCall& k) {
+  const auto n = k.c.hc_mult, B = k.B, S = k.S;
+  std::vector<float> pre(static_cast<std::size_t>(k.N * n)), post(pre.size()), comb(static_cast<std::size_t>(k.N * n * n));
+  hc_sinkhorn(k.load_exact(0).data(), k.N, n, k.weight(0).data<double>(), k.weight(1).data<double>(),
+              static_cast<float>(k.c.hc_eps), k.c.hc_sinkhorn_iters, k.num, pre.data(), post.data(), comb.data());
+  return {store(pre, {B, S, n}), store(post, {B, S, n}), store(comb, {B, S, n, n})};
+}
+
+// The collapse is cast to the stream dtype (spec §3.7), not to the activation storage.
+std::vector<Tensor> run_hc_pre(StageCall& k) {
+  std::vector<float> x(static_cast<std::size_t>(k.N * k.c.hidden_size));
+  hc_collapse(k.load(0, k.sf).data(), k.load_exact(1).data(), k.N, k.c.hc_mult, k.c.hidden_size, k.sf, x.data());
+  return {store(x, {k.B, k.S, k.c.hidden_size})};
+}
+
+std::vector<Tensor> run_hc_post(StageCall& k) {
+  std::vector<float> X(static_cast<std::size_t>(k.in[0]->numel()));
+  hc_post(k.load(0, k.sf).data(), k.load(1, k.st).data(), k.load_exact(2).data(), k.load_exact(3).data(), k.N,
+          k.c.hc_mult, k.c.hidden_size, k.sf, X.data());
+  return {store(X, k.in[0]->shape())};
+}
+
+std::vector<Tensor> run_hc_head(StageCall& k) {
+  const auto n = k.c.hc_mult, D = k.c.hidden_size, N = k.N;
+  auto X = k.load(0, k.sf);
+  std::vector<float> preh(static_cast<std::size_t>(N * n)), y(static_cast<std::size_t>(N * D));
+  hc_head_weights(X.data(), N, n, D, k.weight(0).data<double>(), k.weight(1).data<double>(), k.weight(2).data<double>(),
+                  k.eps, static_cast<float>(k.c.hc_eps), k.num, preh.data());
+  hc_collapse(X.data(), preh.data(), N, n, D, k.sf, y.data());
+  return {store(y, {k.B, k.S, D}), store(preh, {k.B, k.S, n})};
+}
+
+}  // namespace
+
+void register_hyper_connection(Handlers& h) {
+  h.add(OpKind::hc_expand, run_hc_expand);
+  h.add(OpKind::hc_mix, run_hc_mix);
+  h.add(OpKind::hc_sinkhorn, run_hc_sinkhorn);
+  h.add(OpKind::hc_pre, run_hc_pre);
+  h.add(OpKind::hc_post, run_hc_post);
+  h.add(OpKind::hc_head, run_hc_head);
 }
 
 }  // namespace tdiff::emu

@@ -12,6 +12,16 @@
 
 namespace tdiff::emu {
 
+// The hyper-connection knobs as the kernels take them (emu and hip): the maps and Sinkhorn in
+// `sinkhorn`, the streams' RMS factor in `norm_stats`, ε_hc kept (rounded to `sinkhorn`) or
+// flushed to zero.
+struct HcSpec {
+  Fmt sinkhorn, norm_stats;
+  bool keep_eps;
+  float eps(float hc_eps) const { return keep_eps ? arith::round_fmt(hc_eps, sinkhorn) : 0.0f; }
+};
+HcSpec hc_spec(const Numerics& num);
+
 void hc_mix(const float* X, std::int64_t tokens, std::int64_t flat, const double* fn, std::int64_t M, float eps,
             const Numerics& num, float* mix);
 void hc_sinkhorn(const float* mix, std::int64_t tokens, std::int64_t n, const double* base, const double* scale,

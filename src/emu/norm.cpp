@@ -2,7 +2,13 @@
 
 #include <cmath>
 
+#include "emu/stage_call.h"
+
 namespace tdiff::emu {
+
+NormSpec norm_spec(const Numerics& num, bool stream_input) {
+  return {fmt_of(stream_input ? num.stream : num.storage), fmt_of(num.norm_stats), fmt_of(num.storage)};
+}
 
 float rms_factor(const float* x, std::int64_t n, float eps, Fmt stats) {
   float lane[kLanes] = {};
@@ -27,5 +33,22 @@ void rms_norm(const float* x, std::int64_t rows, std::int64_t n, const float* g,
     }
   }
 }
+
+namespace {
+
+// rms_norm (weighted) and head_rms_norm (per head, no weight) over the last axis.
+std::vector<Tensor> run_rms_norm(StageCall& k) {
+  const Tensor& x = *k.in[0];
+  const NormSpec spec = norm_spec(k.num, k.s.stream_input);
+  std::vector<float> y(static_cast<std::size_t>(x.numel()));
+  std::vector<float> g = k.s.kind == OpKind::rms_norm ? to_float(k.weight(0)) : std::vector<float>{};
+  rms_norm(k.load(0, spec.in).data(), rows_of(x), x.dim(-1), g.empty() ? nullptr : g.data(), k.eps, spec.stats, spec.out,
+           y.data());
+  return {store(y, x.shape())};
+}
+
+}  // namespace
+
+void register_norm(Handlers& h) { h.add({OpKind::rms_norm, OpKind::head_rms_norm}, run_rms_norm); }
 
 }  // namespace tdiff::emu

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "emu/stage_call.h"
+
 namespace tdiff::emu {
 
 std::vector<float> rope_frequencies(const RopeTable& t, std::int64_t r) {
@@ -66,6 +68,55 @@ void rope_rotate(const float* x, std::int64_t rows, std::int64_t width, std::int
       yi[dn + 2 * f + 1] = arith::round_fmt(a * s + b * c, out);
     }
   }
+}
+
+RopeSpec rope_spec(const Numerics& num) { return {num.rope_angle, fmt_of(num.storage)}; }
+
+namespace {
+
+std::vector<Tensor> run_rope_table(StageCall& k) {
+  const auto half = k.c.rope_dim / 2;
+  const RopeSpec spec = rope_spec(k.num);
+  std::vector<float> cs(static_cast<std::size_t>(k.N * half)), sn(cs.size());
+  rope_tables(rope_frequencies(k.s.compress_rope ? k.c.rope_compress : k.c.rope_main, k.c.rope_dim),
+              k.in[0]->data<std::int64_t>(), k.N, spec.angle, cs.data(), sn.data());
+  return {store(cs, {k.B, k.S, half}), store(sn, {k.B, k.S, half})};
+}
+
+// rope / rope_inverse: x [tokens, ..., width], every row rotated at its token's table row.
+std::vector<Tensor> run_rope(StageCall& k) {
+  const Tensor& x = *k.in[0];
+  const RopeSpec spec = rope_spec(k.num);
+  const std::int64_t rows = rows_of(x), per_token = rows / k.N;
+  std::vector<std::int64_t> row(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) row[static_cast<std::size_t>(r)] = r / per_token;
+  std::vector<float> y(static_cast<std::size_t>(x.numel()));
+  rope_rotate(k.load(0, spec.out).data(), rows, x.dim(-1), k.c.rope_dim, k.load_exact(1).data(), k.load_exact(2).data(),
+              row.data(), k.s.kind == OpKind::rope_inverse, spec.out, y.data());
+  return {store(y, x.shape())};
+}
+
+// Compressed entries [B, n, width] rotated at their positions w · rate (tables of their own).
+std::vector<Tensor> run_entry_rope(StageCall& k) {
+  const Tensor& x = *k.in[0];
+  const RopeSpec spec = rope_spec(k.num);
+  const auto n = x.dim(1), half = k.c.rope_dim / 2, B = k.B;
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(n)), row(static_cast<std::size_t>(B * n));
+  for (std::int64_t w = 0; w < n; ++w) positions[static_cast<std::size_t>(w)] = w * k.s.rate;
+  for (std::int64_t r = 0; r < B * n; ++r) row[static_cast<std::size_t>(r)] = r % n;
+  std::vector<float> cs(static_cast<std::size_t>(n * half)), sn(cs.size()), y(static_cast<std::size_t>(x.numel()));
+  rope_tables(rope_frequencies(k.c.rope_compress, k.c.rope_dim), positions.data(), n, spec.angle, cs.data(), sn.data());
+  rope_rotate(k.load(0, spec.out).data(), B * n, x.dim(-1), k.c.rope_dim, cs.data(), sn.data(), row.data(), false, spec.out,
+              y.data());
+  return {store(y, x.shape())};
+}
+
+}  // namespace
+
+void register_rope(Handlers& h) {
+  h.add(OpKind::rope_table, run_rope_table);
+  h.add({OpKind::rope, OpKind::rope_inverse}, run_rope);
+  h.add(OpKind::entry_rope, run_entry_rope);
 }
 
 }  // namespace tdiff::emu

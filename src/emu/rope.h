@@ -12,6 +12,14 @@
 
 namespace tdiff::emu {
 
+// The RoPE knobs as the kernels take them (emu and hip): the angle's precision, and the
+// rotated activations stored in storage.
+struct RopeSpec {
+  RopeAngle angle;
+  Fmt out;
+};
+RopeSpec rope_spec(const Numerics& num);
+
 std::vector<float> rope_frequencies(const RopeTable& t, std::int64_t r);
 void rope_tables(const std::vector<float>& freq, const std::int64_t* positions, std::int64_t n, RopeAngle angle,
                  float* cos_out, float* sin_out);

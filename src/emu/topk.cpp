@@ -4,7 +4,11 @@
 #include <cmath>
 #include <vector>
 
+#include "emu/topk_order.h"
+
 namespace tdiff::emu {
+
+TopkSpec topk_spec(const Numerics& num, std::uint64_t seed) { return {fmt_of(num.topk_compare), num.topk_ties, seed}; }
 
 void topk(const float* values, std::int64_t n, std::int64_t k, Fmt cmp, TieBreak ties, std::uint64_t seed,
           std::int64_t* out) {
@@ -15,13 +19,9 @@ void topk(const float* values, std::int64_t n, std::int64_t k, Fmt cmp, TieBreak
   };
   std::vector<Item> items(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i)
-    items[static_cast<std::size_t>(i)] = {arith::round_fmt(values[i], cmp),
-                                          ties == TieBreak::unstable ? arith::mix64(seed ^ static_cast<std::uint64_t>(i))
-                                                                     : static_cast<std::uint64_t>(i),
-                                          i};
-  std::partial_sort(items.begin(), items.begin() + k, items.end(), [](const Item& a, const Item& b) {
-    return a.v > b.v || (a.v == b.v && a.order < b.order);
-  });
+    items[static_cast<std::size_t>(i)] = {topk_value(values[i], cmp), topk_tie_rank(i, ties == TieBreak::unstable, seed), i};
+  std::partial_sort(items.begin(), items.begin() + k, items.end(),
+                    [](const Item& a, const Item& b) { return topk_before(a.v, a.order, b.v, b.order); });
   for (std::int64_t j = 0; j < k; ++j) out[j] = items[static_cast<std::size_t>(j)].i;
 }
 

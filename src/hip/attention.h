@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "core/policy.h"
-#include "hip/stream_fwd.h"
+#include "hip/vendor.h"
 
 namespace tdiff::hip {
 

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "emu/numerics.h"
+#include "emu/compressor.h"
 #include "hip/kernel_common.h"
 
 namespace tdiff::hip {
@@ -79,8 +79,8 @@ void gated_pool(const float* d_P, const float* d_Z, std::int64_t B, std::int64_t
                 const Numerics& num, float* d_out, hipStream_t stream) {
   const std::int64_t n = S / rate, items = B * n * width;
   if (items == 0) return;
-  const PoolArgs a{d_P, d_Z, d_start, d_length, d_pb, d_out, B, S, rate, width, n, overlap,
-                   emu::fmt_of(num.pool_softmax), emu::fmt_of(num.storage)};
+  const emu::PoolSpec spec = emu::pool_spec(num);
+  const PoolArgs a{d_P, d_Z, d_start, d_length, d_pb, d_out, B, S, rate, width, n, overlap, spec.softmax, spec.st};
   constexpr int kThreads = 256;
   gated_pool_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(a);
   check_kernel("gated_pool");

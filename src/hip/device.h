@@ -1,6 +1,6 @@
 #pragma once
 // Device memory, streams and events for the hip backend, behind an interface that plain g++
-// compiles (no vendor headers): streams are hipStream_t (stream_fwd.h), events opaque handles.
+// compiles (no vendor headers): streams are hipStream_t (vendor.h's host part), events opaque handles.
 // Every hip* call is checked; failures throw DeviceError, which the backend turns into an
 // InputError naming the stage (the CLI prints one line, exit 2). No fmt here: nvcc 13's host
 // pass rejects fmt 9's headers.
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <stdexcept>
-#include "hip/stream_fwd.h"
+#include "hip/vendor.h"
 
 namespace tdiff::hip {
 

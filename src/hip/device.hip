@@ -30,11 +30,7 @@ DeviceInfo device_init() {
   check(hipGetDeviceProperties(&p, 0), "hipGetDeviceProperties");
   DeviceInfo info;
   info.name = p.name;
-#if defined(TDIFF_HIP_NVIDIA)
-  info.arch = "sm_" + std::to_string(p.major) + std::to_string(p.minor);
-#else
-  info.arch = p.gcnArchName;
-#endif
+  info.arch = vendor::arch_name(p);
   info.total_bytes = p.totalGlobalMem;
   info.wave_size = p.warpSize;
   check(hipDriverGetVersion(&info.driver), "hipDriverGetVersion");

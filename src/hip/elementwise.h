@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "emu/arith.h"
-#include "hip/stream_fwd.h"
+#include "hip/vendor.h"
 
 namespace tdiff::hip {
 

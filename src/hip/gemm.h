@@ -28,7 +28,7 @@
 #include <string>
 
 #include "emu/arith.h"
-#include "hip/stream_fwd.h"
+#include "hip/vendor.h"
 
 namespace tdiff::hip {
 

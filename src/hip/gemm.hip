@@ -678,17 +678,7 @@ __global__ void weight_fp8_kernel(float* w, std::int64_t rows, std::int64_t cols
 
 }  // namespace
 
-bool has_matrix_cores(const std::string& arch) {
-#if defined(TDIFF_HIP_NVIDIA)
-  // "sm_<major><minor>": bf16 tensor-core fragments need sm_80 or newer.
-  return arch.size() >= 5 && arch.compare(0, 3, "sm_") == 0 && std::stoi(arch.substr(3)) >= 80;
-#else
-  // gcnArchName, e.g. "gfx90a:sramecc+:xnack-".
-  for (const char* a : {"gfx90a", "gfx908", "gfx940", "gfx941", "gfx942"})
-    if (arch.compare(0, std::char_traits<char>::length(a), a) == 0) return true;
-  return false;
-#endif
-}
+bool has_matrix_cores(const std::string& arch) { return vendor::has_matrix_cores(arch); }
 
 bool runs_on_matrix_cores(const GemmSpec& spec) {
   // Products of two 16-bit operands are exact in float, so the matrix cores' float sums of

@@ -8,25 +8,37 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "emu/norm.h"
-#include "emu/numerics.h"
 #include "emu/rope.h"
-#include "hip/attention.h"
-#include "hip/compressor.h"
-#include "hip/elementwise.h"
-#include "hip/mask.h"
 #include "hip/gemm.h"
-#include "hip/hyper_connection.h"
-#include "hip/indexer.h"
-#include "hip/moe.h"
-#include "hip/norm.h"
-#include "hip/rope.h"
-#include "hip/topk.h"
+#include "hip/stage_call.h"
 
 namespace tdiff::hip {
 
 using arith::Fmt;
-using emu::fmt_of;
+
+namespace {
+
+const Handlers& handlers() {
+  static const Handlers table = [] {
+    Handlers h("hip");
+    register_embedding(h);
+    register_hyper_connection(h);
+    register_rope(h);
+    register_mask(h);
+    register_norm(h);
+    register_linear(h);
+    register_compressor(h);
+    register_indexer(h);
+    register_attention(h);
+    register_moe(h);
+    return h;
+  }();
+  return table;
+}
+
+}  // namespace
+
+bool HipBackend::implements(OpKind kind) const { return handlers().has(kind); }
 
 HipBackend::HipBackend(Policy policy, std::uint64_t run_seed)
     : policy_(std::move(policy)), run_seed_(run_seed), pinned_(std::make_shared<PinnedPool>()) {
@@ -83,17 +95,12 @@ void HipBackend::finish() {
 void HipBackend::release(const std::string& key) { dev_.erase(key); }
 
 std::map<std::string, std::string> HipBackend::environment() const {
-#if defined(TDIFF_HIP_NV)
-  const char* platform = "CUDA (hip names mapped by src/hip/vendor.h)";
-#else
-  const char* platform = "HIP/ROCm";
-#endif
   return {{"gpu", info_.name},
           {"gpu_arch", info_.arch},
           {"gpu_memory_bytes", std::to_string(info_.total_bytes)},
           {"gpu_driver", std::to_string(info_.driver)},
           {"gpu_runtime", std::to_string(info_.runtime)},
-          {"gpu_platform", platform},
+          {"gpu_platform", vendor::kPlatform},
           {"gpu_wave_size", std::to_string(info_.wave_size)},
           {"gpu_gemm", matrix_cores_ ? "matrix cores for 16-bit operands (fp32 GEMMs of bf16 numbers, attention)" : "vector ALU (bit-identical to emu)"}};
 }
@@ -362,56 +369,6 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t, const Ear
   return host;
 }
 
-// One stage's inputs, outputs and scratch.
-class HipBackend::StageRun {
- public:
-  StageRun(HipBackend& be, const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx)
-      : be(be), s(s), in(in), ctx(ctx), num(be.policy_.resolve(s.name)) {}
-  const DevTensor& dev(std::size_t i) { return be.input(s.inputs.at(i).key(), in.at(i)); }
-  // Input i as float values in format f (emu's load(in, f)): the device copy itself when its
-  // values already are in f, else a rounded scratch copy.
-  const float* f(std::size_t i, Fmt fmt) {
-    const DevTensor& d = dev(i);
-    if (d.dtype != DType::f32) throw std::logic_error(fmt::format("hip: stage {}: input {} is not a float tensor", s.name, i));
-    if (fmt == Fmt::f32 || d.fmt == fmt) return d.f();
-    float* out = scratch(d.numel());
-    round_to(d.f(), d.numel(), fmt, out, be.compute_);
-    return out;
-  }
-  const float* exact(std::size_t i) { return f(i, Fmt::f32); }
-  const std::int64_t* i64(std::size_t i) { return dev(i).i64(); }
-  const std::uint8_t* u8(std::size_t i) { return dev(i).u8(); }
-  const Shape& shape(std::size_t i) { return dev(i).shape; }
-  float* scratch(std::int64_t n) {
-    scratch_.push_back(std::make_shared<DeviceBuffer>(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * 4, &be.pool_));
-    return scratch_.back()->as<float>();
-  }
-  template <class T> T* scratch_of(std::int64_t n) {
-    scratch_.push_back(std::make_shared<DeviceBuffer>(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * sizeof(T), &be.pool_));
-    return scratch_.back()->as<T>();
-  }
-  DevTensor out(Shape shape, Fmt fmt, DType dtype = DType::f32) {
-    DevTensor d;
-    d.shape = std::move(shape);
-    d.dtype = dtype;
-    d.fmt = fmt;
-    d.buf = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(std::max<std::int64_t>(d.numel(), 1)) * dtype_size(dtype), &be.pool_);
-    return d;
-  }
-  const float* weight(std::size_t i, Fmt fmt = Fmt::f32) { return be.weight(ctx.weights, s.weights.at(i), fmt); }
-  // Weight i as the operand of a GEMM under `spec` (16-bit patterns on the matrix-core path).
-  GemmWeight gemm_weight(std::size_t i, const GemmSpec& spec) { return be.gemm_weight(ctx.weights, s.weights.at(i), spec); }
-
-  HipBackend& be;
-  const Stage& s;
-  const std::vector<const Tensor*>& in;
-  RunContext& ctx;
-  const Numerics num;
-
- private:
-  std::vector<std::shared_ptr<DeviceBuffer>> scratch_;
-};
-
 std::vector<Tensor> HipBackend::run(const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx) {
   since_sync_.push_back(s.name);
   Event t0 = nullptr, t1 = nullptr;
@@ -421,8 +378,10 @@ std::vector<Tensor> HipBackend::run(const Stage& s, const std::vector<const Tens
   }
   std::vector<Tensor> out;
   try {
-    StageRun r(*this, s, in, ctx);
-    out = run_stage(r);
+    StageCall call(*this, s, in, ctx);
+    out = handlers().run(s, call);
+    if (out.size() != s.outputs.size())
+      throw std::logic_error(fmt::format("hip: stage {} gave {} outputs, not {}", s.name, out.size(), s.outputs.size()));
   } catch (const DeviceOutOfMemory& e) {
     throw InputError(fmt::format("hip: stage {}: {}", s.name, e.what()));
   } catch (const DeviceError& e) {
@@ -440,395 +399,6 @@ std::vector<Tensor> HipBackend::run(const Stage& s, const std::vector<const Tens
   }
   if (sync_each_) sync_all("after the stage");
   return out;
-}
-
-std::vector<Tensor> HipBackend::run_stage(StageRun& r) {
-  const Stage& s = r.s;
-  const ModelConfig& c = r.ctx.config;
-  const Batch& batch = r.ctx.batch;
-  const Numerics& num = r.num;
-  const Fmt st = fmt_of(num.storage), sf = fmt_of(num.stream), mi = fmt_of(num.matmul_input);
-  const bool atomic = num.reduction == Reduction::atomic;
-  const std::uint64_t seed = emu::stage_hash(s.name, run_seed_);
-  const std::int64_t B = batch.rows(), S = batch.seq(), N = B * S;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  Stream cs = compute_;
-  auto spec_out = [&](Fmt out) { return GemmSpec{mi, fmt_of(num.matmul_accum), out, atomic, matrix_cores_}; };
-  // x [rows, K] in storage -> the GEMM operand under `spec`: rounded to spec.in (fp8: 1x128
-  // groups within `segment`), as 16-bit patterns where the product runs on the matrix cores.
-  auto operand = [&](const float* x, std::int64_t rows, std::int64_t K, const GemmSpec& spec,
-                     std::int64_t segment = 0) -> GemmInput {
-    if (runs_on_matrix_cores(spec)) {
-      auto* q = r.scratch_of<std::uint16_t>(rows * K);
-      quantize_activations_bits16(x, q, rows * K, spec.in, cs);
-      return GemmInput(q);
-    }
-    if (spec.in == Fmt::f32) return x;
-    float* q = r.scratch(rows * K);
-    quantize_activations(x, q, rows, K, segment, spec.in, cs);
-    return q;
-  };
-  // An SGEMM (float32 operands and accumulator) of bf16 activations and a weight of bf16
-  // numbers sums the same exact products as the bf16 matrix-core GEMM with a float32
-  // accumulator, so it runs there (fixed's lm_head and router on a bf16 checkpoint); only the
-  // float32 summation order differs, as on every matrix-core GEMM.
-  auto exact_sgemm = [&](GemmSpec spec, Fmt x_fmt, std::size_t weight) {
-    if (spec.in == Fmt::f32 && spec.acc == Fmt::f32 && spec.matrix_cores && !spec.atomic && x_fmt == Fmt::bf16 &&
-        weight_is_bf16(r.ctx.weights, s.weights.at(weight)))
-      spec.in = Fmt::bf16;
-    return spec;
-  };
-  auto rows_of = [](const Shape& sh) { return shape_numel(sh) / sh.back(); };
-  std::vector<Tensor> outs;
-  auto emit = [&](DevTensor t) { outs.push_back(publish(s, outs.size(), std::move(t))); };
-  // Stages computed on the host from integer inputs (as emu, which calls refcpu for them):
-  // integer inputs read back from the device, float inputs passed as zero tensors of their
-  // shape (these stages read only their shapes).
-  auto on_host = [&]() {
-    std::vector<Tensor> h;
-    for (std::size_t i = 0; i < s.inputs.size(); ++i) {
-      const DevTensor& d = r.dev(i);
-      if (d.dtype == DType::f32) {
-        h.emplace_back(DType::f64, d.shape);
-        continue;
-      }
-      Tensor t(d.dtype == DType::i64 ? DType::i64 : DType::boolean, d.shape);
-      copy_d2h(t.raw(), d.buf->get(), t.nbytes(), cs);
-      h.push_back(std::move(t));
-    }
-    stream_sync(cs);
-    std::vector<const Tensor*> ptrs;
-    for (auto& t : h) ptrs.push_back(&t);
-    auto res = exact_.run(s, ptrs, r.ctx);
-    for (std::size_t k = 0; k < res.size(); ++k) {
-      DevTensor d = upload(res[k]);
-      dev_[s.name + "/" + s.outputs[k]] = std::move(d);  // d.host = res[k]: no copy back needed
-      outs.push_back(res[k]);
-    }
-  };
-
-  switch (s.kind) {
-    case OpKind::window_mask: {
-      auto win = r.out({B, S, S}, Fmt::f32, DType::u8);
-      window_mask(r.u8(0), B, S, c.sliding_window, win.u8(), cs);
-      emit(std::move(win));
-      break;
-    }
-    case OpKind::cmp_mask:
-      on_host();
-      break;
-    case OpKind::embed: {
-      const auto D = c.hidden_size;
-      auto e = r.out({B, S, D}, st);
-      embed(r.i64(0), N, r.weight(0), D, st, e.f(), cs);
-      emit(std::move(e));
-      break;
-    }
-    case OpKind::hc_expand: {
-      const auto D = c.hidden_size, n = c.hc_mult;
-      auto X = r.out({B, S, n, D}, sf);
-      hc_expand(r.exact(0), N, n, D, st, sf, X.f(), cs);
-      emit(std::move(X));
-      break;
-    }
-    case OpKind::rope_table: {
-      const auto half = c.rope_dim / 2;
-      auto cs_t = r.out({B, S, half}, Fmt::f32), sn_t = r.out({B, S, half}, Fmt::f32);
-      rope_tables(r.i64(0), N, rope_freq(c, s.compress_rope), half, num.rope_angle, cs_t.f(), sn_t.f(), cs);
-      emit(std::move(cs_t));
-      emit(std::move(sn_t));
-      break;
-    }
-    case OpKind::hc_mix: {
-      const auto M = c.hc_mix_width(), flat = c.hc_mult * c.hidden_size;
-      auto mix = r.out({B, S, M}, Fmt::f32);
-      hc_mix(r.f(0, sf), N, flat, r.weight(0), M, eps, num, mix.f(), cs);
-      emit(std::move(mix));
-      break;
-    }
-    case OpKind::hc_sinkhorn: {
-      const auto n = c.hc_mult;
-      auto pre = r.out({B, S, n}, Fmt::f32), post = r.out({B, S, n}, Fmt::f32), comb = r.out({B, S, n, n}, Fmt::f32);
-      hc_sinkhorn(r.exact(0), N, n, r.weight(0), r.weight(1), static_cast<float>(c.hc_eps), c.hc_sinkhorn_iters, num,
-                  pre.f(), post.f(), comb.f(), cs);
-      emit(std::move(pre));
-      emit(std::move(post));
-      emit(std::move(comb));
-      break;
-    }
-    case OpKind::hc_pre: {
-      // The collapse is cast to the stream dtype (spec §3.7), as emu.
-      auto x = r.out({B, S, c.hidden_size}, sf);
-      hc_pre(r.f(0, sf), r.exact(1), N, c.hc_mult, c.hidden_size, sf, x.f(), cs);
-      emit(std::move(x));
-      break;
-    }
-    case OpKind::rms_norm:
-    case OpKind::head_rms_norm: {
-      const Shape sh = r.shape(0);
-      auto y = r.out(sh, st);
-      rms_norm(r.f(0, s.stream_input ? sf : st), rows_of(sh), sh.back(), s.kind == OpKind::rms_norm ? r.weight(0) : nullptr, eps,
-               fmt_of(num.norm_stats), st, y.f(), cs);
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::linear:
-    case OpKind::lm_head: {
-      const Shape sh = r.shape(0);
-      const auto K = sh.back(), rows = rows_of(sh);
-      const auto& info = r.ctx.weights.files().info(s.weights[0]);
-      const auto O = info.shape.at(0);
-      GemmSpec spec = spec_out(st);
-      if (s.kind == OpKind::lm_head) {  // the logits knob sets the whole GEMM
-        const Fmt lf = fmt_of(num.logits);
-        spec.in = lf == Fmt::f16 ? Fmt::f16 : lf == Fmt::bf16 ? Fmt::bf16 : Fmt::f32;
-        spec.acc = lf == Fmt::f16 ? Fmt::f16 : Fmt::f32;
-        spec.out = lf;
-      }
-      spec = exact_sgemm(spec, st, 0);
-      Shape osh = sh;
-      osh.back() = O;
-      if (s.width > 0) osh.back() = O / s.width, osh.push_back(s.width);
-      auto y = r.out(osh, spec.out);
-      const GemmInput x = operand(r.f(0, st), rows, K, spec);
-      const GemmWeight w = r.gemm_weight(0, spec);
-      if (s.kind == OpKind::lm_head && spec.out == Fmt::f32 && rows >= logit_blocks_ && logit_blocks_ > 1 && captures(s)) {
-        // Captured float32 logits (0.5 GB at v4's vocabulary and 1024 tokens, 10 ms of the
-        // link) go to the host in row blocks, each copied while the next is computed (each
-        // output the same sum in the same order: the same bits as one GEMM).
-        EarlyCopy early = early_copy_begin(osh);
-        const std::int64_t block = (rows + logit_blocks_ - 1) / logit_blocks_;
-        for (std::int64_t r0 = 0; r0 < rows; r0 += block) {
-          const std::int64_t n = std::min(block, rows - r0);
-          gemm(x.rows_from(r0, K), K, w, y.f() + r0 * O, O, n, K, O, spec, cs);
-          early_copy(early, y.f(), r0 * O, n * O);
-        }
-        outs.push_back(publish(s, outs.size(), std::move(y), &early));
-        break;
-      }
-      gemm(x, K, w, y.f(), O, rows, K, O, spec, cs);
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::rope:
-    case OpKind::rope_inverse: {
-      const Shape sh = r.shape(0);
-      const std::int64_t rows = rows_of(sh), per_token = rows / N;
-      auto y = r.out(sh, st);
-      rope_rotate(r.f(0, st), rows, sh.back(), c.rope_dim, r.exact(1), r.exact(2), per_token, N,
-                  s.kind == OpKind::rope_inverse, st, y.f(), cs);
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::entry_rope: {
-      const Shape sh = r.shape(0);
-      const auto n = sh.at(1), half = c.rope_dim / 2;
-      std::vector<std::int64_t> positions(static_cast<std::size_t>(n));
-      for (std::int64_t w = 0; w < n; ++w) positions[static_cast<std::size_t>(w)] = w * s.rate;
-      auto* d_pos = r.scratch_of<std::int64_t>(n);
-      copy_h2d(d_pos, positions.data(), positions.size() * 8, cs);
-      float* cos_t = r.scratch(n * half);
-      float* sin_t = r.scratch(n * half);
-      rope_tables(d_pos, n, rope_freq(c, true), half, num.rope_angle, cos_t, sin_t, cs);
-      auto y = r.out(sh, st);
-      rope_rotate(r.f(0, st), B * n, sh.back(), c.rope_dim, cos_t, sin_t, 1, n, false, st, y.f(), cs);
-      stream_sync(cs);  // positions is a temporary
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::cmp_proj: {
-      const auto K = c.hidden_size;
-      const GemmInput x = operand(r.f(0, st), N, K, spec_out(st));
-      for (std::size_t i = 0; i < 2; ++i) {
-        const auto O = r.ctx.weights.files().info(s.weights[i]).shape.at(0);
-        auto y = r.out({B, S, O}, st);
-        gemm(x, K, r.gemm_weight(i, spec_out(st)), y.f(), O, N, K, O, spec_out(st), cs);
-        emit(std::move(y));
-      }
-      break;
-    }
-    case OpKind::pool: {
-      const auto n = S / s.rate;
-      auto y = r.out({B, n, s.width}, st);
-      gated_pool(r.f(0, st), r.f(1, st), B, S, batch_span(batch, false), batch_span(batch, true), r.weight(0), s.rate,
-                 s.width, s.overlap, num, y.f(), cs);
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::idx_weights: {
-      const auto HI = r.ctx.weights.files().info(s.weights[0]).shape.at(0), K = c.hidden_size;
-      float* tmp = r.scratch(N * HI);
-      gemm(operand(r.f(0, st), N, K, spec_out(Fmt::f32)), K, r.gemm_weight(0, spec_out(Fmt::f32)), tmp, HI, N, K, HI, spec_out(Fmt::f32), cs);
-      const Fmt f = fmt_of(num.index_score);
-      auto y = r.out({B, S, HI}, f);
-      scale_round(tmp, N * HI, 1.0f / std::sqrt(static_cast<float>(HI)), f, y.f(), cs);
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::idx_score: {
-      const Shape qs = r.shape(0);
-      const auto n = r.shape(1).at(1), HI = qs.at(2), dI = qs.at(3);
-      auto y = r.out({B, S, n}, Fmt::f32);
-      idx_score(r.f(0, st), r.f(1, st), r.f(2, fmt_of(num.index_score)), r.i64(3), batch_span(batch, true), B, S, n, HI,
-                dI, s.rate, num, y.f(), cs);
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::idx_topk: {
-      const auto n = r.shape(0).at(2), k = std::min(c.index_topk, n);
-      auto sel = r.out({B, S, k}, Fmt::f32, DType::i64);
-      idx_topk(r.exact(0), r.i64(1), batch_span(batch, true), B, S, n, k, s.rate,
-               TopkSpec{fmt_of(num.topk_compare), num.topk_ties, seed}, sel.i64(), cs);
-      emit(std::move(sel));
-      break;
-    }
-    case OpKind::attention: {
-      const auto H = c.num_attention_heads, d = c.head_dim;
-      const bool compressed = r.in.size() > 3;
-      const auto n = compressed ? r.shape(3).at(1) : 0;
-      auto o = r.out({B, S, H, d}, st);
-      const float* kv = r.f(1, st);
-      const float* C = compressed ? r.f(3, st) : nullptr;
-      // On the matrix cores the keys (= values) are read as 16-bit operand patterns.
-      std::uint16_t *kv16 = nullptr, *C16 = nullptr;
-      if (attention_on_matrix_cores(num, matrix_cores_)) {
-        kv16 = r.scratch_of<std::uint16_t>(B * S * d);
-        quantize_activations_bits16(kv, kv16, B * S * d, st, cs);
-        if (n > 0) {
-          C16 = r.scratch_of<std::uint16_t>(B * n * d);
-          quantize_activations_bits16(C, C16, B * n * d, st, cs);
-        }
-      }
-      attention(r.f(0, st), kv, r.u8(2), C, compressed ? r.u8(4) : nullptr, B, S, n, H, d, r.weight(0), num, o.f(), cs,
-                kv16, C16);
-      emit(std::move(o));
-      break;
-    }
-    case OpKind::grouped_linear: {
-      const auto G = c.o_groups, Ro = c.o_lora_rank, per = c.num_attention_heads * c.head_dim / G;
-      const GemmInput x = operand(r.f(0, st), N, G * per, spec_out(st), per);
-      auto y = r.out({B, S, G * Ro}, st);
-      GemmGroups groups;
-      groups.count = G, groups.x_stride = per, groups.w_stride = Ro * per, groups.y_stride = Ro, groups.y_rows = N;
-      gemm(x, G * per, r.gemm_weight(0, spec_out(st)), y.f(), G * Ro, N, per, Ro, spec_out(st), cs, groups);
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::hc_post: {
-      const Shape sh = r.shape(0);
-      auto X = r.out(sh, sf);
-      hc_post(r.f(0, sf), r.f(1, st), r.exact(2), r.exact(3), N, c.hc_mult, c.hidden_size, sf, X.f(), cs);
-      emit(std::move(X));
-      break;
-    }
-    case OpKind::router: {
-      // fp32: an SGEMM on the stored z; 16-bit: operands, logits and scores in that format.
-      const auto E = r.ctx.weights.files().info(s.weights[0]).shape.at(0), D = c.hidden_size;
-      const Fmt rf = fmt_of(num.router);
-      const GemmSpec spec = exact_sgemm({rf, rf == Fmt::f32 ? Fmt::f32 : fmt_of(num.matmul_accum), rf, atomic, matrix_cores_}, st, 0);
-      auto logit = r.out({N, E}, rf), score = r.out({N, E}, rf);
-      gemm(operand(r.f(0, st), N, D, spec), D, r.gemm_weight(0, spec), logit.f(), E, N, D, E, spec, cs);
-      router_scores(logit.f(), N * E, rf, score.f(), cs);
-      emit(std::move(logit));
-      emit(std::move(score));
-      break;
-    }
-    case OpKind::moe_select: {
-      const auto K = c.num_experts_per_tok, E = c.n_routed_experts;
-      auto idx = r.out({N, K}, Fmt::f32, DType::i64);
-      if (r.in.size() > 1) {  // hash routing: a table lookup of the token ids
-        const auto& info = r.ctx.weights.files().info(s.weights.at(0));
-        hash_route(r.i64(1), table_i64(r.ctx.weights, s.weights.at(0)), N, info.shape.at(0), K, idx.i64(), cs);
-        emit(std::move(idx));
-        break;
-      }
-      topk_rows(r.exact(0), N, E, K, r.weight(0), TopkSpec{fmt_of(num.topk_compare), num.topk_ties, seed}, idx.i64(), cs);
-      emit(std::move(idx));
-      break;
-    }
-    case OpKind::moe_weights: {
-      const auto K = c.num_experts_per_tok, E = c.n_routed_experts;
-      const float* bias = nullptr;
-      if (num.routing_bias_in_weights) {
-        const std::string name = fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", s.layer);
-        if (r.ctx.weights.files().has(name)) bias = weight(r.ctx.weights, name, Fmt::f32);
-      }
-      auto wt = r.out({N, K}, Fmt::f32);
-      moe_weights(r.exact(0), r.i64(1), bias, N, E, K, num.routing_norm_eps, static_cast<float>(c.routed_scaling_factor),
-                  wt.f(), cs);
-      emit(std::move(wt));
-      break;
-    }
-    case OpKind::moe_experts:
-    case OpKind::moe_shared: {
-      const auto D = c.hidden_size, I = c.moe_intermediate_size;
-      const bool routed = s.kind == OpKind::moe_experts;
-      const auto K = routed ? c.num_experts_per_tok : 1;
-      const bool clip = routed || num.shared_clip;
-      const float limit = static_cast<float>(c.swiglu_limit);
-      const GemmSpec gu_spec = spec_out(Fmt::f32), down_spec = spec_out(st);
-      const GemmInput z = operand(r.f(0, st), N, D, gu_spec);
-      auto y = r.out({N, D}, st);
-      if (!routed) {
-        float* gu = r.scratch(N * 2 * I);
-        float* h = r.scratch(N * I);
-        // gate and up side by side in one [N, 2I] buffer (zeroed once for atomic split-K)
-        GemmGroups side;
-        side.zero_output = false;
-        if (atomic) memset_async(gu, 0, static_cast<std::size_t>(N * 2 * I) * 4, cs);
-        gemm(z, D, r.gemm_weight(0, gu_spec), gu, 2 * I, N, D, I, gu_spec, cs, side);
-        gemm(z, D, r.gemm_weight(1, gu_spec), gu + I, 2 * I, N, D, I, gu_spec, cs, side);
-        swiglu(gu, N, I, clip, limit, st, h, cs);
-        gemm(operand(h, N, I, down_spec), I, r.gemm_weight(2, down_spec), y.f(), D, N, I, D, down_spec, cs);
-        emit(std::move(y));
-        break;
-      }
-      // Grouped GEMM: slots t·K+k gathered per expert; gate|up in one GEMM per expert.
-      const auto E = c.n_routed_experts, NK = N * K;
-      auto* starts = r.scratch_of<std::int32_t>(E + 1);
-      auto* rows = r.scratch_of<std::int32_t>(NK);
-      expert_rows(r.i64(1), NK, E, starts, rows, cs);
-      std::vector<std::int32_t> h_starts(static_cast<std::size_t>(E + 1));
-      copy_d2h(h_starts.data(), starts, h_starts.size() * 4, cs);
-      stream_sync(cs);  // the largest group bounds the grid
-      std::int64_t max_rows = 0;
-      for (std::int64_t e = 0; e < E; ++e)
-        max_rows = std::max<std::int64_t>(max_rows, h_starts[static_cast<std::size_t>(e + 1)] - h_starts[static_cast<std::size_t>(e)]);
-      float* gu = r.scratch(NK * 2 * I);
-      float* h = r.scratch(NK * I);
-      float* slot = r.scratch(NK * D);
-      GemmGroups g1;
-      g1.count = E, g1.w_stride = 2 * I * D, g1.d_rows = rows, g1.d_starts = starts, g1.a_div = static_cast<std::int32_t>(K);
-      g1.y_rows = NK;
-      gemm(z, D, r.gemm_weight(0, gu_spec), gu, 2 * I, max_rows, D, 2 * I, gu_spec, cs, g1);
-      swiglu(gu, NK, I, clip, limit, st, h, cs);
-      GemmGroups g2 = g1;
-      g2.w_stride = D * I, g2.a_div = 1;
-      gemm(operand(h, NK, I, down_spec), I, r.gemm_weight(1, down_spec), slot, D, max_rows, I, D, down_spec, cs, g2);
-      combine(slot, r.exact(2), N, K, D, atomic, st, y.f(), cs);
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::add: {
-      const Shape sh = r.shape(2);
-      auto y = r.out(sh, st);
-      add(r.f(0, st), r.f(1, st), shape_numel(sh), st, y.f(), cs);
-      emit(std::move(y));
-      break;
-    }
-    case OpKind::hc_head: {
-      const auto n = c.hc_mult, D = c.hidden_size;
-      auto y = r.out({B, S, D}, sf), preh = r.out({B, S, n}, Fmt::f32);
-      hc_head(r.f(0, sf), N, n, D, r.weight(0), r.weight(1), r.weight(2), eps, static_cast<float>(c.hc_eps), num, sf,
-              y.f(), preh.f(), cs);
-      emit(std::move(y));
-      emit(std::move(preh));
-      break;
-    }
-  }
-  if (outs.size() != s.outputs.size())
-    throw std::logic_error(fmt::format("hip: no implementation for stage {} ({})", s.name, op_kind_name(s.kind)));
-  return outs;
 }
 
 }  // namespace tdiff::hip

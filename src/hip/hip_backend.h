@@ -7,7 +7,8 @@
 // finish() waits for them. The diff engine reads every float dtype; refcpu widens them
 // exactly in a mixed run. Inputs produced elsewhere (refcpu in a
 // mixed run, the case inputs) are uploaded; a host tensor the backend itself returned is
-// recognised by identity and not uploaded again.
+// recognised by identity and not uploaded again. run() looks the stage's kind up in a table
+// of per-family handlers (hip/stage_call.h).
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -33,8 +34,7 @@ class HipBackend final : public Backend {
   HipBackend(Policy policy, std::uint64_t run_seed);
   ~HipBackend() override;
   std::string name() const override { return "hip"; }
-  // Every kind today: run() switches over all of them (the handler table replaces this).
-  bool implements(OpKind) const override { return true; }
+  bool implements(OpKind kind) const override;
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
   bool deferred_outputs() const override { return true; }
   void finish() override;
@@ -89,9 +89,8 @@ class HipBackend final : public Backend {
     std::shared_ptr<DeviceBuffer> src;
     std::shared_ptr<DeviceBuffer> packed;  // 16-bit patterns of src (16-bit outputs)
   };
-  class StageRun;
+  friend class StageCall;  // the handlers' view of one stage
 
-  std::vector<Tensor> run_stage(StageRun& r);
   const DevTensor& input(const std::string& key, const Tensor* host);
   DevTensor upload(const Tensor& host);
   // A weight as float32 (f64 -> float as emu's to_float), rounded as a GEMM operand of `in`

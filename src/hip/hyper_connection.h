@@ -18,7 +18,7 @@
 
 #include "core/policy.h"
 #include "emu/arith.h"
-#include "hip/stream_fwd.h"
+#include "hip/vendor.h"
 
 namespace tdiff::hip {
 

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "emu/norm.h"
+#include "emu/hyper_connection.h"
 #include "emu/numerics.h"
 #include "hip/kernel_common.h"
 
@@ -243,7 +244,8 @@ constexpr int kThreads = 256;
 void hc_mix(const float* d_X, std::int64_t tokens, std::int64_t flat, const float* d_fn, std::int64_t M, float eps,
             const Numerics& num, float* d_mix, hipStream_t stream) {
   if (tokens == 0 || M == 0) return;
-  const Fmt sk = emu::fmt_of(num.sinkhorn), stats = emu::fmt_of(num.norm_stats);
+  const emu::HcSpec spec = emu::hc_spec(num);
+  const Fmt sk = spec.sinkhorn, stats = spec.norm_stats;
   const auto blocks = blocks_for(tokens, kMixTokens);
   // The fewest outputs per thread that cover M in one pass (v4: M = 24 -> 6; hc_head: n = 4 -> 1).
   const std::int64_t per = (M + kMixGroups - 1) / kMixGroups;
@@ -260,8 +262,9 @@ void hc_sinkhorn(const float* d_mix, std::int64_t tokens, std::int64_t n, const 
                  hipStream_t stream) {
   if (n > kMaxHc) throw std::invalid_argument("hip::hc_sinkhorn: hc_mult above 8");
   if (tokens == 0) return;
-  const Fmt f = emu::fmt_of(num.sinkhorn);
-  const float eps = num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f;
+  const emu::HcSpec spec = emu::hc_spec(num);
+  const Fmt f = spec.sinkhorn;
+  const float eps = spec.eps(hc_eps);
   hc_sinkhorn_kernel<<<blocks_for(tokens, kThreads), kThreads, 0, stream>>>(
       d_mix, tokens, static_cast<int>(n), d_base, d_scale, eps, iters, f, d_pre, d_post, d_comb);
   check_kernel("hc_sinkhorn");
@@ -286,10 +289,10 @@ void hc_head(const float* d_X, std::int64_t tokens, std::int64_t n, std::int64_t
              const float* d_base, const float* d_scale, float eps, float hc_eps, const Numerics& num, arith::Fmt out,
              float* d_y, float* d_preh, hipStream_t stream) {
   if (tokens == 0) return;
-  const Fmt f = emu::fmt_of(num.sinkhorn);
+  const emu::HcSpec spec = emu::hc_spec(num);
   hc_mix(d_X, tokens, n * D, d_fn, n, eps, num, d_preh, stream);
   hc_head_weights_kernel<<<blocks_for(tokens * n, kThreads), kThreads, 0, stream>>>(
-      d_preh, tokens, n, d_base, d_scale, num.hc_eps ? arith::round_fmt(hc_eps, f) : 0.0f, f);
+      d_preh, tokens, n, d_base, d_scale, spec.eps(hc_eps), spec.sinkhorn);
   check_kernel("hc_head");
   hc_pre(d_X, d_preh, tokens, n, D, out, d_y, stream);
 }

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "core/policy.h"
-#include "hip/stream_fwd.h"
+#include "hip/vendor.h"
 #include "hip/topk.h"
 
 namespace tdiff::hip {

@@ -6,7 +6,7 @@
 // indexer's selection.
 #include <cstdint>
 
-#include "hip/stream_fwd.h"
+#include "hip/vendor.h"
 
 namespace tdiff::hip {
 

@@ -1,5 +1,6 @@
 #pragma once
-// Device top-k (router expert choice, indexer selection): emu/topk.h on the GPU.
+// Device top-k (router expert choice, indexer selection): emu/topk.h on the GPU, in the order
+// of emu/topk_order.h (shared with emu).
 //   values [rows, n] (float32) -> out [rows, k] (int64): the k largest per row, descending,
 //   compared after rounding to `cmp` (and, with a bias, after v + bias[j] in `cmp`).
 //   Ties: TieBreak::index — lower index first (deterministic); TieBreak::unstable — the
@@ -13,15 +14,13 @@
 
 #include "core/policy.h"
 #include "emu/arith.h"
-#include "hip/stream_fwd.h"
+#include "emu/topk.h"
+#include "hip/vendor.h"
 
 namespace tdiff::hip {
 
-struct TopkSpec {
-  arith::Fmt cmp = arith::Fmt::f32;  // topk_compare
-  TieBreak ties = TieBreak::index;   // topk_ties
-  std::uint64_t seed = 0;            // run/stage seed (emu: stage_hash); row r uses seed ^ r
-};
+// emu's spec (emu::topk_spec): topk_compare, topk_ties, the stage seed; row r uses seed ^ r.
+using TopkSpec = emu::TopkSpec;
 
 // d_bias: null, or [n] added to every row in the comparison format first (moe_select:
 // biased = add_fmt(score, bias, cmp)). Requires 1 <= k <= n.

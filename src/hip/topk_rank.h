@@ -1,12 +1,13 @@
 #pragma once
 // Device part shared by topk.hip and indexer.hip: the rank of a row's elements under the
-// top-k order of emu::topk — value (rounded to the comparison format) descending, then the
-// tie rank ascending (the index, or mix64(seed ^ index) for unstable ties). mix64 is a
-// bijection, so the order is strict and the ranks of a row are a permutation of 0..n-1.
+// top-k order of emu/topk_order.h (emu::topk sorts by the same rule) — the number of
+// elements of the row that come before it. The order is strict, so the ranks of a row are a
+// permutation of 0..n-1.
 #include <cstdint>
 
 #include "core/policy.h"
 #include "emu/arith.h"
+#include "emu/topk_order.h"
 #include "hip/vendor.h"
 
 namespace tdiff::hip::detail {
@@ -20,11 +21,7 @@ struct TopkShared {
 };
 
 __device__ inline float topk_key(const float* row, const float* bias, std::int64_t j, arith::Fmt cmp) {
-  const float v = bias ? arith::add_fmt(row[j], bias[j], cmp) : row[j];
-  return arith::round_fmt(v, cmp);
-}
-__device__ inline std::uint64_t topk_order(std::int64_t j, bool unstable, std::uint64_t row_seed) {
-  return unstable ? arith::mix64(row_seed ^ static_cast<std::uint64_t>(j)) : static_cast<std::uint64_t>(j);
+  return emu::topk_value(bias ? emu::topk_biased(row[j], bias[j], cmp) : row[j], cmp);
 }
 
 // Rank of element i (valid: i < n) in its row; every thread of the workgroup must call it with
@@ -32,20 +29,19 @@ __device__ inline std::uint64_t topk_order(std::int64_t j, bool unstable, std::u
 __device__ inline std::int64_t topk_rank(const float* row, const float* bias, std::int64_t n, std::int64_t i, bool valid,
                                          arith::Fmt cmp, bool unstable, std::uint64_t row_seed, TopkShared& sh) {
   const float my_v = valid ? topk_key(row, bias, i, cmp) : 0.0f;
-  const std::uint64_t my_o = valid ? topk_order(i, unstable, row_seed) : 0;
+  const std::uint64_t my_o = valid ? emu::topk_tie_rank(i, unstable, row_seed) : 0;
   std::int64_t rank = 0;
   for (std::int64_t j0 = 0; j0 < n; j0 += kTopkTile) {
     const int m = static_cast<int>(n - j0 < kTopkTile ? n - j0 : kTopkTile);
     __syncthreads();
     for (int t = static_cast<int>(threadIdx.x); t < m; t += static_cast<int>(blockDim.x)) {
       sh.value[t] = topk_key(row, bias, j0 + t, cmp);
-      sh.order[t] = topk_order(j0 + t, unstable, row_seed);
+      sh.order[t] = emu::topk_tie_rank(j0 + t, unstable, row_seed);
     }
     __syncthreads();
     if (valid)
       for (int t = 0; t < m; ++t) {
-        const float v = sh.value[t];
-        rank += (v > my_v || (v == my_v && sh.order[t] < my_o)) ? 1 : 0;
+        rank += emu::topk_before(sh.value[t], sh.order[t], my_v, my_o) ? 1 : 0;
       }
   }
   return rank;

@@ -1,10 +1,37 @@
 #pragma once
-// The one file that names a GPU vendor. Kernels and launchers include this header and use
-// only the hip* names below; for the NVIDIA build (TDIFF_HIP_NVIDIA, nvcc) they map to CUDA,
-// for the AMD build (hipcc / clang -x hip) this is plain HIP. Debian's HIP 5.2 headers for
-// the NVIDIA platform do not compile with CUDA 13, hence this mapping of our own.
+// The one file that names a GPU vendor; everything else in src/hip (kernels, launchers, the
+// backend) uses the names below and no vendor conditional of its own. Two parts:
+//   1. What every compiler of the build sees, g++ for the host code included: hipStream_t as
+//      the vendor's own pointer type, forward-declared (AMD: HIP's `struct ihipStream_t*`;
+//      NVIDIA: cudaStream_t = CUstream_st*), and the platform's name. The NVIDIA build defines
+//      TDIFF_HIP_NVIDIA for its .hip (CUDA) sources and TDIFF_HIP_NV for every target linking
+//      tdiff_hip (src/hip/CMakeLists.txt); either selects the CUDA spelling. Redeclaring an
+//      alias to the same type is legal C++, so part 2's runtime headers agree with it.
+//   2. With a GPU compiler (nvcc, hipcc): the hip* runtime names (mapped to CUDA for the
+//      NVIDIA build, plain HIP for the AMD build), the wavefront width, the vendor's
+//      capabilities (vendor::), the matrix-core products (mma::) and asynchronous copies
+//      (async::). Debian's HIP 5.2 headers for the NVIDIA platform do not compile with
+//      CUDA 13, hence this mapping of our own.
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
+
+#if defined(TDIFF_HIP_NVIDIA) || defined(TDIFF_HIP_NV)
+struct CUstream_st;
+using hipStream_t = CUstream_st*;
+namespace tdiff::hip::vendor {
+inline constexpr const char* kPlatform = "CUDA (hip names mapped by src/hip/vendor.h)";
+}
+#else
+struct ihipStream_t;
+using hipStream_t = ihipStream_t*;
+namespace tdiff::hip::vendor {
+inline constexpr const char* kPlatform = "HIP/ROCm";
+}
+#endif
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
 
 #if defined(TDIFF_HIP_NVIDIA)
 #include <cuda_bf16.h>
@@ -91,6 +118,31 @@ inline constexpr int kWaveSize = 64;  // host pass of the AMD build: CDNA2 wavef
 // HIP's second bound means waves per execution unit, not workgroups per CU: only the size.
 #define TDIFF_LAUNCH_BOUNDS(threads, per_sm) __launch_bounds__(threads)
 #endif
+
+// ---- Capabilities: what the kernels and the host code ask of the vendor ------------------
+//   kMaxLdsBytes        the LDS (shared memory) one workgroup may take: 160 KiB on NVIDIA
+//                       (with the opt-in above 48 KiB), gfx90a's 64 KiB on AMD
+//   arch_name(p)        the device's architecture: "sm_90" (NVIDIA), gcnArchName (AMD, e.g.
+//                       "gfx90a:sramecc+:xnack-")
+//   has_matrix_cores(a) whether architecture `a` has the matrix instructions of mma:: below
+//                       (bf16 tensor-core fragments need sm_80; MFMA on gfx90a, gfx908, gfx94x)
+namespace tdiff::hip::vendor {
+#if defined(TDIFF_HIP_NVIDIA)
+inline constexpr std::size_t kMaxLdsBytes = 160 * 1024;
+inline std::string arch_name(const hipDeviceProp_t& p) { return "sm_" + std::to_string(p.major) + std::to_string(p.minor); }
+inline bool has_matrix_cores(const std::string& arch) {
+  return arch.size() >= 5 && arch.compare(0, 3, "sm_") == 0 && std::stoi(arch.substr(3)) >= 80;
+}
+#else
+inline constexpr std::size_t kMaxLdsBytes = 64 * 1024;
+inline std::string arch_name(const hipDeviceProp_t& p) { return p.gcnArchName; }
+inline bool has_matrix_cores(const std::string& arch) {
+  for (const char* a : {"gfx90a", "gfx908", "gfx940", "gfx941", "gfx942"})
+    if (arch.compare(0, std::char_traits<char>::length(a), a) == 0) return true;
+  return false;
+}
+#endif
+}  // namespace tdiff::hip::vendor
 
 // ---- Matrix cores: one 16x16x16 product per wavefront/warp ------------------------------
 // The GEMM's matrix-core path (gemm.hip) sees only these names. Operands are 16-bit values
@@ -262,3 +314,5 @@ template <int N>
 __device__ inline void wait() {}
 #endif
 }  // namespace tdiff::hip::async
+
+#endif  // a GPU compiler

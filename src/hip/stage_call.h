@@ -1,0 +1,116 @@
+#pragma once
+// What a hip handler gets for one stage (core/handler_table.h): the stage, its inputs as
+// device tensors, scratch and outputs on the backend's pool, the stage's resolved numerics
+// and the backend's caches. Handlers live in the family files' host part (attention.cpp
+// beside attention.hip, moe.cpp beside moe.hip, ...), each registering its kinds with
+// register_<family>(); hip_backend.cpp builds the table from them. The knob -> kernel spec
+// mapping is emu's (emu/<family>.h), so both backends read a knob the same way.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/handler_table.h"
+#include "emu/gemm.h"
+#include "hip/hip_backend.h"
+
+namespace tdiff::hip {
+
+class StageCall {
+ public:
+  using DevTensor = HipBackend::DevTensor;
+  StageCall(HipBackend& be, const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx);
+
+  const DevTensor& dev(std::size_t i) { return be.input(s.inputs.at(i).key(), in.at(i)); }
+  // Input i as float values in format f (emu's load(in, f)): the device copy itself when its
+  // values already are in f, else a rounded scratch copy.
+  const float* f(std::size_t i, arith::Fmt fmt);
+  const float* exact(std::size_t i) { return f(i, arith::Fmt::f32); }
+  const std::int64_t* i64(std::size_t i) { return dev(i).i64(); }
+  const std::uint8_t* u8(std::size_t i) { return dev(i).u8(); }
+  const Shape& shape(std::size_t i) { return dev(i).shape; }
+  float* scratch(std::int64_t n) { return scratch_of<float>(n); }
+  template <class T>
+  T* scratch_of(std::int64_t n) {
+    scratch_.push_back(std::make_shared<DeviceBuffer>(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * sizeof(T), &be.pool_));
+    return scratch_.back()->as<T>();
+  }
+  DevTensor out(Shape shape, arith::Fmt fmt, DType dtype = DType::f32);
+  // Weight i (or a named weight) as float32 rounded as a GEMM operand of `fmt`.
+  const float* weight(std::size_t i, arith::Fmt fmt = arith::Fmt::f32) { return weight(s.weights.at(i), fmt); }
+  const float* weight(const std::string& name, arith::Fmt fmt) { return be.weight(ctx.weights, name, fmt); }
+  // Weight i as the operand of a GEMM under `spec` (16-bit patterns on the matrix-core path).
+  GemmWeight gemm_weight(std::size_t i, const GemmSpec& spec) { return be.gemm_weight(ctx.weights, s.weights.at(i), spec); }
+  // The leading dimension of weight i (from the file's header: no host copy).
+  std::int64_t weight_rows(std::size_t i) const { return ctx.weights.files().info(s.weights.at(i)).shape.at(0); }
+
+  // emu's GEMM spec on this device (matrix cores where it has them and the spec allows).
+  GemmSpec device_spec(const emu::GemmSpec& spec) const;
+  // An SGEMM (float32 operands and accumulator) of bf16 activations and a weight of bf16
+  // numbers sums the same exact products as the bf16 matrix-core GEMM with a float32
+  // accumulator, so it runs there (fixed's lm_head and router on a bf16 checkpoint); only the
+  // float32 summation order differs, as on every matrix-core GEMM.
+  GemmSpec exact_sgemm(GemmSpec spec, arith::Fmt x_fmt, std::size_t weight);
+  // x [rows, K] in storage -> the GEMM operand under `spec`: rounded to spec.in (fp8: 1x128
+  // groups within `segment`), as 16-bit patterns where the product runs on the matrix cores.
+  GemmInput operand(const float* x, std::int64_t rows, std::int64_t K, const GemmSpec& spec, std::int64_t segment = 0);
+
+  // The next output: registered on the device, its host copy started.
+  void emit(DevTensor t);
+  // Whether the stage's outputs are copied to the host (the capture filter).
+  bool captures() const { return be.captures(s); }
+  // A float32 output whose host copy the handler starts itself, a block at a time
+  // (HipBackend::EarlyCopy); emit_copied() then registers it.
+  HipBackend::EarlyCopy early_copy_begin(const Shape& shape) { return be.early_copy_begin(shape); }
+  void early_copy(HipBackend::EarlyCopy& c, const float* d_src, std::int64_t offset, std::int64_t count) {
+    be.early_copy(c, d_src, offset, count);
+  }
+  void emit_copied(DevTensor t, const HipBackend::EarlyCopy& early);
+  int logit_blocks() const { return be.logit_blocks_; }
+  // Stages computed on the host from integer inputs (as emu, which calls refcpu for them):
+  // integer inputs read back from the device, float inputs passed as zero tensors of their
+  // shape (these stages read only their shapes). Emits every output.
+  void on_host();
+  // The outputs emitted so far (the handler's result).
+  std::vector<Tensor> outputs() { return std::move(outs_); }
+
+  const float* rope_freq(bool compress) { return be.rope_freq(c, compress); }
+  const std::int64_t* batch_span(bool length) { return be.batch_span(batch, length); }
+  const std::int64_t* table_i64(const std::string& name) { return be.table_i64(ctx.weights, name); }
+  bool matrix_cores() const { return be.matrix_cores_; }
+
+  HipBackend& be;
+  const Stage& s;
+  const std::vector<const Tensor*>& in;
+  RunContext& ctx;
+  const ModelConfig& c;
+  const Batch& batch;
+  const Numerics num;
+  const arith::Fmt st, sf;     // storage and stream formats
+  const std::uint64_t seed;    // stage identity for unstable ties (emu::stage_hash)
+  const std::int64_t B, S, N;  // batch rows, sequence, tokens
+  const float eps;             // rms_norm_eps
+  const hipStream_t cs;        // the compute stream
+
+ private:
+  std::vector<std::shared_ptr<DeviceBuffer>> scratch_;
+  std::vector<Tensor> outs_;
+};
+
+using Handlers = HandlerTable<StageCall>;
+
+inline std::int64_t rows_of(const Shape& sh) { return shape_numel(sh) / sh.back(); }
+
+// One per operator family (the family names of the operator table).
+void register_embedding(Handlers& h);
+void register_hyper_connection(Handlers& h);
+void register_rope(Handlers& h);
+void register_mask(Handlers& h);
+void register_norm(Handlers& h);
+void register_linear(Handlers& h);
+void register_compressor(Handlers& h);
+void register_indexer(Handlers& h);
+void register_attention(Handlers& h);
+void register_moe(Handlers& h);
+
+}  // namespace tdiff::hip
