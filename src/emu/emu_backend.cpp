@@ -312,7 +312,7 @@ std::vector<Tensor> EmuBackend::run(const Stage& s, const std::vector<const Tens
       std::vector<float> bias;
       if (num.routing_bias_in_weights) {
         const std::string name = fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", s.layer);
-        if (W.files().has(name)) bias = to_float(W.f64(name));
+        if (W.has(name)) bias = to_float(W.f64(name));
       }
       std::vector<float> wt(static_cast<std::size_t>(N * K));
       for (std::int64_t t = 0; t < N; ++t) {
