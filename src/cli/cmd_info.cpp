@@ -119,7 +119,12 @@ void info_model(const InfoOptions& o) {
   std::int64_t params = 0;
   for (const auto& [name, spec] : expected_weights(m.config)) params += shape_numel(spec.shape);
   std::set<std::string> dtypes;
-  for (const auto& name : weights.files().names()) dtypes.insert(std::string(dtype_name(weights.files().info(name).dtype)));
+  // The release layout's storage formats by their safetensors names (F8_E4M3, F8_E8M0, I8, ...).
+  for (const auto& name : weights.files().names()) {
+    const TensorInfo& info = weights.files().info(name);
+    dtypes.insert(weights.release_layout() ? info.format : std::string(dtype_name(info.dtype)));
+  }
+  if (weights.release_layout()) line("layout", "DeepSeek release (release names; FP8 linears, FP4 routed experts)");
   std::string label = "weights";
   for (const auto& file : weights.files().files()) {
     std::error_code ec;

@@ -1,4 +1,4 @@
-// tdiff synth: a deterministic synthetic model folder (HF layout) from a preset or a config.
+// tdiff synth: a deterministic synthetic model folder (HF or release layout) from a preset or a config.
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/synth.h"
+#include "core/synth_release.h"
 #include "core/weights.h"
 
 namespace tdiff::cli {
@@ -20,39 +21,50 @@ namespace {
 struct SynthOptions {
   std::string preset;
   std::string config;
-  std::int64_t layers = 0;
-  bool layers_given = false;
+  std::string layers;
   std::uint64_t seed = 0;
   bool outliers = false;
   std::string dtype = "f32";
+  bool dtype_given = false;
+  std::string format = "hf";
+  double shard_gb = 4.0;
   std::string out;
 };
 
 void run_synth(const SynthOptions& o) {
   if (o.preset.empty() == o.config.empty()) input_error("synth: give exactly one of --preset and --config");
   ModelConfig c = o.preset.empty() ? load_config(o.config) : synth_preset(o.preset);
-  if (o.layers_given) c.truncate_layers(o.layers);
+  if (!o.layers.empty()) c.select_layers(o.layers);
+  const bool release = o.format == "release";
+  if (release && o.dtype_given)
+    input_error("synth: --dtype applies to --format hf (the release layout stores FP8, FP4, BF16 and F32 as DeepSeek does)");
+  if (!(o.shard_gb > 0) || o.shard_gb > 1e6) input_error("synth: --shard-gb {} is not a positive size", o.shard_gb);
 
   std::uint64_t params = 0;
   for (const auto& [name, spec] : expected_weights(c)) params += static_cast<std::uint64_t>(shape_numel(spec.shape));
   // Progress only for models that take a while to write, and only on a terminal.
   const bool show = params > (std::uint64_t{1} << 28) && ::isatty(STDERR_FILENO);
   int last_pct = -1;
-  tdiff::SynthOptions so;
-  so.outliers = o.outliers;
-  so.dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
-  write_synth_model(
-      c, o.seed, o.out,
-      [&](std::uint64_t done, std::uint64_t total) {
-        const int pct = static_cast<int>(100 * done / std::max<std::uint64_t>(total, 1));
-        if (!show || pct == last_pct) return;
-        last_pct = pct;
-        fmt::print(stderr, "\rsynth: {:3d}% of {:.1f} GB", pct, static_cast<double>(total) / 1e9);
-        if (done == total) fmt::print(stderr, "\n");
-      },
-      so);
-  fmt::print("wrote {} ({} layers, {} parameters, {} weights, seed {})\n", o.out, c.num_hidden_layers, params, o.dtype,
-             o.seed);
+  const SynthProgress progress = [&](std::uint64_t done, std::uint64_t total) {
+    const int pct = static_cast<int>(100 * done / std::max<std::uint64_t>(total, 1));
+    if (!show || pct == last_pct) return;
+    last_pct = pct;
+    fmt::print(stderr, "\rsynth: {:3d}% of {:.1f} GB", pct, static_cast<double>(total) / 1e9);
+    if (done == total) fmt::print(stderr, "\n");
+  };
+  if (release) {
+    ReleaseOptions ro;
+    ro.outliers = o.outliers;
+    ro.shard_bytes = static_cast<std::uint64_t>(o.shard_gb * 1e9);
+    write_release_model(c, o.seed, o.out, progress, ro);
+  } else {
+    tdiff::SynthOptions so;
+    so.outliers = o.outliers;
+    so.dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
+    write_synth_model(c, o.seed, o.out, progress, so);
+  }
+  fmt::print("wrote {} ({} layers, {} parameters, {}, seed {})\n", o.out, c.num_hidden_layers, params,
+             release ? "release layout: FP8 linears, FP4 experts" : o.dtype + " weights", o.seed);
   if (o.outliers) {
     const SynthOutliers out = synth_outliers(c, o.seed);
     std::vector<std::string> mags;
@@ -71,7 +83,9 @@ void setup_synth(CLI::App& app) {
   CLI::Option* preset = sub->add_option("--preset", opt->preset, "tiny | small | v4-flash-dims");
   CLI::Option* config = sub->add_option("--config", opt->config, "take the dimensions from a deepseek_v4 config.json");
   preset->excludes(config);
-  CLI::Option* layers = sub->add_option("--layers", opt->layers, "keep only the first K layers");
+  sub->add_option("--layers", opt->layers,
+                  "K: the first K layers; or layers of the schedule, e.g. 0-3 (v4-flash-dims: sliding, sliding, CSA, "
+                  "HCA) or 2,3, renumbered from 0");
   sub->add_option("--seed", opt->seed, "random seed; the same seed gives the same bytes")->required();
   sub->add_flag("--outliers", opt->outliers,
                 "massive activations: a few token ids carry values of 100-1000 in a few fixed channels, as real "
@@ -79,7 +93,15 @@ void setup_synth(CLI::App& app) {
   sub->add_option("--dtype", opt->dtype,
                   "f32: every weight float32; bf16: as a bf16 checkpoint, the weights the release keeps in "
                   "BF16/FP8/FP4 rounded to bf16, the HC parameters, sinks and biases float32 (half the bytes)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->each([opt](const std::string&) { opt->dtype_given = true; });
+  sub->add_option("--format", opt->format,
+                  "hf: the transformers layout; release: DeepSeek's release layout (release tensor names, FP8 E4M3 "
+                  "linears with 128x128 E8M0 scales, FP4 E2M1 routed experts with per-32 scales, shards and "
+                  "model.safetensors.index.json, a release config.json)")
+      ->check(CLI::IsMember({"hf", "release"}))
+      ->capture_default_str();
+  sub->add_option("--shard-gb", opt->shard_gb, "release: start a new shard once one holds this many GB")->capture_default_str();
   sub->add_option("-o,--out", opt->out, "output folder (created, or replaced if it holds only a model)")->required();
   sub->footer(
       "The weights are float32 or bf16 (--dtype; tid2eid int64), named as transformers' DeepseekV4ForCausalLM expects.\n"
@@ -88,11 +110,10 @@ void setup_synth(CLI::App& app) {
       "  tdiff synth --preset tiny --outliers --seed 1 -o models/tiny-outliers   (ids and channels printed)\n"
       "  tdiff synth --preset v4-flash-dims --layers 1 --seed 7 -o models/flash1   (about 27 GB a layer)\n"
       "  tdiff synth --preset v4-flash-dims --layers 2 --dtype bf16 --seed 7 -o models/flash2   (about 13 GB a layer)\n"
-      "  tdiff synth --config path/to/config.json --seed 3 -o models/custom\n");
-  sub->callback([opt, layers] {
-    opt->layers_given = layers->count() > 0;
-    run_synth(*opt);
-  });
+      "  tdiff synth --config path/to/config.json --seed 3 -o models/custom\n"
+      "  tdiff synth --preset tiny --format release --seed 1 -o models/tiny-release\n"
+      "  tdiff synth --preset v4-flash-dims --layers 0-3 --format release --seed 1 -o models/flash4   (every layer type)\n");
+  sub->callback([opt] { run_synth(*opt); });
 }
 
 }  // namespace tdiff::cli

@@ -254,6 +254,45 @@ void ModelConfig::truncate_layers(std::int64_t k) {
   mlp_types.resize(static_cast<std::size_t>(k));
 }
 
+void ModelConfig::select_layers(const std::string& spec) {
+  // "K": the first K layers; otherwise a comma-separated list of layer indices and ranges.
+  const bool count_only = !spec.empty() && spec.find_first_not_of("0123456789") == std::string::npos;
+  if (count_only) {
+    if (spec.size() > 9) input_error("--layers {} is outside 1..{}", spec, num_hidden_layers);
+    truncate_layers(std::stoll(spec));
+    return;
+  }
+  std::vector<std::int64_t> keep;
+  auto number = [&](const std::string& t) -> std::int64_t {
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
+      input_error("--layers '{}': '{}' is not a layer index (give K, or a list like 0-3 or 2,3)", spec, t);
+    const std::int64_t v = std::stoll(t);
+    if (v >= num_hidden_layers) input_error("--layers '{}': layer {} is outside 0..{}", spec, v, num_hidden_layers - 1);
+    return v;
+  };
+  std::size_t at = 0;
+  while (at <= spec.size()) {
+    const std::size_t comma = std::min(spec.find(',', at), spec.size());
+    const std::string item = spec.substr(at, comma - at);
+    const std::size_t dash = item.find('-');
+    const std::int64_t lo = number(item.substr(0, dash)), hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
+    if (hi < lo) input_error("--layers '{}': range {} runs backwards", spec, item);
+    for (std::int64_t l = lo; l <= hi; ++l) {
+      if (!keep.empty() && l <= keep.back()) input_error("--layers '{}': layers must be given in increasing order, once", spec);
+      keep.push_back(l);
+    }
+    at = comma + 1;
+  }
+  std::vector<LayerType> lt;
+  std::vector<MlpType> mt;
+  for (std::int64_t l : keep) {
+    lt.push_back(layer_types[static_cast<std::size_t>(l)]);
+    mt.push_back(mlp_types[static_cast<std::size_t>(l)]);
+  }
+  layer_types = std::move(lt), mlp_types = std::move(mt);
+  num_hidden_layers = static_cast<std::int64_t>(keep.size());
+}
+
 ModelConfig load_config(const std::string& path) {
   const std::string text = read_text_file(path);
   json j;

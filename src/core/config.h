@@ -61,6 +61,9 @@ struct ModelConfig {
   void validate(const std::string& source) const;
   // Keeps the first k layers.
   void truncate_layers(std::int64_t k);
+  // --layers: "K" keeps the first K layers; "0-3", "2,3", "0,2-3" keep those layers of the
+  // schedule (attention and MoE types), renumbered from 0. InputError on a bad list.
+  void select_layers(const std::string& spec);
 };
 
 // Parses a config.json document; `source` names the file in error messages.

@@ -28,8 +28,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The safetensors dtype names tdiff reads and writes. Anything else (F8_E5M2, F8_E8M0, I8,
-// I16, U16, ...) is rejected when the header is read: tdiff has no DType for it.
+// The safetensors dtype names tdiff reads and writes. Two more are read as raw bytes (u8): the
+// release checkpoint's F8_E8M0 block scales and its I8 tensors of packed FP4 codes
+// (core/release_format.h decodes both). Anything else (F8_E5M2, I16, U16, ...) is rejected
+// when the header is read: tdiff has no DType for it.
 struct DTypeName {
   const char* name;
   DType dtype;
@@ -40,8 +42,12 @@ constexpr DTypeName kDTypeNames[] = {
     {"I32", DType::i32}, {"U8", DType::u8},            {"BOOL", DType::boolean},
 };
 
+constexpr DTypeName kByteFormats[] = {{"F8_E8M0", DType::u8}, {"I8", DType::u8}};
+
 std::optional<DType> dtype_from_st(const std::string& s) {
   for (const auto& d : kDTypeNames)
+    if (s == d.name) return d.dtype;
+  for (const auto& d : kByteFormats)
     if (s == d.name) return d.dtype;
   return std::nullopt;
 }
@@ -75,6 +81,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
   auto dtype = dtype_from_st(dt->get<std::string>());
   if (!dtype) input_error("{}: tensor '{}' has unsupported dtype {}", path, name, dt->get<std::string>());
   info.dtype = *dtype;
+  info.format = dt->get<std::string>();
   // Element count with overflow checks: a hostile header must not wrap around to a small size.
   std::uint64_t numel = 1;
   for (const auto& d : *sh) {
@@ -284,7 +291,73 @@ void write_all(int fd, const void* p, std::size_t n, const std::string& path) {
   }
 }
 
+// Writes all of `n` bytes at `offset` or throws.
+void pwrite_all(int fd, const void* p, std::size_t n, std::uint64_t offset, const std::string& path) {
+  const auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, c, std::min<std::size_t>(n, std::size_t{1} << 30), static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      input_error("{}: write failed ({})", path, errno_text());
+    }
+    c += w;
+    offset += static_cast<std::uint64_t>(w);
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
 }  // namespace
+
+SafetensorsStream::SafetensorsStream(const std::string& path, std::vector<Entry> entries,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), entries_(std::move(entries)) {
+  std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  json header = json::object();
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (i > 0 && entries_[i - 1].name == e.name) input_error("{}: tensor '{}' given twice", path, e.name);
+    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes}}};
+    offsets_.push_back(offset);
+    offset += e.bytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+  for (auto& o : offsets_) o += 8 + text.size();
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) input_error("{}: cannot create ({})", path, errno_text());
+  write(0, len, 8);
+  write(8, text.data(), text.size());
+}
+
+SafetensorsStream::~SafetensorsStream() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::size_t SafetensorsStream::index(const std::string& name) const {
+  for (std::size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].name == name) return i;
+  throw std::logic_error(fmt::format("{}: no entry '{}'", path_, name));
+}
+
+void SafetensorsStream::write(std::uint64_t file_offset, const void* data, std::size_t n) {
+  pwrite_all(fd_, data, n, file_offset, path_);
+}
+
+void SafetensorsStream::close() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::fsync(fd) != 0) {
+    const auto err = errno_text();
+    ::close(fd);
+    input_error("{}: fsync failed ({})", path_, err);
+  }
+  if (::close(fd) != 0) input_error("{}: close failed ({})", path_, errno_text());
+}
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {

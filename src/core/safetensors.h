@@ -16,6 +16,7 @@ namespace tdiff {
 struct TensorInfo {
   std::string name;
   DType dtype;
+  std::string format;  // the file's dtype name ("BF16", "F8_E8M0", "I8", ...): u8 holds the last two
   Shape shape;
   std::size_t begin = 0, end = 0;  // byte range inside the data block
 };
@@ -63,6 +64,38 @@ class ModelWeights {
 // Writes a safetensors file atomically (temporary file in the same folder, then rename).
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// A safetensors file written in pieces at known offsets, for tensors larger than memory and for
+// writers on many threads: the header comes from the declared entries (dtype by its safetensors
+// name, so F8_E8M0 and I8 can be written too), then each tensor's bytes go to data_offset(i) +
+// any offset within it (write() is thread-safe). Same layout as write_safetensors: entries in
+// name order, header padded with spaces to 8 bytes. `path` is created (or truncated) directly:
+// callers write into a temporary folder and rename it (core/synth.h).
+class SafetensorsStream {
+ public:
+  struct Entry {
+    std::string name;
+    std::string dtype;  // "BF16", "F8_E4M3", "F8_E8M0", "I8", ...
+    Shape shape;
+    std::uint64_t bytes = 0;
+  };
+  SafetensorsStream(const std::string& path, std::vector<Entry> entries, const std::map<std::string, std::string>& metadata);
+  ~SafetensorsStream();
+  SafetensorsStream(const SafetensorsStream&) = delete;
+  SafetensorsStream& operator=(const SafetensorsStream&) = delete;
+  const std::vector<Entry>& entries() const { return entries_; }  // name order
+  // File offset of entry i's data.
+  std::uint64_t data_offset(std::size_t i) const { return offsets_[i]; }
+  std::size_t index(const std::string& name) const;
+  void write(std::uint64_t file_offset, const void* data, std::size_t n);
+  void close();  // fsync and close; the destructor closes without syncing
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::vector<Entry> entries_;
+  std::vector<std::uint64_t> offsets_;
+};
 
 // SHA-256 of a file, lowercase hex (for the case file's weight checksums).
 std::string file_sha256(const std::string& path);

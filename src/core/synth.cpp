@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 
 namespace tdiff {
 
@@ -192,7 +194,7 @@ Init init_for(const ModelConfig& c, const std::string& name, const WeightSpec& s
 // Float tensors above kBlock elements are drawn in independent blocks of kBlock elements, block b
 // from its own stream (seed, "name#b"), so the tens of GB of a V4-Flash-sized model are generated
 // on every core at once; smaller tensors (all of tiny and small) are one stream, as they always were.
-constexpr std::int64_t kBlock = std::int64_t{1} << 24;
+constexpr std::int64_t kBlock = kSynthBlock;
 
 // Produces a tensor's values in order, in chunks of any size (the same values whatever the
 // chunking, so streaming to disk and synth_weight agree); blocked tensors block by block.
@@ -305,43 +307,11 @@ class WeightGen {
 
 std::string errno_text() { return std::strerror(errno); }
 
-void write_all(int fd, const void* p, std::size_t n, const std::string& path) {
-  const auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      input_error("{}: write failed ({})", path, errno_text());
-    }
-    c += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
-void pwrite_all(int fd, const void* p, std::size_t n, std::uint64_t offset, const std::string& path) {
-  const auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, c, n, static_cast<off_t>(offset));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      input_error("{}: write failed ({})", path, errno_text());
-    }
-    c += w;
-    offset += static_cast<std::uint64_t>(w);
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
 void write_text(const fs::path& p, const std::string& text) {
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) input_error("{}: cannot create ({})", p.string(), errno_text());
-  try {
-    write_all(fd, text.data(), text.size(), p.string());
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) input_error("{}: close failed ({})", p.string(), errno_text());
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) input_error("{}: cannot write", p.string());
 }
 
 // model.safetensors written tensor by tensor, each generated in chunks: a V4-Flash-sized layer
@@ -350,96 +320,78 @@ void write_text(const fs::path& p, const std::string& text) {
 void write_model_file(const ModelConfig& c, std::uint64_t seed, const fs::path& path, const SynthProgress& progress,
                       const SynthOptions& opt) {
   const auto specs = expected_weights(c);
-  json header = json::object();
-  std::uint64_t offset = 0;
+  std::vector<SafetensorsStream::Entry> entries;
+  std::uint64_t total_bytes = 0;
   for (const auto& [name, spec] : specs) {
     const DType dt = synth_storage(name, spec, opt.dtype);
     const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(spec.shape)) * dtype_size(dt);
-    header[name] = {{"dtype", dt == DType::i64 ? "I64" : dt == DType::bf16 ? "BF16" : "F32"}, {"shape", spec.shape},
-                    {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    entries.push_back({name, dt == DType::i64 ? "I64" : dt == DType::bf16 ? "BF16" : "F32", spec.shape, bytes});
+    total_bytes += bytes;
   }
   // transformers refuses safetensors files whose metadata lacks format=pt.
-  header["__metadata__"] = {{"format", "pt"}, {"tdiff_synth_seed", std::to_string(seed)}};
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
-
-  const std::string ps = path.string();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) input_error("{}: cannot create ({})", ps, errno_text());
-  try {
-    write_all(fd, len, 8, ps);
-    write_all(fd, text.data(), text.size(), ps);
-    // Work items: a whole unblocked tensor (one stream, written in chunks) or one block of a
-    // blocked tensor; items run on all threads, each writing at its own offset.
-    struct Item {
-      std::size_t spec;
-      std::int64_t block;  // -1: the whole (unblocked) tensor
-      std::uint64_t offset;
-    };
-    std::vector<std::pair<std::string, WeightSpec>> list(specs.begin(), specs.end());
-    std::vector<Item> items;
-    std::uint64_t at_byte = 8 + text.size();
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const auto& spec = list[i].second;
-      const std::int64_t total = shape_numel(spec.shape);
-      const std::size_t es = dtype_size(synth_storage(list[i].first, spec, opt.dtype));
-      if (!spec.integer && total > kBlock)
-        for (std::int64_t b = 0; b * kBlock < total; ++b)
-          items.push_back({i, b, at_byte + static_cast<std::uint64_t>(b * kBlock) * es});
-      else
-        items.push_back({i, -1, at_byte});
-      at_byte += static_cast<std::uint64_t>(total) * es;
-    }
-    constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements per chunk of an unblocked tensor
-    std::uint64_t done = 0;
-    std::exception_ptr failure;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::size_t w = 0; w < items.size(); ++w) {
-      try {
-        const Item& item = items[w];
-        const auto& [name, spec] = list[item.spec];
-        WeightGen gen(c, name, spec, seed, opt);
-        const std::int64_t total = shape_numel(spec.shape);
-        const std::size_t es = dtype_size(gen.dtype());
-        std::vector<std::byte> buf;
-        auto wrote = [&](std::size_t bytes) {
-#pragma omp critical(tdiff_synth_progress)
-          {
-            done += bytes;
-            if (progress) progress(done, offset);
-          }
-        };
-        if (item.block >= 0) {
-          const std::int64_t n = std::min(kBlock, total - item.block * kBlock);
-          buf.resize(static_cast<std::size_t>(n) * es);
-          gen.fill_block(item.block, buf.data(), n);
-          pwrite_all(fd, buf.data(), buf.size(), item.offset, ps);
-          wrote(buf.size());
-          continue;
-        }
-        const std::int64_t step = std::max(kChunk / gen.group(), std::int64_t{1}) * gen.group();
-        for (std::int64_t at = 0; at < total; at += step) {
-          const std::int64_t n = std::min(step, total - at);
-          buf.resize(static_cast<std::size_t>(n) * es);
-          gen.fill(buf.data(), n);
-          pwrite_all(fd, buf.data(), buf.size(), item.offset + static_cast<std::uint64_t>(at) * es, ps);
-          wrote(buf.size());
-        }
-      } catch (...) {
-#pragma omp critical(tdiff_synth_failure)
-        if (!failure) failure = std::current_exception();
-      }
-    }
-    if (failure) std::rethrow_exception(failure);
-    if (::fsync(fd) != 0) input_error("{}: fsync failed ({})", ps, errno_text());
-  } catch (...) {
-    ::close(fd);
-    throw;
+  SafetensorsStream out(path.string(), std::move(entries), {{"format", "pt"}, {"tdiff_synth_seed", std::to_string(seed)}});
+  // Work items: a whole unblocked tensor (one stream, written in chunks) or one block of a
+  // blocked tensor; items run on all threads, each writing at its own offset.
+  struct Item {
+    std::size_t spec;
+    std::int64_t block;  // -1: the whole (unblocked) tensor
+    std::uint64_t offset;
+  };
+  std::vector<std::pair<std::string, WeightSpec>> list(specs.begin(), specs.end());
+  std::vector<Item> items;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const auto& spec = list[i].second;
+    const std::int64_t total = shape_numel(spec.shape);
+    const std::size_t es = dtype_size(synth_storage(list[i].first, spec, opt.dtype));
+    const std::uint64_t at_byte = out.data_offset(i);  // entries and specs are both in name order
+    if (!spec.integer && total > kBlock)
+      for (std::int64_t b = 0; b * kBlock < total; ++b)
+        items.push_back({i, b, at_byte + static_cast<std::uint64_t>(b * kBlock) * es});
+    else
+      items.push_back({i, -1, at_byte});
   }
-  if (::close(fd) != 0) input_error("{}: close failed ({})", ps, errno_text());
+  constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements per chunk of an unblocked tensor
+  std::uint64_t done = 0;
+  std::exception_ptr failure;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::size_t w = 0; w < items.size(); ++w) {
+    try {
+      const Item& item = items[w];
+      const auto& [name, spec] = list[item.spec];
+      WeightGen gen(c, name, spec, seed, opt);
+      const std::int64_t total = shape_numel(spec.shape);
+      const std::size_t es = dtype_size(gen.dtype());
+      std::vector<std::byte> buf;
+      auto wrote = [&](std::size_t bytes) {
+#pragma omp critical(tdiff_synth_progress)
+        {
+          done += bytes;
+          if (progress) progress(done, total_bytes);
+        }
+      };
+      if (item.block >= 0) {
+        const std::int64_t n = std::min(kBlock, total - item.block * kBlock);
+        buf.resize(static_cast<std::size_t>(n) * es);
+        gen.fill_block(item.block, buf.data(), n);
+        out.write(item.offset, buf.data(), buf.size());
+        wrote(buf.size());
+        continue;
+      }
+      const std::int64_t step = std::max(kChunk / gen.group(), std::int64_t{1}) * gen.group();
+      for (std::int64_t at = 0; at < total; at += step) {
+        const std::int64_t n = std::min(step, total - at);
+        buf.resize(static_cast<std::size_t>(n) * es);
+        gen.fill(buf.data(), n);
+        out.write(item.offset + static_cast<std::uint64_t>(at) * es, buf.data(), buf.size());
+        wrote(buf.size());
+      }
+    } catch (...) {
+#pragma omp critical(tdiff_synth_failure)
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  out.close();
 }
 
 // Removes a temporary folder unless released.
@@ -497,9 +449,33 @@ Tensor synth_weight(const ModelConfig& c, const std::string& name, const WeightS
   return t;
 }
 
-void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir, const SynthProgress& progress,
-                       const SynthOptions& opt) {
-  c.validate("synth config");
+std::vector<float> synth_values(const ModelConfig& c, const std::string& name, const WeightSpec& spec,
+                                std::uint64_t seed, const SynthOptions& opt, std::int64_t begin, std::int64_t count) {
+  SynthOptions f32 = opt;
+  f32.dtype = DType::f32;
+  WeightGen gen(c, name, spec, seed, f32);
+  const std::int64_t total = shape_numel(spec.shape);
+  if (spec.integer || begin < 0 || count < 0 || begin + count > total)
+    throw std::logic_error(fmt::format("synth_values: bad range [{}, {}) of {}", begin, begin + count, name));
+  std::vector<float> out(static_cast<std::size_t>(count));
+  if (total > kBlock) {  // only the blocks that hold the range
+    std::vector<float> block;
+    for (std::int64_t b = begin / kBlock; b * kBlock < begin + count; ++b) {
+      const std::int64_t b0 = b * kBlock, n = std::min(kBlock, total - b0);
+      block.resize(static_cast<std::size_t>(n));
+      gen.fill_block(b, reinterpret_cast<std::byte*>(block.data()), n);
+      const std::int64_t lo = std::max(begin, b0), hi = std::min(begin + count, b0 + n);
+      std::copy(block.begin() + (lo - b0), block.begin() + (hi - b0), out.begin() + (lo - begin));
+    }
+    return out;
+  }
+  std::vector<float> all(static_cast<std::size_t>(begin + count));
+  gen.fill(reinterpret_cast<std::byte*>(all.data()), begin + count);
+  std::copy(all.begin() + begin, all.end(), out.begin());
+  return out;
+}
+
+void write_model_folder(const std::string& dir, const std::function<void(const std::string& tmp_dir)>& write) {
   fs::path target = fs::path(dir).lexically_normal();
   if (target.empty()) input_error("synth: empty output folder name");
   if (!target.has_filename()) target = target.parent_path();  // "out/" -> "out"
@@ -526,8 +502,7 @@ void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::stri
   TempDir tmp{tmpl};
   ::chmod(tmpl.c_str(), 0755);  // mkdtemp makes it private; a model folder is meant to be shared
 
-  write_text(tmp.path / "config.json", config_to_json(c).dump(2) + "\n");
-  write_model_file(c, seed, tmp.path / "model.safetensors", progress, opt);
+  write(tmp.path.string());
 
   if (exists) {
     // Swap: move the old folder aside (onto an empty placeholder), move the new one in,
@@ -547,5 +522,16 @@ void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::stri
     tmp.path.clear();
   }
 }
+
+void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir, const SynthProgress& progress,
+                       const SynthOptions& opt) {
+  c.validate("synth config");
+  write_model_folder(dir, [&](const std::string& tmp) {
+    write_text(fs::path(tmp) / "config.json", config_to_json(c).dump(2) + "\n");
+    write_model_file(c, seed, fs::path(tmp) / "model.safetensors", progress, opt);
+  });
+}
+
+void write_text_file(const std::string& path, const std::string& text) { write_text(path, text); }
 
 }  // namespace tdiff

@@ -55,6 +55,16 @@ SynthOutliers synth_outliers(const ModelConfig& c, std::uint64_t seed);
 Tensor synth_weight(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed,
                     const SynthOptions& opt = {});
 
+// Float tensors above this many elements are drawn in independent blocks of this size (block b
+// from its own random stream), so a writer can generate any block alone, on any core.
+inline constexpr std::int64_t kSynthBlock = std::int64_t{1} << 24;
+
+// Elements [begin, begin + count) of float parameter `name` as the float32 model (--dtype f32)
+// holds them, generating only the blocks that contain them (the whole prefix for an unblocked
+// tensor). The release writer quantises these values.
+std::vector<float> synth_values(const ModelConfig& c, const std::string& name, const WeightSpec& spec,
+                                std::uint64_t seed, const SynthOptions& opt, std::int64_t begin, std::int64_t count);
+
 // Bytes written so far and in all, for progress display.
 using SynthProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 
@@ -65,5 +75,12 @@ using SynthProgress = std::function<void(std::uint64_t done, std::uint64_t total
 // Throws InputError (not writable, `dir` is a file, `dir` holds other files).
 void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir,
                        const SynthProgress& progress = {}, const SynthOptions& opt = {});
+
+// The folder swap behind write_synth_model: `write` fills a temporary folder beside `dir`,
+// which then becomes `dir` (replacing a `dir` that holds only model files); on any error
+// nothing is left behind.
+void write_model_folder(const std::string& dir, const std::function<void(const std::string& tmp_dir)>& write);
+// A whole text file (InputError naming it when it cannot be written).
+void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace tdiff

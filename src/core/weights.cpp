@@ -86,20 +86,28 @@ std::size_t default_weight_budget() {
   return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 2
                                : std::size_t{8} << 30;
 }
+
+// An HF-layout parameter: present, with the config's shape and a float (integer) dtype.
+void check_hf_weight(const ModelWeights& w, const std::string& name, const WeightSpec& spec) {
+  if (!w.has(name)) input_error("{}: weight '{}' is missing (the config needs it)", w.dir(), name);
+  const TensorInfo& info = w.info(name);
+  if (info.shape != spec.shape)
+    input_error("{}: weight '{}' has shape {}, the config implies {}", w.dir(), name, shape_str(info.shape),
+                shape_str(spec.shape));
+  const bool is_int = info.dtype == DType::i64 || info.dtype == DType::i32;
+  if (spec.integer ? !is_int : !is_float(info.dtype))
+    input_error("{}: weight '{}' has dtype {}, expected {}", w.dir(), name, dtype_name(info.dtype),
+                spec.integer ? "an integer type" : "a float type");
+}
 }  // namespace
 
 WeightStore::WeightStore(const std::string& dir, const ModelConfig& c)
     : weights_(dir), specs_(expected_weights(c)), budget_(default_weight_budget()) {
-  for (const auto& [name, spec] : specs_) {
-    if (!weights_.has(name)) input_error("{}: weight '{}' is missing (the config needs it)", dir, name);
-    const TensorInfo& info = weights_.info(name);
-    if (info.shape != spec.shape)
-      input_error("{}: weight '{}' has shape {}, the config implies {}", dir, name, shape_str(info.shape),
-                  shape_str(spec.shape));
-    const bool is_int = info.dtype == DType::i64 || info.dtype == DType::i32;
-    if (spec.integer ? !is_int : !is_float(info.dtype))
-      input_error("{}: weight '{}' has dtype {}, expected {}", dir, name, dtype_name(info.dtype),
-                  spec.integer ? "an integer type" : "a float type");
+  if (is_release_layout(weights_)) {
+    release_.emplace(weights_);
+    for (const auto& [name, spec] : specs_) release_->check(name, spec);
+  } else {
+    for (const auto& [name, spec] : specs_) check_hf_weight(weights_, name, spec);
   }
   const auto V = c.vocab_size, E = c.n_routed_experts;
   for (const auto& [name, spec] : specs_) {
@@ -126,8 +134,7 @@ const Tensor& WeightStore::f64(const std::string& name) {
     return it->second.tensor;
   }
   if (!specs_.count(name)) throw std::logic_error("weight not in the model spec: " + name);
-  Tensor t = weights_.tensor(name);
-  Tensor out = t.dtype() == DType::f64 ? t.clone() : t.to(DType::f64);
+  Tensor out = load_f64(name);
   const double* v = out.data<double>();
   const std::int64_t n = out.numel();
   bool finite = true;
@@ -144,8 +151,21 @@ const Tensor& WeightStore::i64(const std::string& name) {
     it->second.used = ++tick_;
     return it->second.tensor;
   }
+  if (release_) return remember(name, release_->i64(name));
   Tensor t = weights_.tensor(name);
   return remember(name, t.dtype() == DType::i64 ? t.clone() : t.to(DType::i64));
+}
+
+Tensor WeightStore::stored(const std::string& name) const {
+  if (!specs_.count(name)) throw std::logic_error("weight not in the model spec: " + name);
+  if (!release_) return weights_.tensor(name);
+  return release_->stored(name);
+}
+
+Tensor WeightStore::load_f64(const std::string& name) const {
+  if (release_) return release_->f64(name, specs_.at(name));
+  Tensor t = weights_.tensor(name);
+  return t.dtype() == DType::f64 ? t.clone() : t.to(DType::f64);
 }
 
 void WeightStore::trim() {

@@ -3,9 +3,11 @@
 // float64 (converted once, cached).
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "core/config.h"
+#include "core/release_weights.h"
 #include "core/safetensors.h"
 
 namespace tdiff {
@@ -20,10 +22,21 @@ std::map<std::string, WeightSpec> expected_weights(const ModelConfig& c);
 
 class WeightStore {
  public:
-  // Opens the folder and checks that every expected weight is present with its shape and
-  // a suitable dtype; throws InputError naming the file and the tensor otherwise.
+  // Opens the folder (HF layout, or DeepSeek's release layout: release names, FP8 linears and
+  // FP4 experts; core/release_format.h) and checks that every expected weight is present with
+  // its shape and a suitable dtype; throws InputError naming the file and the tensor otherwise.
   WeightStore(const std::string& dir, const ModelConfig& c);
   const ModelWeights& files() const { return weights_; }
+  // The folder is in the release layout: its tensors carry release names, so files() cannot be
+  // asked for HF names (f64/i64 can).
+  bool release_layout() const { return release_.has_value(); }
+  // Whether the model of the config has parameter `name` (HF naming), and its shape.
+  bool has(const std::string& name) const { return specs_.count(name) != 0; }
+  const Shape& shape(const std::string& name) const { return specs_.at(name).shape; }
+  // The parameter as the folder stores it when that is one full-precision tensor (a view into
+  // the mapping: F32, BF16, ...); undefined when it is stored quantised (release FP8/FP4), so
+  // only f64() gives its values.
+  Tensor stored(const std::string& name) const;
   // The parameter as float64 (integer tensors as i64), converted on first use. The reference
   // stays valid until the next trim().
   const Tensor& f64(const std::string& name);
@@ -45,7 +58,10 @@ class WeightStore {
   };
   const Tensor& remember(const std::string& name, Tensor t);
 
+  Tensor load_f64(const std::string& name) const;  // converted, not cached
+
   ModelWeights weights_;
+  std::optional<ReleaseWeights> release_;
   std::map<std::string, WeightSpec> specs_;
   std::map<std::string, Entry> cache_;
   std::uint64_t tick_ = 0;

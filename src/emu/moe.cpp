@@ -64,7 +64,7 @@ std::vector<Tensor> run_moe_weights(StageCall& k) {
   std::vector<float> bias;
   if (k.num.routing_bias_in_weights) {
     const std::string name = fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", k.s.layer);
-    if (k.ctx.weights.files().has(name)) bias = to_float(k.ctx.weights.f64(name));
+    if (k.ctx.weights.has(name)) bias = to_float(k.ctx.weights.f64(name));
   }
   std::vector<float> wt(static_cast<std::size_t>(N * K));
   for (std::int64_t t = 0; t < N; ++t) {

@@ -197,8 +197,10 @@ DeviceBuffer HipBackend::load_weight(WeightStore& w, const std::string& name, Fm
   // The stored tensor (F32 or BF16 from tdiff synth; f16/f64 also read) as float32, without
   // the float64 copy WeightStore::f64 would keep: float32 copied as it is, 16-bit patterns
   // copied and widened on the device (a v4 layer's 13 GB of bf16 experts in seconds), f64
-  // converted on the host in chunks.
-  const Tensor t = w.files().tensor(name);
+  // converted on the host in chunks. Release FP8/FP4 weights come dequantised through f64()
+  // (exact in float32: a 4-bit significand times a power of two).
+  const Tensor stored = w.stored(name);
+  const Tensor t = stored.defined() ? stored : w.f64(name);
   const std::int64_t n = t.numel(), cols = t.dim(-1), rows = n / cols;
   DeviceBuffer buf(static_cast<std::size_t>(n) * 4, pooled ? &pool_ : nullptr);
   if (t.dtype() == DType::f32) {
@@ -235,10 +237,10 @@ GemmWeight HipBackend::gemm_weight(WeightStore& w, const std::string& name, cons
   const auto key = std::make_pair(name, kBits16Key + static_cast<int>(spec.in));
   auto it = weights_.find(key);
   if (it == weights_.end()) {
-    const Tensor t = w.files().tensor(name);
-    const std::int64_t n = t.numel();
+    const Tensor t = w.stored(name);
+    const std::int64_t n = shape_numel(w.shape(name));
     DeviceBuffer b(static_cast<std::size_t>(n) * 2, &pool_);
-    if (t.dtype() == DType::bf16 && spec.in == Fmt::bf16) {
+    if (t.defined() && t.dtype() == DType::bf16 && spec.in == Fmt::bf16) {
       // A bf16 operand of a bf16 weight is the weight: its stored patterns, copied as they are.
       copy_h2d(b.get(), t.raw(), static_cast<std::size_t>(n) * 2, compute_);
     } else {
@@ -254,7 +256,8 @@ GemmWeight HipBackend::gemm_weight(WeightStore& w, const std::string& name, cons
 bool HipBackend::weight_is_bf16(WeightStore& w, const std::string& name) {
   auto it = bf16_weight_.find(name);
   if (it != bf16_weight_.end()) return it->second;
-  bool exact = w.files().info(name).dtype == DType::bf16;
+  const Tensor t = w.stored(name);
+  bool exact = t.defined() && t.dtype() == DType::bf16;
   if (!exact) {  // float32 (or f64) files may still hold bf16 numbers, e.g. a converted checkpoint
     const DeviceBuffer f = load_weight(w, name, Fmt::f32, false);
     DeviceBuffer flag(sizeof(int), &pool_);

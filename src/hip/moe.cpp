@@ -47,7 +47,7 @@ std::vector<Tensor> run_moe_weights(StageCall& k) {
   const float* bias = nullptr;
   if (k.num.routing_bias_in_weights) {
     const std::string name = fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", k.s.layer);
-    if (k.ctx.weights.files().has(name)) bias = k.weight(name, Fmt::f32);
+    if (k.ctx.weights.has(name)) bias = k.weight(name, Fmt::f32);
   }
   auto wt = k.out({N, K}, Fmt::f32);
   moe_weights(k.exact(0), k.i64(1), bias, N, E, K, k.num.routing_norm_eps, static_cast<float>(k.c.routed_scaling_factor),

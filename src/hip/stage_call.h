@@ -42,7 +42,7 @@ class StageCall {
   // Weight i as the operand of a GEMM under `spec` (16-bit patterns on the matrix-core path).
   GemmWeight gemm_weight(std::size_t i, const GemmSpec& spec) { return be.gemm_weight(ctx.weights, s.weights.at(i), spec); }
   // The leading dimension of weight i (from the file's header: no host copy).
-  std::int64_t weight_rows(std::size_t i) const { return ctx.weights.files().info(s.weights.at(i)).shape.at(0); }
+  std::int64_t weight_rows(std::size_t i) const { return ctx.weights.shape(s.weights.at(i)).at(0); }
 
   // emu's GEMM spec on this device (matrix cores where it has them and the spec allows).
   GemmSpec device_spec(const emu::GemmSpec& spec) const;

@@ -1,0 +1,45 @@
+#pragma once
+// A model folder in DeepSeek's release layout (core/release_format.h), read under HF names:
+// every parameter the config implies is found under its release name, checked (dtype, shape,
+// scale shape) and dequantised exactly to float64 on request. Used by WeightStore when
+// a folder holds `embed.weight` instead of `model.embed_tokens.weight`.
+#include <map>
+#include <string>
+
+#include "core/release_format.h"
+#include "core/safetensors.h"
+
+namespace tdiff {
+
+struct WeightSpec;
+
+// Whether `files` is in the release layout (its embedding is `embed.weight`).
+bool is_release_layout(const ModelWeights& files);
+
+class ReleaseWeights {
+ public:
+  // `files` must outlive this object.
+  explicit ReleaseWeights(const ModelWeights& files) : files_(files) {}
+
+  // Checks that the release holds HF parameter `hf` with `spec`'s shape: its tensors, their
+  // dtypes and their scales' shapes. InputError naming the folder and the release tensor.
+  void check(const std::string& hf, const WeightSpec& spec) const;
+  // The parameter in float64 (exact); integer parameters as i64.
+  Tensor f64(const std::string& hf, const WeightSpec& spec) const;
+  Tensor i64(const std::string& hf) const;
+  // The release tensor of `hf` when it is stored unquantised in one piece; undefined otherwise.
+  Tensor stored(const std::string& hf) const;
+  // One routed expert's slice of a stacked expert parameter in float64: [2I, D] of
+  // gate_up_proj ([w1; w3]) or [D, I] of down_proj (w2), converting only that expert.
+  Tensor expert_f64(const std::string& hf, const WeightSpec& spec, std::int64_t expert) const;
+
+ private:
+  std::string what(const std::string& release) const;  // "<dir>: tensor 'X'" for errors
+  const TensorInfo& need(const std::string& release) const;
+  void check_fp8(const std::string& release, std::int64_t O, std::int64_t K) const;
+  void check_fp4(const std::string& release, std::int64_t O, std::int64_t K) const;
+
+  const ModelWeights& files_;
+};
+
+}  // namespace tdiff

@@ -1,0 +1,169 @@
+// Release-layout checkpoints end to end: `tdiff synth --format release`, loading, the reference,
+// and bad release files (exit 2, one line naming the tensor).
+#include "cli_support.h"
+
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/h5io.h"
+#include "core/safetensors.h"
+#include "core/synth.h"
+#include "core/weights.h"
+
+namespace tdiff {
+namespace {
+
+namespace fs = std::filesystem;
+using Result = testing::CliResult;
+
+class CliReleaseTest : public testing::CliTest {
+ protected:
+  // The shard holding release tensor `name`.
+  std::string shard_of(const std::string& model, const std::string& name) {
+    const auto index = nlohmann::json::parse(testing::slurp(model + "/model.safetensors.index.json"));
+    return model + "/" + index["weight_map"][name].get<std::string>();
+  }
+  // Overwrites one byte of release tensor `name` in place.
+  void patch_byte(const std::string& model, const std::string& name, std::size_t at, std::uint8_t value) {
+    const std::string shard = shard_of(model, name);
+    std::uint64_t header = 0;
+    std::ifstream(shard, std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
+    const std::size_t begin = SafetensorsFile(shard).info(name).begin;
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(8 + header + begin + at));
+    f.write(reinterpret_cast<const char*>(&value), 1);
+  }
+  // Rewrites the shard holding `name` with that tensor given another shape (and its bytes cut
+  // or zero-padded to match).
+  void reshape(const std::string& model, const std::string& name, Shape shape) {
+    const std::string shard = shard_of(model, name), tmp = shard + ".new";
+    std::vector<SafetensorsStream::Entry> entries;
+    std::map<std::string, Tensor> data;
+    {
+      SafetensorsFile in(shard);
+      for (const auto& n : in.names()) {
+        const TensorInfo& info = in.info(n);
+        Shape s = n == name ? shape : info.shape;
+        entries.push_back({n, info.format, s, static_cast<std::uint64_t>(shape_numel(s)) * dtype_size(info.dtype)});
+        data.emplace(n, in.tensor(n).clone());
+      }
+      SafetensorsStream out(tmp, entries, {{"format", "pt"}});
+      for (std::size_t i = 0; i < out.entries().size(); ++i) {
+        const auto& e = out.entries()[i];
+        std::vector<std::byte> bytes(e.bytes);
+        const Tensor& t = data.at(e.name);
+        std::memcpy(bytes.data(), t.raw(), std::min<std::size_t>(bytes.size(), static_cast<std::size_t>(t.nbytes())));
+        out.write(out.data_offset(i), bytes.data(), bytes.size());
+      }
+      out.close();
+    }
+    fs::rename(tmp, shard);
+  }
+};
+
+TEST_F(CliReleaseTest, ReferenceEqualsDequantisedHfModel) {
+  const std::string rel = path("rel");
+  Result r = run(fmt::format("synth --preset tiny --format release --shard-gb 0.0002 --seed 3 -o '{}'", rel));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // The release's own files: a release config.json (legacy keys), shards and their index.
+  const auto config = nlohmann::json::parse(testing::slurp(rel + "/config.json"));
+  EXPECT_EQ(config["compress_ratios"], nlohmann::json({0, 4, 128, 4, 0}));  // 4 layers and the MTP entry
+  EXPECT_EQ(config["num_hash_layers"], 1);
+  EXPECT_FALSE(config.contains("layer_types"));
+  EXPECT_TRUE(fs::exists(rel + "/model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(rel + "/model.safetensors"));
+  const ModelConfig c = load_config(rel + "/config.json");
+  EXPECT_EQ(c.layer_types, synth_preset("tiny").layer_types);
+  ModelWeights files(rel);
+  EXPECT_GT(files.files().size(), 2u);  // sharded at 200 kB
+  EXPECT_EQ(files.info("layers.1.attn.wq_a.weight").format, "F8_E4M3");
+  EXPECT_EQ(files.info("layers.1.attn.wq_a.scale").format, "F8_E8M0");
+  EXPECT_EQ(files.info("layers.1.ffn.experts.7.w3.weight").format, "I8");
+  EXPECT_EQ(files.info("layers.1.ffn.experts.7.w3.weight").shape, (Shape{32, 32}));  // [I, D/2]
+  EXPECT_EQ(files.info("layers.1.ffn.experts.7.w3.scale").shape, (Shape{32, 2}));   // [I, D/32]
+
+  // The same model dequantised, written in the HF layout as float32 (exact: a 4-bit
+  // significand times a power of two).
+  const std::string hf = path("hf");
+  fs::create_directories(hf);
+  write_text_file(hf + "/config.json", config_to_json(c).dump(2));
+  WeightStore store(rel, c);
+  EXPECT_TRUE(store.release_layout());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, spec] : expected_weights(c)) {
+    if (spec.integer) {
+      tensors.emplace_back(name, store.i64(name).clone());
+      continue;
+    }
+    const Tensor& w = store.f64(name);
+    Tensor w32 = w.to(DType::f32);
+    ASSERT_EQ(std::memcmp(w32.to(DType::f64).raw(), w.raw(), static_cast<std::size_t>(w.nbytes())), 0) << name;
+    tensors.emplace_back(name, std::move(w32));
+  }
+  write_safetensors(hf + "/model.safetensors", tensors);
+
+  for (const std::string& m : {rel, hf}) {
+    r = run(fmt::format("case new --model '{}' --random-prompts 2 --len 40 --seed 5 -o '{}.h5'", m, m));
+    ASSERT_EQ(r.code, 0) << r.err;
+    r = run(fmt::format("golden '{}.h5'", m));
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  const auto keys = h5_list_datasets(rel + ".h5", "/reference");
+  ASSERT_GT(keys.size(), 100u);
+  EXPECT_EQ(keys, h5_list_datasets(hf + ".h5", "/reference"));
+  for (const auto& k : keys) {
+    const Tensor a = h5_read(rel + ".h5", k), b = h5_read(hf + ".h5", k);
+    ASSERT_EQ(a.nbytes(), b.nbytes()) << k;
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<std::size_t>(a.nbytes())), 0) << k;
+  }
+  // And `tdiff run` takes the release model as the candidate's weights too.
+  r = run(fmt::format("run '{}.h5' --backend emu --policy fixed -o '{}'", rel, path("report")));
+  EXPECT_LE(r.code, 1) << r.err;
+}
+
+TEST_F(CliReleaseTest, NanCodeNamesTheTensor) {
+  const std::string rel = path("rel");
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --format release --seed 3 -o '{}'", rel)).code, 0);
+  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 1 --len 16 --seed 5 -o '{}'", rel, path("c.h5"))).code, 0);
+  patch_byte(rel, "layers.0.attn.wq_a.weight", 5, 0x7F);  // an E4M3 NaN code
+  const Result r = run(fmt::format("golden '{}'", path("c.h5")));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(testing::count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("layers.0.attn.wq_a.weight"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("NaN code"), std::string::npos) << r.err;
+}
+
+TEST_F(CliReleaseTest, BadScaleShapeNamesTheScale) {
+  const std::string rel = path("rel");
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --format release --seed 3 -o '{}'", rel)).code, 0);
+  reshape(rel, "layers.2.ffn.experts.3.w2.scale", {64, 2});  // [D, I/32] is [64, 1]
+  const Result r = run(fmt::format("case new --model '{}' --random-prompts 1 --len 16 --seed 5 -o '{}'", rel, path("c.h5")));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(testing::count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("layers.2.ffn.experts.3.w2.scale' has shape [64, 2], the weight needs [64, 1]"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(path("c.h5")));
+}
+
+TEST_F(CliReleaseTest, LayerListsAndFormatOptions) {
+  // Layers 1-2 of tiny: CSA and HCA, renumbered 0 and 1.
+  Result r = run(fmt::format("synth --preset tiny --layers 1-2 --seed 3 -o '{}'", path("m")));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ModelConfig c = load_config(path("m/config.json"));
+  EXPECT_EQ(c.layer_types, (std::vector<LayerType>{LayerType::csa, LayerType::hca}));
+  for (const char* bad : {"3-1", "0,0", "9", "x", "1-9"}) {
+    r = run(fmt::format("synth --preset tiny --layers {} --seed 3 -o '{}'", bad, path("b")));
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_EQ(testing::count_lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("--layers"), std::string::npos) << r.err;
+  }
+  r = run(fmt::format("synth --preset tiny --format release --dtype bf16 --seed 3 -o '{}'", path("b")));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--dtype applies to --format hf"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("b")));
+}
+
+}  // namespace
+}  // namespace tdiff
