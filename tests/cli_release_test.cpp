@@ -142,7 +142,7 @@ TEST_F(CliReleaseTest, BadScaleShapeNamesTheScale) {
   const Result r = run(fmt::format("case new --model '{}' --random-prompts 1 --len 16 --seed 5 -o '{}'", rel, path("c.h5")));
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_EQ(testing::count_lines(r.err), 1u) << r.err;
-  EXPECT_NE(r.err.find("layers.2.ffn.experts.3.w2.scale' has shape [64, 2], the weight needs [64, 1]"), std::string::npos)
+  EXPECT_NE(r.err.find("layers.2.ffn.experts.3.w2.scale' has shape [64,2], the weight needs [64,1]"), std::string::npos)
       << r.err;
   EXPECT_FALSE(fs::exists(path("c.h5")));
 }

@@ -113,7 +113,7 @@ TEST(ReleaseFormat, Fp8ErrorsNameTheTensor) {
   EXPECT_NE(error_of([&] { dequantize_fp8(bytes(DType::f8_e4m3, {1, 1}, {0xFF}), scale, "x"); }).find("NaN code (0xFF)"),
             std::string::npos);
   EXPECT_NE(error_of([&] { dequantize_fp8(bytes(DType::f8_e4m3, {1, 1}, {0x38}), bytes(DType::u8, {1, 2}, {127, 127}), "x.weight"); })
-                .find("x.weight: scale has shape [1, 2], the weight needs [1, 1]"),
+                .find("x.weight: scale has shape [1,2], the weight needs [1,1]"),
             std::string::npos);
   EXPECT_NE(error_of([&] { dequantize_fp8(bytes(DType::f8_e4m3, {1, 1}, {0x38}), bytes(DType::u8, {1, 1}, {0xFF}), "x"); })
                 .find("x: scale [0, 0] is nan"),
@@ -147,7 +147,7 @@ TEST(ReleaseFormat, Fp4GroupsNotMultiplesOf32) {
   EXPECT_EQ(out[K + 0], 0.5);
   EXPECT_EQ(out[K + 36], 0.25);
   EXPECT_NE(error_of([&] { dequantize_fp4(bytes(DType::u8, {2, 19}, packed), bytes(DType::u8, {2, 1}, {127, 127}), K, out.data(), "w2"); })
-                .find("w2: scale has shape [2, 1], the weight needs [2, 2]"),
+                .find("w2: scale has shape [2,1], the weight needs [2,2]"),
             std::string::npos);
   EXPECT_NE(error_of([&] { dequantize_fp4(bytes(DType::u8, {2, 19}, packed), bytes(DType::u8, {2, 2}, {127, 127, 127, 127}), 40, out.data(), "w2"); })
                 .find("w2: FP4 weight must be 2-D I8 [rows, 20]"),

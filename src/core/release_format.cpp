@@ -176,7 +176,7 @@ void check_scale(const Tensor& scale, std::int64_t rows, std::int64_t cols, bool
   if (!dtype_ok)
     input_error("{}: scale has dtype {}, expected F8_E8M0{}", what, dtype_name(scale.dtype()), f32_allowed ? " or F32" : "");
   if (scale.rank() != 2 || scale.dim(0) != rows || scale.dim(1) != cols)
-    input_error("{}: scale has shape {}, the weight needs [{}, {}]", what, shape_str(scale.shape()), rows, cols);
+    input_error("{}: scale has shape {}, the weight needs {}", what, shape_str(scale.shape()), shape_str(Shape{rows, cols}));
 }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }

@@ -24,7 +24,8 @@ void ReleaseWeights::check_fp8(const std::string& release, std::int64_t O, std::
   const TensorInfo& w = need(release);
   if (w.dtype != DType::f8_e4m3)
     input_error("{} has a scale but dtype {} (FP8 weights are F8_E4M3)", what(release), w.format);
-  if (w.shape != Shape{O, K}) input_error("{} has shape {}, the config implies [{}, {}]", what(release), shape_str(w.shape), O, K);
+  if (w.shape != Shape{O, K})
+    input_error("{} has shape {}, the config implies {}", what(release), shape_str(w.shape), shape_str(Shape{O, K}));
   const TensorInfo& s = need(scale_name(release));
   const Shape want{(O + 127) / 128, (K + 127) / 128};
   if (s.format != "F8_E8M0" && s.format != "F32")
@@ -74,8 +75,8 @@ void ReleaseWeights::check(const std::string& hf, const WeightSpec& spec) const 
         } else {  // an unquantised export of the experts
           const TensorInfo& w = need(t);
           if (!is_float(w.dtype) || w.shape != Shape{rows, K})
-            input_error("{} is {} {}, expected a float [{}, {}] or I8 FP4 codes with a scale", what(t), w.format,
-                        shape_str(w.shape), rows, K);
+            input_error("{} is {} {}, expected a float {} or I8 FP4 codes with a scale", what(t), w.format,
+                        shape_str(w.shape), shape_str(Shape{rows, K}));
         }
       }
     return;
