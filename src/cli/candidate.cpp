@@ -47,10 +47,10 @@ std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy
 }
 
 void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference) {
-  std::string help = "backend:";
+  std::string help = "backend";
   for (const auto& e : backend_registry())
     if (e.candidate || with_reference)
-      help += fmt::format(" {} ({}{})", e.name, e.description, e.built ? "" : "; not in this build");
+      help += fmt::format("{} {}: {}{}", help == "backend" ? ":" : ";", e.name, e.description, e.built ? "" : " (not in this build)");
   cmd->add_option("--backend", backend, help)->check(CLI::IsMember(backend_names(with_reference)))->capture_default_str();
 }
 

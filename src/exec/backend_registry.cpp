@@ -32,13 +32,13 @@ constexpr bool kHipBuilt = false;
 
 const std::vector<BackendEntry>& backend_registry() {
   static const std::vector<BackendEntry> registry = {
-      {"emu", "CPU model of the HIP kernels' numerics (no GPU needed)", true, true, false, true, "",
+      {"emu", "a CPU model of the HIP kernels' numerics, no GPU needed", true, true, false, true, "",
        [](const Policy& p, const BackendOptions& o) -> std::unique_ptr<Backend> {
          return std::make_unique<emu::EmuBackend>(p, o.seed);
        }},
-      {"hip", "HIP kernels on the GPU (gfx90a; NVIDIA through src/hip/vendor.h)", true, kHipBuilt, true, false,
+      {"hip", "the HIP kernels on a GPU: gfx90a, or NVIDIA through src/hip/vendor.h", true, kHipBuilt, true, false,
        "configure with -DTDIFF_HIP=AMD or NVIDIA", make_hip},
-      {"refcpu", "the float64 reference (Eigen, OpenMP)", false, true, false, false, "",
+      {"refcpu", "the float64 reference on the CPU", false, true, false, false, "",
        [](const Policy&, const BackendOptions&) -> std::unique_ptr<Backend> {
          return std::make_unique<refcpu::RefCpuBackend>();
        }},
