@@ -68,6 +68,7 @@ enum class OpKind {
 inline constexpr std::size_t kOpKindCount = static_cast<std::size_t>(OpKind::lm_head) + 1;
 
 enum class OpFamily { embedding, hyper_connection, rope, mask, norm, linear, compressor, indexer, attention, moe };
+inline constexpr std::size_t kOpFamilyCount = static_cast<std::size_t>(OpFamily::moe) + 1;
 
 enum class TensorKind : std::uint8_t {
   values,   // floating-point activations

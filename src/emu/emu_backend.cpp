@@ -7,20 +7,9 @@ namespace tdiff::emu {
 namespace {
 
 const Handlers& handlers() {
-  static const Handlers table = [] {
-    Handlers h("emu");
-    register_embedding(h);
-    register_hyper_connection(h);
-    register_rope(h);
-    register_mask(h);
-    register_norm(h);
-    register_linear(h);
-    register_compressor(h);
-    register_indexer(h);
-    register_attention(h);
-    register_moe(h);
-    return h;
-  }();
+  static const Handlers table = build_handler_table<StageCall>(
+      "emu", {register_embedding, register_hyper_connection, register_rope, register_mask, register_norm,
+              register_linear, register_compressor, register_indexer, register_attention, register_moe});
   return table;
 }
 

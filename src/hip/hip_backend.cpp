@@ -19,20 +19,9 @@ using arith::Fmt;
 namespace {
 
 const Handlers& handlers() {
-  static const Handlers table = [] {
-    Handlers h("hip");
-    register_embedding(h);
-    register_hyper_connection(h);
-    register_rope(h);
-    register_mask(h);
-    register_norm(h);
-    register_linear(h);
-    register_compressor(h);
-    register_indexer(h);
-    register_attention(h);
-    register_moe(h);
-    return h;
-  }();
+  static const Handlers table = build_handler_table<StageCall>(
+      "hip", {register_embedding, register_hyper_connection, register_rope, register_mask, register_norm,
+              register_linear, register_compressor, register_indexer, register_attention, register_moe});
   return table;
 }
 

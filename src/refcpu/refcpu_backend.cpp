@@ -9,20 +9,9 @@ namespace tdiff::refcpu {
 namespace {
 
 const RefHandlers& handlers() {
-  static const RefHandlers table = [] {
-    RefHandlers t("refcpu");
-    register_embedding(t);
-    register_hyper_connection(t);
-    register_rope(t);
-    register_mask(t);
-    register_norm(t);
-    register_linear(t);
-    register_compressor(t);
-    register_indexer(t);
-    register_attention(t);
-    register_moe(t);
-    return t;
-  }();
+  static const RefHandlers table = build_handler_table<RefCall>(
+      "refcpu", {register_embedding, register_hyper_connection, register_rope, register_mask, register_norm,
+                 register_linear, register_compressor, register_indexer, register_attention, register_moe});
   return table;
 }
 
