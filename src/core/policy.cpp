@@ -47,7 +47,8 @@ std::string canonical_value(const std::string& v) {
 
 const std::vector<KnobInfo>& knob_catalog() {
   // Kinds: the operator kinds whose emu arithmetic reads the knob (a knob changes nothing
-  // elsewhere). `tdiff info --knobs` prints this table; the README carries that table (CliRun.ReadmeFaultCatalogMatchesInfoKnobs keeps the two equal).
+  // elsewhere). `tdiff info --knobs` prints this table and the README carries it
+  // (CliRun.ReadmeFaultCatalogMatchesInfoKnobs keeps the two equal).
   static const std::vector<KnobInfo> catalog = {
       {"storage", &Numerics::storage, types({F32, BF, F16}),
        all_compute_kinds(), "fp16", "bf16", true,
