@@ -33,20 +33,7 @@ const std::vector<float>& EmuBackend::gemm_weight(WeightStore& w, const std::str
 }
 
 StageCall::StageCall(EmuBackend& be, const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx)
-    : be(be),
-      s(s),
-      in(in),
-      ctx(ctx),
-      c(ctx.config),
-      batch(ctx.batch),
-      num(be.policy_.resolve(s.name)),
-      st(fmt_of(num.storage)),
-      sf(fmt_of(num.stream)),
-      seed(stage_hash(s.name, be.run_seed_)),
-      B(ctx.batch.rows()),
-      S(ctx.batch.seq()),
-      N(B * S),
-      eps(static_cast<float>(ctx.config.rms_norm_eps)) {}
+    : StageFacts(be.policy_, be.run_seed_, s, in, ctx), be(be) {}
 
 std::vector<float> StageCall::load(std::size_t i, Fmt f) const {
   const Tensor* t = in.at(i);

@@ -12,12 +12,13 @@
 #include "core/policy.h"
 #include "emu/gemm.h"
 #include "emu/numerics.h"
+#include "emu/stage_facts.h"
 
 namespace tdiff::emu {
 
 class EmuBackend;
 
-struct StageCall {
+struct StageCall : StageFacts {
   StageCall(EmuBackend& be, const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx);
 
   // Input i as the kernel reads it: float values in the storage format f (a float64 tensor
@@ -31,16 +32,6 @@ struct StageCall {
   std::vector<Tensor> exact();
 
   EmuBackend& be;
-  const Stage& s;
-  const std::vector<const Tensor*>& in;
-  RunContext& ctx;
-  const ModelConfig& c;
-  const Batch& batch;
-  const Numerics num;
-  const Fmt st, sf;           // storage and stream formats
-  const std::uint64_t seed;   // stage identity for run-dependent orders (stage_hash)
-  const std::int64_t B, S, N;  // batch rows, sequence, tokens
-  const float eps;            // rms_norm_eps
 };
 
 using Handlers = HandlerTable<StageCall>;

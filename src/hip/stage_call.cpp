@@ -10,21 +10,7 @@ namespace tdiff::hip {
 using arith::Fmt;
 
 StageCall::StageCall(HipBackend& be, const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx)
-    : be(be),
-      s(s),
-      in(in),
-      ctx(ctx),
-      c(ctx.config),
-      batch(ctx.batch),
-      num(be.policy_.resolve(s.name)),
-      st(emu::fmt_of(num.storage)),
-      sf(emu::fmt_of(num.stream)),
-      seed(emu::stage_hash(s.name, be.run_seed_)),
-      B(ctx.batch.rows()),
-      S(ctx.batch.seq()),
-      N(B * S),
-      eps(static_cast<float>(ctx.config.rms_norm_eps)),
-      cs(be.compute_) {}
+    : StageFacts(be.policy_, be.run_seed_, s, in, ctx), be(be), cs(be.compute_) {}
 
 const float* StageCall::f(std::size_t i, Fmt fmt) {
   const DevTensor& d = dev(i);

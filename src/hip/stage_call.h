@@ -12,11 +12,12 @@
 
 #include "core/handler_table.h"
 #include "emu/gemm.h"
+#include "emu/stage_facts.h"
 #include "hip/hip_backend.h"
 
 namespace tdiff::hip {
 
-class StageCall {
+class StageCall : public emu::StageFacts {
  public:
   using DevTensor = HipBackend::DevTensor;
   StageCall(HipBackend& be, const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx);
@@ -80,17 +81,7 @@ class StageCall {
   bool matrix_cores() const { return be.matrix_cores_; }
 
   HipBackend& be;
-  const Stage& s;
-  const std::vector<const Tensor*>& in;
-  RunContext& ctx;
-  const ModelConfig& c;
-  const Batch& batch;
-  const Numerics num;
-  const arith::Fmt st, sf;     // storage and stream formats
-  const std::uint64_t seed;    // stage identity for unstable ties (emu::stage_hash)
-  const std::int64_t B, S, N;  // batch rows, sequence, tokens
-  const float eps;             // rms_norm_eps
-  const hipStream_t cs;        // the compute stream
+  const hipStream_t cs;  // the compute stream
 
  private:
   std::vector<std::shared_ptr<DeviceBuffer>> scratch_;

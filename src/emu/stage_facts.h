@@ -1,0 +1,44 @@
+#pragma once
+// What every candidate backend knows about the stage it runs (emu's StageCall and hip's derive
+// from it): the stage, its inputs and run context, its numerics resolved from the policy, the
+// storage and stream formats, its identity for run-dependent orders, the batch dimensions
+// and ε. emu is the specification, so the derivation is written once here.
+#include <cstdint>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/policy.h"
+#include "emu/numerics.h"
+
+namespace tdiff::emu {
+
+struct StageFacts {
+  StageFacts(const Policy& policy, std::uint64_t run_seed, const Stage& s, const std::vector<const Tensor*>& in,
+             RunContext& ctx)
+      : s(s),
+        in(in),
+        ctx(ctx),
+        c(ctx.config),
+        batch(ctx.batch),
+        num(policy.resolve(s.name)),
+        st(fmt_of(num.storage)),
+        sf(fmt_of(num.stream)),
+        seed(stage_hash(s.name, run_seed)),
+        B(ctx.batch.rows()),
+        S(ctx.batch.seq()),
+        N(B * S),
+        eps(static_cast<float>(ctx.config.rms_norm_eps)) {}
+
+  const Stage& s;
+  const std::vector<const Tensor*>& in;
+  RunContext& ctx;
+  const ModelConfig& c;
+  const Batch& batch;
+  const Numerics num;
+  const Fmt st, sf;            // storage and stream formats
+  const std::uint64_t seed;    // stage identity for run-dependent orders (stage_hash)
+  const std::int64_t B, S, N;  // batch rows, sequence, tokens
+  const float eps;             // rms_norm_eps
+};
+
+}  // namespace tdiff::emu
