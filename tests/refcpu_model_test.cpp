@@ -145,6 +145,23 @@ TEST_F(RefCpuModel, ASmallWeightCacheGivesTheSameBits) {
   }
 }
 
+// Streaming every weight by rows (as the lm_head and embedding are at real widths) and the
+// routed experts converted one at a time: the same bits as whole weights.
+TEST_F(RefCpuModel, StreamedWeightsGiveTheSameBits) {
+  const Batch b = batch({prompt(24, 5), prompt(17, 6)}, 0, false);
+  const TensorMap whole = run(b);
+  const std::size_t saved = weights_->stream_bytes();
+  weights_->set_stream_bytes(0);
+  ASSERT_TRUE(weights_->streamed("lm_head.weight"));
+  const TensorMap streamed = run(b);
+  weights_->set_stream_bytes(saved);
+  for (const auto& [key, t] : whole) {
+    const Tensor& u = streamed.at(key);
+    ASSERT_EQ(t.nbytes(), u.nbytes()) << key;
+    ASSERT_EQ(0, std::memcmp(t.raw(), u.raw(), t.nbytes())) << key;
+  }
+}
+
 TEST_F(RefCpuModel, OutputsAreFiniteAndNotDegenerate) {
   const TensorMap out = run(batch({prompt(40, 5)}, 0, false));
   const Tensor& logits = out.at("lm_head/logits");

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "refcpu/attention.h"
 #include "refcpu/compressor.h"
 #include "refcpu/hyper_connection.h"
@@ -54,6 +55,43 @@ TEST(RefCpuOps, LinearRowResultDoesNotDependOnItsPositionInTheBatch) {
   linear(x.data() + 63 * in, 37, in, w.data(), out, ys.data());  // rows 63..99 alone
   for (std::int64_t r = 0; r < 37; ++r)
     for (std::int64_t o = 0; o < out; ++o) ASSERT_EQ(ys[r * out + o], y[(63 + r) * out + o]) << r << "," << o;
+}
+
+TEST(RefCpuOps, LinearOverSeveralColumnTilesIsThreadInvariant) {
+  const std::int64_t rows = 70, in = 45, out = 2 * kColTile + 17;  // two row chunks, three column tiles
+  auto x = random_vec(rows * in, 11), w = random_vec(out * in, 12);
+  std::vector<double> y1(rows * out), y3(rows * out);
+  omp_set_num_threads(1);
+  linear(x.data(), rows, in, w.data(), out, y1.data());
+  omp_set_num_threads(3);
+  linear(x.data(), rows, in, w.data(), out, y3.data());
+  EXPECT_EQ(y1, y3);
+  for (std::int64_t o = 0; o < out; o += 7) {
+    double acc = 0;
+    for (std::int64_t k = 0; k < in; ++k) acc += x[69 * in + k] * w[o * in + k];
+    EXPECT_NEAR(y1[69 * out + o], acc, 1e-13);
+  }
+}
+
+TEST(RefCpuOps, StreamedLinearIsBitIdenticalToLinear) {
+  const std::int64_t rows = 131, in = 37, out = kColTile + 40;
+  auto x = random_vec(rows * in, 13), w = random_vec(out * in, 14);
+  std::vector<double> y(rows * out), ys(rows * out);
+  linear(x.data(), rows, in, w.data(), out, y.data());
+  int calls = 0;
+  linear_streamed(x.data(), rows, in,
+                  [&](std::int64_t r0, std::int64_t r1, double* dst) {
+#pragma omp atomic
+                    ++calls;
+                    std::copy(w.begin() + r0 * in, w.begin() + r1 * in, dst);
+                  },
+                  out, ys.data());
+  EXPECT_EQ(calls, 2);  // one conversion per column tile
+  EXPECT_EQ(y, ys);
+  // An error while converting a tile (a NaN code) reaches the caller, not std::terminate.
+  EXPECT_THROW(linear_streamed(x.data(), rows, in, [](std::int64_t, std::int64_t, double*) { throw InputError("bad tile"); },
+                               out, ys.data()),
+               InputError);
 }
 
 TEST(RefCpuOps, RmsNormHasUnitRmsBeforeTheWeight) {

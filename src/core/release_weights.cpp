@@ -135,6 +135,13 @@ Tensor ReleaseWeights::stored(const std::string& hf) const {
   return files_.tensor(rn.name);
 }
 
+ReleaseWeights::Fp8Parts ReleaseWeights::fp8_parts(const std::string& hf) const {
+  const ReleaseName rn = release_of(hf);
+  if (rn.format == ReleaseFormat::fp4 || !files_.has(scale_name(rn.name)))
+    throw std::logic_error("release layout: not an FP8 parameter: " + hf);
+  return {files_.tensor(rn.name), files_.tensor(scale_name(rn.name)), what(rn.name)};
+}
+
 Tensor ReleaseWeights::i64(const std::string& hf) const {
   const Tensor t = files_.tensor(release_of(hf).name);
   return t.dtype() == DType::i64 ? t.clone() : t.to(DType::i64);

@@ -29,6 +29,12 @@ class ReleaseWeights {
   Tensor i64(const std::string& hf) const;
   // The release tensor of `hf` when it is stored unquantised in one piece; undefined otherwise.
   Tensor stored(const std::string& hf) const;
+  // An FP8 parameter's codes [O, K] and block scales, and its name for errors.
+  struct Fp8Parts {
+    Tensor codes, scale;
+    std::string what;
+  };
+  Fp8Parts fp8_parts(const std::string& hf) const;
   // One routed expert's slice of a stacked expert parameter in float64: [2I, D] of
   // gate_up_proj ([w1; w3]) or [D, I] of down_proj (w2), converting only that expert.
   Tensor expert_f64(const std::string& hf, const WeightSpec& spec, std::int64_t expert) const;

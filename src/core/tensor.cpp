@@ -107,4 +107,13 @@ Tensor Tensor::reshaped(Shape shape) const {
   return view(dtype_, std::move(shape), data_, keepalive_);
 }
 
+Tensor Tensor::rows(std::int64_t r0, std::int64_t r1) const {
+  if (rank() == 0 || r0 < 0 || r1 < r0 || r1 > shape_[0])
+    throw std::invalid_argument(fmt::format("rows [{}, {}) of a tensor of shape {}", r0, r1, shape_str(shape_)));
+  Shape s = shape_;
+  s[0] = r1 - r0;
+  const std::size_t row_bytes = shape_[0] ? nbytes() / static_cast<std::size_t>(shape_[0]) : 0;
+  return view(dtype_, std::move(s), data_ + static_cast<std::size_t>(r0) * row_bytes, keepalive_);
+}
+
 }  // namespace tdiff

@@ -62,6 +62,8 @@ class Tensor {
   Tensor clone() const;
   // Same bytes, another shape with the same element count.
   Tensor reshaped(Shape shape) const;
+  // A view of indices [r0, r1) of the first dimension (same bytes, no copy).
+  Tensor rows(std::int64_t r0, std::int64_t r1) const;
 
  private:
   template <class T> bool type_matches() const;

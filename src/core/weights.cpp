@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -82,9 +83,7 @@ std::size_t default_weight_budget() {
       input_error("TDIFF_WEIGHT_CACHE_GB: '{}' is not a positive number of GB", gb);
     return static_cast<std::size_t>(v * 1e9);
   }
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 2
-                               : std::size_t{8} << 30;
+  return std::size_t{2} << 30;
 }
 
 // An HF-layout parameter: present, with the config's shape and a float (integer) dtype.
@@ -135,12 +134,7 @@ const Tensor& WeightStore::f64(const std::string& name) {
   }
   if (!specs_.count(name)) throw std::logic_error("weight not in the model spec: " + name);
   Tensor out = load_f64(name);
-  const double* v = out.data<double>();
-  const std::int64_t n = out.numel();
-  bool finite = true;
-#pragma omp parallel for schedule(static) reduction(&& : finite) if (n > (std::int64_t{1} << 20))
-  for (std::int64_t i = 0; i < n; ++i) finite = finite && std::isfinite(v[i]);
-  if (!finite) input_error("{}: weight '{}' holds a non-finite value", weights_.dir(), name);
+  check_finite(name, out);
   return remember(name, std::move(out));
 }
 
@@ -160,6 +154,53 @@ Tensor WeightStore::stored(const std::string& name) const {
   if (!specs_.count(name)) throw std::logic_error("weight not in the model spec: " + name);
   if (!release_) return weights_.tensor(name);
   return release_->stored(name);
+}
+
+void WeightStore::check_finite(const std::string& name, const Tensor& t) const {
+  const double* v = t.data<double>();
+  const std::int64_t n = t.numel();
+  bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (n > (std::int64_t{1} << 20))
+  for (std::int64_t i = 0; i < n; ++i) finite = finite && std::isfinite(v[i]);
+  if (!finite) input_error("{}: weight '{}' holds a non-finite value", weights_.dir(), name);
+}
+
+void WeightStore::rows_f64(const std::string& name, std::int64_t r0, std::int64_t r1, double* dst) const {
+  const Shape& shape = specs_.at(name).shape;
+  if (shape.size() != 2) throw std::logic_error("rows_f64 of a parameter that is not a matrix: " + name);
+  const std::int64_t cols = shape[1];
+  auto put = [&](const Tensor& part, std::int64_t at) {
+    check_finite(name, part);
+    std::memcpy(dst + (at - r0) * cols, part.data<double>(), part.nbytes());
+  };
+  if (!release_) {
+    put(weights_.tensor(name).rows(r0, r1).to(DType::f64), r0);
+    return;
+  }
+  const Tensor codes = release_->stored(name);
+  if (codes.defined()) {  // unquantised in the release (BF16 embedding and head)
+    put(codes.rows(r0, r1).to(DType::f64), r0);
+    return;
+  }
+  // FP8 with 128 x 128 block scales: one piece per block of rows, with that block's scales.
+  const auto [fp8, scale, what] = release_->fp8_parts(name);
+  for (std::int64_t b0 = r0; b0 < r1;) {
+    const std::int64_t block = b0 / 128, b1 = std::min(r1, (block + 1) * 128);
+    put(dequantize_fp8(fp8.rows(b0, b1), scale.rows(block, block + 1), what), b0);
+    b0 = b1;
+  }
+}
+
+bool WeightStore::streamed(const std::string& name) const {
+  return static_cast<std::size_t>(shape_numel(specs_.at(name).shape)) * sizeof(double) > stream_bytes_;
+}
+
+Tensor WeightStore::expert_f64(const std::string& name, std::int64_t expert) const {
+  const WeightSpec& spec = specs_.at(name);
+  Tensor out = release_ ? release_->expert_f64(name, spec, expert)
+                        : weights_.tensor(name).rows(expert, expert + 1).reshaped({spec.shape[1], spec.shape[2]}).to(DType::f64);
+  check_finite(name, out);
+  return out;
 }
 
 Tensor WeightStore::load_f64(const std::string& name) const {

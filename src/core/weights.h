@@ -42,11 +42,27 @@ class WeightStore {
   const Tensor& f64(const std::string& name);
   const Tensor& i64(const std::string& name);
 
+  // Not cached, so the memory they take ends with the caller's use (weights too large to hold
+  // converted: the lm_head and embedding at real widths, a layer's routed experts), and safe to
+  // call from several threads at once:
+  // rows [r0, r1) of a matrix parameter as float64, written to dst ([r1 - r0, columns]);
+  void rows_f64(const std::string& name, std::int64_t r0, std::int64_t r1, double* dst) const;
+  // one routed expert's slice [R, C] of a stacked expert parameter [E, R, C] as float64.
+  Tensor expert_f64(const std::string& name, std::int64_t expert) const;
+  // Whether a parameter is too large to convert whole (more than stream_bytes() as float64):
+  // the reference then streams it by rows (the lm_head and embedding at real widths, 129280 x
+  // 4096: 4.2 GB; every other real-width matrix is at most 268 MB). Default 512 MiB; tests
+  // set 0 to stream everything (the bits are the same either way).
+  bool streamed(const std::string& name) const;
+  std::size_t stream_bytes() const { return stream_bytes_; }
+  void set_stream_bytes(std::size_t bytes) { stream_bytes_ = bytes; }
+
   // Drops the least recently used converted tensors until the cache holds at most its budget.
   // The executor calls it between stages, when no stage holds a reference: a float64 copy of a
   // V4-Flash-sized layer is ~52 GB, so a 2-layer model would not fit in memory otherwise.
   void trim();
-  // Budget in bytes: TDIFF_WEIGHT_CACHE_GB if set, else half of the physical memory.
+  // Budget in bytes: TDIFF_WEIGHT_CACHE_GB if set, else 2 GiB (a real-width layer's weights
+  // other than its routed experts, which are converted one expert at a time, are 1.1 GB).
   std::size_t budget() const { return budget_; }
   void set_budget(std::size_t bytes) { budget_ = bytes; }
   std::size_t cached_bytes() const { return bytes_; }
@@ -59,6 +75,7 @@ class WeightStore {
   const Tensor& remember(const std::string& name, Tensor t);
 
   Tensor load_f64(const std::string& name) const;  // converted, not cached
+  void check_finite(const std::string& name, const Tensor& t) const;  // InputError naming the weight
 
   ModelWeights weights_;
   std::optional<ReleaseWeights> release_;
@@ -67,6 +84,7 @@ class WeightStore {
   std::uint64_t tick_ = 0;
   std::size_t bytes_ = 0;
   std::size_t budget_;
+  std::size_t stream_bytes_ = std::size_t{512} << 20;
   std::mutex mutex_;
 };
 

@@ -1,9 +1,11 @@
 #include "refcpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "refcpu/handlers.h"
+#include "refcpu/linear.h"
 
 namespace tdiff::refcpu {
 
@@ -11,33 +13,38 @@ void attention_row(const double* q, const double* kv, const std::uint8_t* win, c
                    const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t H, std::int64_t d,
                    const double* sinks, double* o) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < S; ++i) {
-    // Visible keys in a fixed order: raw keys ascending, then compressed entries ascending.
-    std::vector<const double*> keys;
-    for (std::int64_t j = 0; j < S; ++j)
-      if (win[i * S + j]) keys.push_back(kv + j * d);
-    for (std::int64_t w = 0; w < n; ++w)
-      if (cmask[i * n + w]) keys.push_back(C + w * d);
-    std::vector<double> p(keys.size());
-    for (std::int64_t h = 0; h < H; ++h) {
-      const double* qh = q + (i * H + h) * d;
-      double* oh = o + (i * H + h) * d;
-      double mx = sinks[h];
-      for (std::size_t k = 0; k < keys.size(); ++k) {
-        double dot = 0;
-        for (std::int64_t c = 0; c < d; ++c) dot += qh[c] * keys[k][c];
-        p[k] = dot * scale;
-        mx = std::max(mx, p[k]);
+  // Per query token, two DGEMMs over its own visible keys (all heads at once): the shapes
+  // depend only on that token, so its bits do not depend on the thread count or the padding.
+#pragma omp parallel
+  {
+    std::vector<double> keys, logits, probs;
+#pragma omp for schedule(dynamic, 16)
+    for (std::int64_t i = 0; i < S; ++i) {
+      // Visible keys in a fixed order: raw keys ascending, then compressed entries ascending.
+      keys.clear();
+      for (std::int64_t j = 0; j < S; ++j)
+        if (win[i * S + j]) keys.insert(keys.end(), kv + j * d, kv + (j + 1) * d);
+      for (std::int64_t w = 0; w < n; ++w)
+        if (cmask[i * n + w]) keys.insert(keys.end(), C + w * d, C + (w + 1) * d);
+      const auto nk = static_cast<std::int64_t>(keys.size()) / d;
+      double* oi = o + i * H * d;
+      if (nk == 0) {  // only the sink: o = 0
+        std::fill_n(oi, H * d, 0.0);
+        continue;
       }
-      double z = 0;
-      for (std::size_t k = 0; k < keys.size(); ++k) z += (p[k] = std::exp(p[k] - mx));
-      z += std::exp(sinks[h] - mx);
-      for (std::int64_t c = 0; c < d; ++c) oh[c] = 0;
-      for (std::size_t k = 0; k < keys.size(); ++k) {
-        const double pk = p[k] / z;
-        for (std::int64_t c = 0; c < d; ++c) oh[c] += pk * keys[k][c];
+      logits.resize(static_cast<std::size_t>(H * nk));
+      probs.resize(static_cast<std::size_t>(H * nk));
+      gemm_serial(H, nk, d, q + i * H * d, d, keys.data(), d, true, logits.data(), nk);  // q_h · K[k]
+      for (std::int64_t h = 0; h < H; ++h) {
+        double* l = logits.data() + h * nk;
+        double mx = sinks[h];
+        for (std::int64_t k = 0; k < nk; ++k) mx = std::max(mx, l[k] = l[k] * scale);
+        double z = 0;
+        for (std::int64_t k = 0; k < nk; ++k) z += (l[k] = std::exp(l[k] - mx));
+        z += std::exp(sinks[h] - mx);
+        for (std::int64_t k = 0; k < nk; ++k) probs[static_cast<std::size_t>(h * nk + k)] = l[k] / z;
       }
+      gemm_serial(H, d, nk, probs.data(), nk, keys.data(), d, false, oi, d);  // Σ_k p[h,k] · K[k]
     }
   }
 }

@@ -8,11 +8,16 @@ namespace tdiff::refcpu {
 
 namespace {
 
+// A streamed table (real widths) converts only the rows the ids read.
 std::vector<Tensor> run_embed(RefCall& r) {
-  const Tensor& E = r.weight(0);
   const auto D = r.c.hidden_size;
   Tensor e(DType::f64, {r.B, r.S, D});
   const auto* ids = r.i64(0);
+  if (r.streamed(0)) {
+    for (std::int64_t t = 0; t < r.N; ++t) r.weight_rows(0, ids[t], ids[t] + 1, e.data<double>() + t * D);
+    return {e};
+  }
+  const Tensor& E = r.weight(0);
   for (std::int64_t t = 0; t < r.N; ++t)
     std::memcpy(e.data<double>() + t * D, E.data<double>() + ids[t] * D, static_cast<std::size_t>(D) * 8);
   return {e};

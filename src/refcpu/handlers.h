@@ -23,7 +23,15 @@ struct RefCall {
   const std::int64_t* i64(std::size_t i) const { return in[i]->data<std::int64_t>(); }
   const std::uint8_t* u8(std::size_t i) const { return in[i]->data<std::uint8_t>(); }
   const Tensor& weight(std::size_t i) const { return ctx.weights.f64(s.weights.at(i)); }
+  // Whether weight i is too large to convert whole (WeightStore::streamed): products then
+  // stream it by tiles (linear_streamed) and the embedding converts only the rows it reads.
+  bool streamed(std::size_t i) const { return ctx.weights.streamed(s.weights.at(i)); }
+  // Rows [r0, r1) of weight i as float64, converted now (for linear_streamed).
+  void weight_rows(std::size_t i, std::int64_t r0, std::int64_t r1, double* dst) const {
+    ctx.weights.rows_f64(s.weights.at(i), r0, r1, dst);
+  }
 };
+
 using RefHandlers = HandlerTable<RefCall>;
 
 // `s` with its last dimension replaced.

@@ -14,23 +14,26 @@ void indexer_scores(const double* QI, const double* KI, const double* weights, c
                     std::int64_t S, std::int64_t n, std::int64_t n_row, std::int64_t heads, std::int64_t dim,
                     std::int64_t rate, double* score) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < S; ++i) {
-    const std::int64_t causal = pos[i] + 1 >= 0 ? (pos[i] + 1) / rate : 0;
-    for (std::int64_t w = 0; w < n; ++w) {
-      if (w >= causal || w >= n_row) {
-        score[i * n + w] = -INFINITY;
-        continue;
+  // Per query token one DGEMM over the entries it may see (all heads at once): the shape
+  // depends only on that token, so its bits do not depend on the thread count or the padding.
+#pragma omp parallel
+  {
+    std::vector<double> dots;
+#pragma omp for schedule(dynamic, 16)
+    for (std::int64_t i = 0; i < S; ++i) {
+      const std::int64_t causal = pos[i] + 1 >= 0 ? (pos[i] + 1) / rate : 0;
+      const std::int64_t visible = std::min({causal, n_row, n});
+      double* out = score + i * n;
+      std::fill(out + visible, out + n, -INFINITY);
+      if (visible == 0) continue;
+      dots.resize(static_cast<std::size_t>(heads * visible));
+      gemm_serial(heads, visible, dim, QI + i * heads * dim, dim, KI, dim, true, dots.data(), visible);  // q_h · k_w
+      for (std::int64_t w = 0; w < visible; ++w) {
+        double acc = 0;
+        for (std::int64_t h = 0; h < heads; ++h)
+          acc += (std::max(dots[static_cast<std::size_t>(h * visible + w)], 0.0) * scale) * weights[i * heads + h];
+        out[w] = acc;
       }
-      double acc = 0;
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const double* q = QI + (i * heads + h) * dim;
-        const double* k = KI + w * dim;
-        double dot = 0;
-        for (std::int64_t c = 0; c < dim; ++c) dot += q[c] * k[c];
-        acc += (std::max(dot, 0.0) * scale) * weights[i * heads + h];
-      }
-      score[i * n + w] = acc;
     }
   }
 }

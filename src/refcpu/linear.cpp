@@ -1,64 +1,112 @@
 #include "refcpu/linear.h"
 
-#include <Eigen/Dense>
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "refcpu/handlers.h"
+#include "core/parallel_errors.h"
 
 namespace tdiff::refcpu {
 
-using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
 namespace {
 
-using Stride = Eigen::OuterStride<>;
-
-// y[r0 .. r0+n) = x[r0 .. r0+n) · Wᵀ for one chunk of at most kRowChunk rows (strides ldx, ldw,
-// ldy), serial. A short chunk is padded to a full one: Eigen picks its product kernel and
-// blocking from the sizes, so every product has the same shape and a row's bits never depend
-// on how many rows share the call (padding, tokens per expert).
-void product_chunk(const double* x, std::int64_t ldx, std::int64_t r0, std::int64_t n, std::int64_t in,
-                   const double* w, std::int64_t ldw, std::int64_t out, double* y, std::int64_t ldy) {
-  Eigen::Map<const RowMat, 0, Stride> W(w, out, in, Stride(ldw));
-  if (n == kRowChunk) {
-    Eigen::Map<const RowMat, 0, Stride> X(x + r0 * ldx, n, in, Stride(ldx));
-    Eigen::Map<RowMat, 0, Stride> Y(y + r0 * ldy, n, out, Stride(ldy));
-    Y.noalias() = X * W.transpose();
-    return;
-  }
-  RowMat X = RowMat::Zero(kRowChunk, in);
-  for (std::int64_t r = 0; r < n; ++r)
-    for (std::int64_t k = 0; k < in; ++k) X(r, k) = x[(r0 + r) * ldx + k];
-  RowMat Y = X * W.transpose();
-  for (std::int64_t r = 0; r < n; ++r)
-    for (std::int64_t o = 0; o < out; ++o) y[(r0 + r) * ldy + o] = Y(r, o);
+// One DGEMM on the calling thread: parallelism comes from the fixed blocks (and callers'
+// loops), never from OpenBLAS, whose own threading would split a product by the thread count.
+// The OpenMP build of OpenBLAS runs serially inside an active parallel region and otherwise
+// takes omp_get_max_threads() threads (openblas_set_num_threads would change the program's
+// OpenMP thread count), so outside a region the count is set to 1 around the call.
+void dgemm_serial(int M, int N, int K, const double* a, int lda, const double* b, int ldb, double* c, int ldc,
+                  bool b_transposed = true) {
+  const bool own_region = omp_in_parallel() == 0;
+  const int saved = own_region ? omp_get_max_threads() : 1;
+  if (own_region) omp_set_num_threads(1);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, M, N, K, 1.0, a, lda, b, ldb, 0.0,
+              c, ldc);
+  if (own_region) omp_set_num_threads(saved);
 }
 
-// Parallelism comes from the fixed row chunks (and callers' loops), never from Eigen itself.
-void single_threaded_eigen() {
-  static const bool once = (Eigen::setNbThreads(1), true);
-  (void)once;
+std::int64_t blocks(std::int64_t n, std::int64_t block) { return (n + block - 1) / block; }
+
+// y[r0 .. r0+n) = x[r0 .. r0+n) · W_tileᵀ for one chunk of at most kRowChunk rows against one
+// tile of `out` rows of W (strides ldx, ldw, ldy), serial. A short chunk is padded to a full
+// one, so every call of a product has the same shape (linear.h).
+void product_block(const double* x, std::int64_t ldx, std::int64_t r0, std::int64_t n, std::int64_t in,
+                   const double* w, std::int64_t ldw, std::int64_t out, double* y, std::int64_t ldy) {
+  const auto K = static_cast<int>(in), N = static_cast<int>(out), M = static_cast<int>(kRowChunk);
+  if (n == kRowChunk) {
+    dgemm_serial(M, N, K, x + r0 * ldx, static_cast<int>(ldx), w, static_cast<int>(ldw), y + r0 * ldy,
+                 static_cast<int>(ldy));
+    return;
+  }
+  std::vector<double> X(static_cast<std::size_t>(kRowChunk * in), 0.0), Y(static_cast<std::size_t>(kRowChunk * out));
+  for (std::int64_t r = 0; r < n; ++r) std::copy_n(x + (r0 + r) * ldx, in, X.data() + r * in);
+  dgemm_serial(M, N, K, X.data(), K, w, static_cast<int>(ldw), Y.data(), N);
+  for (std::int64_t r = 0; r < n; ++r) std::copy_n(Y.data() + r * out, out, y + (r0 + r) * ldy);
+}
+
+// Every (row chunk, column tile) block of one product; `parallel` spreads them over threads.
+void product(const double* x, std::int64_t ldx, std::int64_t rows, std::int64_t in, const double* w, std::int64_t ldw,
+             std::int64_t out, double* y, std::int64_t ldy, bool parallel) {
+  const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out, kColTile);
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
+  for (std::int64_t c = 0; c < chunks; ++c)
+    for (std::int64_t t = 0; t < tiles; ++t)
+      product_block(x, ldx, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk), in, w + t * kColTile * ldw, ldw,
+                    std::min(kColTile, out - t * kColTile), y + t * kColTile, ldy);
 }
 
 }  // namespace
 
 void linear(const double* x, std::int64_t rows, std::int64_t in, const double* w, std::int64_t out, double* y) {
-  single_threaded_eigen();
-  const std::int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t c = 0; c < chunks; ++c)
-    product_chunk(x, in, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk), in, w, in, out, y, out);
+  product(x, in, rows, in, w, in, out, y, out, true);
+}
+
+void gemm_serial(std::int64_t M, std::int64_t N, std::int64_t K, const double* a, std::int64_t lda, const double* b,
+                 std::int64_t ldb, bool b_transposed, double* c, std::int64_t ldc) {
+  dgemm_serial(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), a, static_cast<int>(lda), b,
+               static_cast<int>(ldb), c, static_cast<int>(ldc), b_transposed);
+}
+
+void linear_serial(const double* x, std::int64_t ldx, std::int64_t rows, std::int64_t in, const double* w,
+                   std::int64_t ldw, std::int64_t out, double* y, std::int64_t ldy) {
+  product(x, ldx, rows, in, w, ldw, out, y, ldy, false);
+}
+
+void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
+                     double* y) {
+  const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out, kColTile);
+  ParallelErrors errors;
+#pragma omp parallel
+  {
+    std::vector<double> tile(static_cast<std::size_t>(kColTile * in));
+#pragma omp for schedule(dynamic)
+    for (std::int64_t t = 0; t < tiles; ++t)
+      errors.run([&] {
+        const std::int64_t o0 = t * kColTile, width = std::min(kColTile, out - o0);
+        w(o0, o0 + width, tile.data());
+        for (std::int64_t c = 0; c < chunks; ++c)
+          product_block(x, in, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk), in, tile.data(), in, width,
+                        y + o0, out);
+      });
+  }
+  errors.rethrow();
 }
 
 void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std::int64_t in_per_group,
                     const double* w, std::int64_t out_per_group, double* y) {
-  single_threaded_eigen();
-  const std::int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
-#pragma omp parallel for collapse(2) schedule(static)
+  const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out_per_group, kColTile);
+#pragma omp parallel for collapse(3) schedule(static)
   for (std::int64_t c = 0; c < chunks; ++c)
     for (std::int64_t g = 0; g < groups; ++g)
-      product_chunk(x + g * in_per_group, groups * in_per_group, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk),
-                    in_per_group, w + g * out_per_group * in_per_group, in_per_group, out_per_group,
-                    y + g * out_per_group, groups * out_per_group);
+      for (std::int64_t t = 0; t < tiles; ++t)
+        product_block(x + g * in_per_group, groups * in_per_group, c * kRowChunk,
+                      std::min(kRowChunk, rows - c * kRowChunk), in_per_group,
+                      w + (g * out_per_group + t * kColTile) * in_per_group, in_per_group,
+                      std::min(kColTile, out_per_group - t * kColTile), y + g * out_per_group + t * kColTile,
+                      groups * out_per_group);
 }
 
 }  // namespace tdiff::refcpu
@@ -70,10 +118,13 @@ namespace {
 // linear and lm_head; a stage with a width splits the output features head-major.
 std::vector<Tensor> run_linear(RefCall& r) {
   const Tensor& x = *r.in[0];
-  const Tensor& w = r.weight(0);
-  const auto out = w.dim(0), rows = rows_of(x);
+  const auto out = r.ctx.weights.shape(r.s.weights.at(0)).at(0), rows = rows_of(x);
   Tensor y(DType::f64, with_last(x.shape(), out));
-  linear(r.f64(0), rows, x.dim(-1), w.data<double>(), out, y.data<double>());
+  if (r.streamed(0))
+    linear_streamed(r.f64(0), rows, x.dim(-1), [&](std::int64_t r0, std::int64_t r1, double* dst) { r.weight_rows(0, r0, r1, dst); },
+                    out, y.data<double>());
+  else
+    linear(r.f64(0), rows, x.dim(-1), r.weight(0).data<double>(), out, y.data<double>());
   if (r.s.width > 0) {
     Shape hs = x.shape();
     hs.back() = out / r.s.width;

@@ -2,17 +2,44 @@
 // Dense products of the reference, float64.
 //   linear:  x [N, in], W [out, in]  ->  y [N, out] = x · Wᵀ
 //   grouped: x [N, G·c], W [G·R, c]   ->  y [N, G·R], y[:, gR:(g+1)R] = x[:, gc:(g+1)c] · W[gR:(g+1)R]ᵀ
-// Rows are processed in fixed chunks of kRowChunk with Eigen's blocked product inside each
-// chunk and OpenMP across chunks, so a row's result depends only on that row and W: the same
-// bits for any thread count and for any position of the row in the batch (padding).
+// Every product is cut into the same blocks: kRowChunk rows of x (a short chunk padded with
+// zero rows) times kColTile rows of W, one single-threaded BLAS call (DGEMM) each, and OpenMP
+// across blocks. A block's shape depends only on `in` and `out`, never on the thread count,
+// the number of rows or a row's position, and a BLAS call of one shape sums each output in
+// one fixed order, so a row's result depends only on that row and W: the same bits for any
+// thread count and any padding or tokens-per-expert count. (OpenBLAS picks another kernel
+// for small M·N·K, so the row count of a call must be fixed, not merely the tile.)
 #include <cstdint>
+#include <functional>
 
 namespace tdiff::refcpu {
 
 inline constexpr std::int64_t kRowChunk = 64;
+inline constexpr std::int64_t kColTile = 256;
+
+// Writes rows [r0, r1) of a weight matrix W [out, in] as float64 to dst ([r1 - r0, in]).
+// Streamed products call it once per column tile, from several threads at once.
+using WeightRows = std::function<void(std::int64_t r0, std::int64_t r1, double* dst)>;
 
 void linear(const double* x, std::int64_t rows, std::int64_t in, const double* w, std::int64_t out, double* y);
+// The same product with W converted one tile at a time (each thread holds one tile), for
+// weights too large to hold in float64 (the lm_head at real widths: 4.2 GB). Bit-identical
+// to linear() on the converted W.
+void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
+                     double* y);
 void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std::int64_t in_per_group,
                     const double* w, std::int64_t out_per_group, double* y);
+
+// C [M, N] (stride ldc) = A [M, K] (stride lda) · Bᵀ, B [N, K] (stride ldb) when b_transposed,
+// else · B, B [K, N]: one DGEMM on the calling thread, for per-token products whose shape
+// depends only on that token (attention over its visible keys, the indexer's scores).
+void gemm_serial(std::int64_t M, std::int64_t N, std::int64_t K, const double* a, std::int64_t lda, const double* b,
+                 std::int64_t ldb, bool b_transposed, double* c, std::int64_t ldc);
+
+// Serial single-block product, for callers that parallelise over their own independent
+// items (experts, tokens): y [rows, out] (stride ldy) = x [rows, in] (stride ldx) · W [out, in]ᵀ
+// (stride ldw), in the blocks above. Used inside an OpenMP loop: it starts no threads.
+void linear_serial(const double* x, std::int64_t ldx, std::int64_t rows, std::int64_t in, const double* w,
+                   std::int64_t ldw, std::int64_t out, double* y, std::int64_t ldy);
 
 }  // namespace tdiff::refcpu

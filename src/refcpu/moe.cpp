@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/parallel_errors.h"
 #include "refcpu/handlers.h"
 #include "refcpu/indexer.h"
 #include "refcpu/linear.h"
@@ -27,41 +28,61 @@ void routing_weights(const double* score, const std::int64_t* idx, std::int64_t 
   }
 }
 
-void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu,
-                const double* Wd, std::int64_t I, double limit, double* y) {
+namespace {
+
+// The FFN of swiglu_ffn with the products serial (linear_serial) or spread over threads.
+void ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu, const double* Wd,
+         std::int64_t I, double limit, double* y, bool parallel) {
   std::vector<double> g(static_cast<std::size_t>(N * I)), u(static_cast<std::size_t>(N * I));
-  linear(x, N, D, Wg, I, g.data());
-  linear(x, N, D, Wu, I, u.data());
-#pragma omp parallel for schedule(static)
+  auto product = [&](const double* a, std::int64_t in, const double* w, std::int64_t out, double* c) {
+    if (parallel) linear(a, N, in, w, out, c);
+    else linear_serial(a, in, N, in, w, in, out, c, out);
+  };
+  product(x, D, Wg, I, g.data());
+  product(x, D, Wu, I, u.data());
+#pragma omp parallel for schedule(static) if (parallel)
   for (std::int64_t i = 0; i < N * I; ++i) {
     const double gi = std::min(g[static_cast<std::size_t>(i)], limit);
     const double ui = std::clamp(u[static_cast<std::size_t>(i)], -limit, limit);
     g[static_cast<std::size_t>(i)] = gi / (1.0 + std::exp(-gi)) * ui;
   }
-  linear(g.data(), N, I, Wd, D, y);
+  product(g.data(), I, Wd, D, y);
+}
+
+}  // namespace
+
+void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu,
+                const double* Wd, std::int64_t I, double limit, double* y) {
+  ffn(x, N, D, Wg, Wu, Wd, I, limit, y, true);
 }
 
 void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::int64_t* idx, const double* wt,
-                    std::int64_t K, const double* gate_up, const double* down, std::int64_t E, std::int64_t I,
-                    double limit, double* routed) {
+                    std::int64_t K, const ExpertWeights& weights, std::int64_t E, std::int64_t I, double limit,
+                    double* routed) {
   // Every (token, slot) result, then the weighted sum in slot order. Experts run in
-  // parallel (the products inside each are then serial); a row's bits do not depend on the
-  // thread or on the other rows of its expert (linear.h).
+  // parallel, each converted when a token selects it (the products inside are serial); a
+  // row's bits do not depend on the thread or on the other rows of its expert (linear.h).
   std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(E));  // flat (t·K + k) per expert
   for (std::int64_t r = 0; r < N * K; ++r) rows[static_cast<std::size_t>(idx[r])].push_back(r);
   std::vector<double> slot_out(static_cast<std::size_t>(N * K * D));
+  ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic)
   for (std::int64_t e = 0; e < E; ++e) {
     const auto& mine = rows[static_cast<std::size_t>(e)];
     if (mine.empty()) continue;
-    const auto n = static_cast<std::int64_t>(mine.size());
-    std::vector<double> xg(static_cast<std::size_t>(n * D)), yg(static_cast<std::size_t>(n * D));
-    for (std::int64_t i = 0; i < n; ++i) std::copy_n(z + (mine[static_cast<std::size_t>(i)] / K) * D, D, xg.data() + i * D);
-    const double* Wg = gate_up + e * 2 * I * D;
-    swiglu_ffn(xg.data(), n, D, Wg, Wg + I * D, down + e * D * I, I, limit, yg.data());
-    for (std::int64_t i = 0; i < n; ++i)
-      std::copy_n(yg.data() + i * D, D, slot_out.data() + mine[static_cast<std::size_t>(i)] * D);
+    errors.run([&] {
+      const auto n = static_cast<std::int64_t>(mine.size());
+      std::vector<double> xg(static_cast<std::size_t>(n * D)), yg(static_cast<std::size_t>(n * D));
+      for (std::int64_t i = 0; i < n; ++i)
+        std::copy_n(z + (mine[static_cast<std::size_t>(i)] / K) * D, D, xg.data() + i * D);
+      const auto [gate_up, down] = weights(e);
+      const double* Wg = gate_up.data<double>();
+      ffn(xg.data(), n, D, Wg, Wg + I * D, down.data<double>(), I, limit, yg.data(), false);
+      for (std::int64_t i = 0; i < n; ++i)
+        std::copy_n(yg.data() + i * D, D, slot_out.data() + mine[static_cast<std::size_t>(i)] * D);
+    });
   }
+  errors.rethrow();
 #pragma omp parallel for schedule(static)
   for (std::int64_t t = 0; t < N; ++t)
     for (std::int64_t c = 0; c < D; ++c) {
@@ -121,7 +142,10 @@ std::vector<Tensor> run_moe_weights(RefCall& r) {
 std::vector<Tensor> run_moe_experts(RefCall& r) {
   const auto D = r.c.hidden_size, K = r.c.num_experts_per_tok;
   Tensor routed(DType::f64, {r.N, D});
-  routed_experts(r.f64(0), r.N, D, r.i64(1), r.f64(2), K, r.weight(0).data<double>(), r.weight(1).data<double>(),
+  const WeightStore& w = r.ctx.weights;
+  const std::string &gate_up = r.s.weights.at(0), &down = r.s.weights.at(1);
+  routed_experts(r.f64(0), r.N, D, r.i64(1), r.f64(2), K,
+                 [&](std::int64_t e) { return std::make_pair(w.expert_f64(gate_up, e), w.expert_f64(down, e)); },
                  r.c.n_routed_experts, r.c.moe_intermediate_size, r.c.swiglu_limit, routed.data<double>());
   return {routed};
 }

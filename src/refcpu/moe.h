@@ -5,6 +5,10 @@
 //   FFN:     g = min(x·Wgᵀ, Λ), u = clamp(x·Wuᵀ, −Λ, Λ), y = (silu(g) ⊙ u) · Wdᵀ
 //   routed:  Σ_k wt[t,k] · FFN_{idx[t,k]}(z[t]), summed in slot order k = 0..K−1
 #include <cstdint>
+#include <functional>
+#include <utility>
+
+#include "core/tensor.h"
 
 namespace tdiff::refcpu {
 
@@ -14,9 +18,13 @@ void routing_weights(const double* score, const std::int64_t* idx, std::int64_t 
 // x [N, D]; Wg, Wu [I, D]; Wd [D, I] -> y [N, D].
 void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu,
                 const double* Wd, std::int64_t I, double limit, double* y);
-// z [N, D], idx/wt [N, K], gate_up [E, 2I, D], down [E, D, I] -> routed [N, D].
+// Expert e's gate_up [2I, D] and down [D, I] in float64. Called only for experts some token
+// selects, from several threads at once; each result is dropped after its expert's products,
+// so a layer's routed experts are never all converted at the same time.
+using ExpertWeights = std::function<std::pair<Tensor, Tensor>(std::int64_t e)>;
+// z [N, D], idx/wt [N, K] -> routed [N, D].
 void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::int64_t* idx, const double* wt,
-                    std::int64_t K, const double* gate_up, const double* down, std::int64_t E, std::int64_t I,
-                    double limit, double* routed);
+                    std::int64_t K, const ExpertWeights& weights, std::int64_t E, std::int64_t I, double limit,
+                    double* routed);
 
 }  // namespace tdiff::refcpu
