@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 import traceback
 
 EXIT_OK, EXIT_CHECK, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -389,6 +390,7 @@ class Recorder:
         self.wrap_layers = set()
         self.notes = []
         self._want = {}
+        self.put_s = 0.0      # seconds spent converting and writing captured tensors
 
     # -- bookkeeping ---------------------------------------------------------------------
     def want(self, stage):
@@ -400,6 +402,13 @@ class Recorder:
     def put(self, stage, tensor, value):
         if not self.want(stage):
             return
+        t0 = time.perf_counter()
+        try:
+            self._put(stage, tensor, value)
+        finally:
+            self.put_s += time.perf_counter() - t0
+
+    def _put(self, stage, tensor, value):
         key = "%s/%s" % (stage, tensor)
         if key in self.meta:
             raise CaptureError("%s was captured twice: a module ran more than once in the forward "
@@ -871,6 +880,7 @@ def parse_args(argv):
 
 def run(args):
     global np, h5py, torch, F
+    t_start = time.perf_counter()
     import numpy as _np
     import h5py as _h5py
     np, h5py = _np, _h5py
@@ -900,7 +910,9 @@ def run(args):
         print("warning: transformers %s; this script was written against 5.17 (the spec's version)"
               % transformers.__version__, file=sys.stderr)
 
+    t_load = time.perf_counter()
     model, load_notes = load_model(model_dir)
+    load_s = time.perf_counter() - t_load
     config = model.config
     dims = model_dims(config)
     if ids.min() < 0 or ids.max() >= config.vocab_size:
@@ -930,11 +942,13 @@ def run(args):
             rec.install(model, hf_module)
             extra = {"output_hidden_states": True} if args.hidden_states_check else {}
             try:
+                t_fwd = time.perf_counter()
                 with torch.no_grad():
                     outputs = model(input_ids=torch.from_numpy(ids),
                                     attention_mask=torch.from_numpy(mask.astype(np.int64)),
                                     position_ids=torch.from_numpy(pos),
                                     use_cache=False, **extra)
+                forward_s = time.perf_counter() - t_fwd
             finally:
                 rec.remove()
 
@@ -1008,6 +1022,10 @@ def run(args):
         print("# hidden-states check: %s" % line)
     if not hs_ok:
         ok = False
+    # forward: the model call less the time the hooks spent converting and writing tensors.
+    print("# timing: load %.2f s, forward %.2f s, writing captured tensors %.2f s (during the forward), "
+          "total %.2f s; %d torch threads" % (load_s, forward_s - rec.put_s, rec.put_s,
+                                               time.perf_counter() - t_start, torch.get_num_threads()))
     return EXIT_OK if ok else EXIT_CHECK
 
 
