@@ -1,9 +1,12 @@
-// bench/refcpu: one forward of the `small` preset at 512 tokens through the float64
-// reference. Prints GFLOP/s of the matmul-heavy stages and of the whole forward, each as a
-// fraction of this machine's Eigen DGEMM rate measured in the same run (target: the
-// matmul-heavy stages at >= 50% of DGEMM).
-//   build/bench/refcpu/bench_refcpu [--tokens 512] [--preset small]
+// bench/refcpu: one forward of a model through the float64 reference (a preset written to a
+// temporary folder, or an existing model folder in either layout). Prints GFLOP/s of the
+// matmul-heavy stages and of the whole forward, each as a fraction of this machine's best
+// DGEMM (OpenBLAS on all threads, Eigen's beside it) measured in the same run (target: the
+// matmul-heavy stages at >= 50% of it), and the seconds of every other stage class.
+//   build/bench/refcpu/bench_refcpu [--tokens 512] [--preset small | --model DIR]
 #include <omp.h>
+
+#include <cblas.h>
 
 #include <Eigen/Dense>
 #include <chrono>
@@ -36,19 +39,43 @@ double stage_flops(const Stage& s, const std::map<std::string, WeightSpec>& spec
     case OpKind::moe_shared: return 2 * N * (numel(0) + numel(1) + numel(2));
     case OpKind::moe_experts:  // K of the E experts per token
       return 2 * N * static_cast<double>(c.num_experts_per_tok) * (numel(0) + numel(1)) / static_cast<double>(c.n_routed_experts);
+    case OpKind::attention: {  // q·K and p·V over each token's visible keys (one prompt of N tokens)
+      double keys = 0;
+      const auto rate = c.rate(s.layer_type);
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(N); ++i) {
+        keys += static_cast<double>(std::min(i + 1, c.sliding_window));
+        if (rate > 0) {
+          const auto entries = (i + 1) / rate;
+          keys += static_cast<double>(s.layer_type == LayerType::csa ? std::min(entries, c.index_topk) : entries);
+        }
+      }
+      return 4.0 * static_cast<double>(c.num_attention_heads * c.head_dim) * keys;
+    }
+    case OpKind::idx_score: {  // q_h·k_w over the causal entries
+      double entries = 0;
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(N); ++i) entries += static_cast<double>((i + 1) / s.rate);
+      return 2.0 * static_cast<double>(c.index_n_heads * c.index_head_dim) * entries;
+    }
     default: return 0;
   }
 }
 
-// Eigen's own DGEMM on all threads: the best this machine does with the same library.
-double dgemm_gflops(std::int64_t n) {
+// A square DGEMM on all threads, best of 3: OpenBLAS (the best this machine does) or Eigen.
+double dgemm_gflops(std::int64_t n, bool openblas) {
   Eigen::setNbThreads(omp_get_max_threads());
   Eigen::MatrixXd a = Eigen::MatrixXd::Random(n, n), b = Eigen::MatrixXd::Random(n, n), c(n, n);
-  c.noalias() = a * b;  // warm-up
+  const int N = static_cast<int>(n);
+  auto product = [&] {
+    if (openblas)
+      cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0, a.data(), N, b.data(), N, 0.0, c.data(), N);
+    else
+      c.noalias() = a * b;
+  };
+  product();  // warm-up
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = Clock::now();
-    c.noalias() = a * b;
+    product();
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     best = std::max(best, 2.0 * n * n * n / s / 1e9);
   }
@@ -60,15 +87,22 @@ double dgemm_gflops(std::int64_t n) {
 
 int main(int argc, char** argv) {
   std::int64_t tokens = 512;
-  std::string preset = "small";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::string preset = "small", model;
+  for (int i = 1; i < argc; i += 2) {
+    const bool known = !std::strcmp(argv[i], "--tokens") || !std::strcmp(argv[i], "--preset") || !std::strcmp(argv[i], "--model");
+    if (!known || i + 1 >= argc) {
+      fmt::print(stderr, "usage: bench_refcpu [--tokens N] [--preset NAME | --model DIR]\n");
+      return 2;
+    }
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::stoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
+    if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
   }
-  const ModelConfig c = synth_preset(preset);
-  const fs::path dir = fs::temp_directory_path() / fmt::format("tdiff-bench-refcpu-{}", ::getpid());
-  write_synth_model(c, 1, dir.string());
-  WeightStore weights(dir.string(), c);
+  const fs::path tmp = fs::temp_directory_path() / fmt::format("tdiff-bench-refcpu-{}", ::getpid());
+  const ModelConfig c = model.empty() ? synth_preset(preset) : load_config(model + "/config.json");
+  if (model.empty()) write_synth_model(c, 1, tmp.string());
+  const std::string dir = model.empty() ? tmp.string() : model;
+  WeightStore weights(dir, c);
   Tensor ids(DType::i64, {1, tokens}), mask(DType::u8, {1, tokens});
   for (std::int64_t i = 0; i < tokens; ++i) {
     ids.data<std::int64_t>()[i] = (i * 7919 + 13) % c.vocab_size;
@@ -79,8 +113,10 @@ int main(int argc, char** argv) {
   refcpu::RefCpuBackend ref;
   RunContext ctx{c, weights, batch, TieRule::lowest_index};
 
-  // Warm-up run (weights converted to float64 once, caches filled), then the timed run.
-  for (int pass = 0; pass < 2; ++pass) {
+  // A preset's forward runs twice and the second is timed (its small weights then converted
+  // once, as in a bisect's mixed runs); a model folder's once, as `tdiff golden` runs it.
+  const int passes = model.empty() ? 2 : 1;
+  for (int pass = 0; pass < passes; ++pass) {
     TensorMap env;
     put_inputs(batch, env);
     std::map<std::string, double> secs;
@@ -94,30 +130,33 @@ int main(int argc, char** argv) {
     };
     execute(stages, [&](const Stage&) -> Backend& { return ref; }, ctx, env, hooks);
     const double total = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (pass == 0) continue;
+    if (pass + 1 < passes) continue;
 
-    const double dgemm = dgemm_gflops(1024);
+    const double best = dgemm_gflops(2048, true), eigen = dgemm_gflops(1024, false);
     const auto spec = expected_weights(c);
-    std::map<std::string, std::pair<double, double>> by_class;  // class -> (flops, seconds)
+    std::map<std::string, std::pair<double, double>> by_class, others;  // class -> (flops, seconds)
     double mm_flops = 0, mm_secs = 0;
     for (const auto& s : stages) {
       const double f = stage_flops(s, spec, c, static_cast<double>(tokens));
-      if (f == 0) continue;
-      auto& [cf, cs] = by_class[s.op_class];
+      auto& [cf, cs] = (f == 0 ? others : by_class)[s.op_class];
       cf += f, cs += secs[s.name];
-      mm_flops += f, mm_secs += secs[s.name];
+      if (f > 0) mm_flops += f, mm_secs += secs[s.name];
     }
-    fmt::print("bench/refcpu: preset {}, {} tokens, {} threads; Eigen DGEMM (1024^3, all threads) {:.1f} GFLOP/s\n",
-               preset, tokens, omp_get_max_threads(), dgemm);
+    fmt::print("bench/refcpu: {}, {} layers, {} tokens, {} threads; DGEMM on all threads: OpenBLAS ({}) {:.1f} GFLOP/s "
+               "(2048^3), Eigen {:.1f} GFLOP/s (1024^3)\n",
+               model.empty() ? "preset " + preset : model, c.num_hidden_layers, tokens, omp_get_max_threads(),
+               openblas_get_corename(), best, eigen);
     fmt::print("{:<22} {:>10} {:>10} {:>9} {:>9}\n", "stage class", "GFLOP", "ms", "GFLOP/s", "of DGEMM");
-    for (const auto& [cls, v] : by_class)
-      fmt::print("{:<22} {:>10.3f} {:>10.2f} {:>9.2f} {:>8.0f}%\n", cls, v.first / 1e9, v.second * 1e3,
-                 v.first / v.second / 1e9, 100 * v.first / v.second / 1e9 / dgemm);
-    fmt::print("{:<22} {:>10.3f} {:>10.2f} {:>9.2f} {:>8.0f}%\n", "matmul-heavy (all)", mm_flops / 1e9, mm_secs * 1e3,
-               mm_flops / mm_secs / 1e9, 100 * mm_flops / mm_secs / 1e9 / dgemm);
-    fmt::print("{:<22} {:>10.3f} {:>10.2f} {:>9.2f} {:>8.0f}%\n", "whole forward", mm_flops / 1e9, total * 1e3,
-               mm_flops / total / 1e9, 100 * mm_flops / total / 1e9 / dgemm);
+    auto row = [&](const std::string& what, double flops, double secs_) {
+      fmt::print("{:<22} {:>10.3f} {:>10.2f} {:>9.2f} {:>8.0f}%\n", what, flops / 1e9, secs_ * 1e3, flops / secs_ / 1e9,
+                 100 * flops / secs_ / 1e9 / best);
+    };
+    for (const auto& [cls, v] : by_class) row(cls, v.first, v.second);
+    row("matmul-heavy (all)", mm_flops, mm_secs);
+    for (const auto& [cls, v] : others)
+      if (v.second > 0.01 * total) fmt::print("{:<22} {:>10} {:>10.2f}\n", cls, "-", v.second * 1e3);
+    row("whole forward", mm_flops, total);
   }
-  fs::remove_all(dir);
+  if (model.empty()) fs::remove_all(tmp);
   return 0;
 }

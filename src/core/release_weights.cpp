@@ -96,20 +96,28 @@ void ReleaseWeights::check(const std::string& hf, const WeightSpec& spec) const 
 }
 
 Tensor ReleaseWeights::expert_f64(const std::string& hf, const WeightSpec& spec, std::int64_t expert) const {
+  Tensor out(DType::f64, {spec.shape.at(1), spec.shape.at(2)});
+  expert_rows_f64(hf, spec, expert, 0, spec.shape.at(1), out.data<double>());
+  return out;
+}
+
+void ReleaseWeights::expert_rows_f64(const std::string& hf, const WeightSpec& spec, std::int64_t expert, std::int64_t r0,
+                                     std::int64_t r1, double* dst) const {
   const ReleaseName rn = release_of(hf);
   const std::int64_t rows = spec.shape.at(1) / static_cast<std::int64_t>(rn.parts.size()), K = spec.shape.at(2);
-  Tensor out(DType::f64, {spec.shape.at(1), K});
-  for (std::size_t p = 0; p < rn.parts.size(); ++p) {
+  for (std::size_t p = 0; p < rn.parts.size(); ++p) {  // the parts [r0, r1) overlaps, each in its own tensor
+    const std::int64_t p0 = static_cast<std::int64_t>(p) * rows, a = std::max(r0, p0), b = std::min(r1, p0 + rows);
+    if (a >= b) continue;
     const std::string t = expert_tensor(rn, expert, rn.parts[p]);
-    double* dst = out.data<double>() + static_cast<std::int64_t>(p) * rows * K;
+    double* out = dst + (a - r0) * K;
     if (files_.has(scale_name(t))) {
-      dequantize_fp4(files_.tensor(t), files_.tensor(scale_name(t)), K, dst, what(t));
+      dequantize_fp4(files_.tensor(t).rows(a - p0, b - p0), files_.tensor(scale_name(t)).rows(a - p0, b - p0), K, out,
+                     what(t));
     } else {
-      const Tensor w = files_.tensor(t).to(DType::f64);
-      std::memcpy(dst, w.data<double>(), static_cast<std::size_t>(rows * K) * sizeof(double));
+      const Tensor w = files_.tensor(t).rows(a - p0, b - p0).to(DType::f64);
+      std::memcpy(out, w.data<double>(), w.nbytes());
     }
   }
-  return out;
 }
 
 Tensor ReleaseWeights::f64(const std::string& hf, const WeightSpec& spec) const {

@@ -134,6 +134,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   ::close(fd);  // the mapping keeps the file alive
   if (base == MAP_FAILED) input_error("{}: cannot map ({})", path, map_err);
   mapping_ = std::shared_ptr<void>(base, [file_size](void* p) { ::munmap(p, file_size); });
+  mapped_bytes_ = file_size;
   const auto* bytes = static_cast<const std::byte*>(base);
 
   std::uint64_t header_len = 0;
@@ -187,6 +188,12 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   auto it = infos_.find(name);
   if (it == infos_.end()) input_error("{}: no tensor '{}'", path_, name);
   return it->second;
+}
+
+void SafetensorsFile::release_pages() const {
+  // Nothing writes through the views (the mapping is private only so that a stray write
+  // cannot reach the file), so the pages dropped here equal the file's.
+  if (mapping_) ::madvise(mapping_.get(), mapped_bytes_, MADV_DONTNEED);
 }
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {
@@ -266,6 +273,10 @@ std::vector<std::string> ModelWeights::names() const {
   out.reserve(where_.size());
   for (const auto& [name, k] : where_) out.push_back(name);
   return out;
+}
+
+void ModelWeights::release_pages() const {
+  for (const auto& f : files_) f->release_pages();
 }
 
 std::vector<std::string> ModelWeights::files() const {

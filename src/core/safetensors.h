@@ -34,10 +34,14 @@ class SafetensorsFile {
   // A view into the mapping (no copy); the mapping stays alive while the view does.
   Tensor tensor(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Drops this process's resident pages of the mapping (they stay in the page cache and come
+  // back on the next read), so the weights a run has read do not count in its resident memory.
+  void release_pages() const;
 
  private:
   std::string path_;
   std::shared_ptr<void> mapping_;  // unmaps on release
+  std::uint64_t mapped_bytes_ = 0;
   const std::byte* data_ = nullptr;
   std::map<std::string, TensorInfo> infos_;
   std::map<std::string, std::string> metadata_;
@@ -54,6 +58,7 @@ class ModelWeights {
   Tensor tensor(const std::string& name) const;
   std::vector<std::string> names() const;
   std::vector<std::string> files() const;  // file paths of the shards, sorted
+  void release_pages() const;              // of every shard (SafetensorsFile::release_pages)
 
  private:
   std::string dir_;

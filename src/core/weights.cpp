@@ -156,9 +156,7 @@ Tensor WeightStore::stored(const std::string& name) const {
   return release_->stored(name);
 }
 
-void WeightStore::check_finite(const std::string& name, const Tensor& t) const {
-  const double* v = t.data<double>();
-  const std::int64_t n = t.numel();
+void WeightStore::check_finite(const std::string& name, const double* v, std::int64_t n) const {
   bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite) if (n > (std::int64_t{1} << 20))
   for (std::int64_t i = 0; i < n; ++i) finite = finite && std::isfinite(v[i]);
@@ -196,11 +194,24 @@ bool WeightStore::streamed(const std::string& name) const {
 }
 
 Tensor WeightStore::expert_f64(const std::string& name, std::int64_t expert) const {
-  const WeightSpec& spec = specs_.at(name);
-  Tensor out = release_ ? release_->expert_f64(name, spec, expert)
-                        : weights_.tensor(name).rows(expert, expert + 1).reshaped({spec.shape[1], spec.shape[2]}).to(DType::f64);
-  check_finite(name, out);
+  const Shape& shape = specs_.at(name).shape;
+  Tensor out(DType::f64, {shape.at(1), shape.at(2)});
+  expert_rows_f64(name, expert, 0, shape.at(1), out.data<double>());
   return out;
+}
+
+void WeightStore::expert_rows_f64(const std::string& name, std::int64_t expert, std::int64_t r0, std::int64_t r1,
+                                  double* dst) const {
+  const WeightSpec& spec = specs_.at(name);
+  if (spec.shape.size() != 3) throw std::logic_error("expert rows of a parameter that is not stacked: " + name);
+  const std::int64_t R = spec.shape[1], C = spec.shape[2];
+  if (release_) {
+    release_->expert_rows_f64(name, spec, expert, r0, r1, dst);
+  } else {
+    const Tensor part = weights_.tensor(name).rows(expert, expert + 1).reshaped({R, C}).rows(r0, r1).to(DType::f64);
+    std::memcpy(dst, part.data<double>(), part.nbytes());
+  }
+  check_finite(name, dst, (r1 - r0) * C);
 }
 
 Tensor WeightStore::load_f64(const std::string& name) const {
@@ -211,6 +222,7 @@ Tensor WeightStore::load_f64(const std::string& name) const {
 
 void WeightStore::trim() {
   std::lock_guard<std::mutex> lock(mutex_);
+  weights_.release_pages();  // what the stage read of the files is no longer this process's memory
   while (bytes_ > budget_ && !cache_.empty()) {
     auto oldest = cache_.begin();
     for (auto it = cache_.begin(); it != cache_.end(); ++it)

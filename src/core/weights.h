@@ -47,8 +47,10 @@ class WeightStore {
   // call from several threads at once:
   // rows [r0, r1) of a matrix parameter as float64, written to dst ([r1 - r0, columns]);
   void rows_f64(const std::string& name, std::int64_t r0, std::int64_t r1, double* dst) const;
-  // one routed expert's slice [R, C] of a stacked expert parameter [E, R, C] as float64.
+  // one routed expert's slice [R, C] of a stacked expert parameter [E, R, C] as float64, or
+  // rows [r0, r1) of it written to dst.
   Tensor expert_f64(const std::string& name, std::int64_t expert) const;
+  void expert_rows_f64(const std::string& name, std::int64_t expert, std::int64_t r0, std::int64_t r1, double* dst) const;
   // Whether a parameter is too large to convert whole (more than stream_bytes() as float64):
   // the reference then streams it by rows (the lm_head and embedding at real widths, 129280 x
   // 4096: 4.2 GB; every other real-width matrix is at most 268 MB). Default 512 MiB; tests
@@ -57,7 +59,8 @@ class WeightStore {
   std::size_t stream_bytes() const { return stream_bytes_; }
   void set_stream_bytes(std::size_t bytes) { stream_bytes_ = bytes; }
 
-  // Drops the least recently used converted tensors until the cache holds at most its budget.
+  // Drops the least recently used converted tensors until the cache holds at most its budget,
+  // and the pages of the model files the process has read (SafetensorsFile::release_pages).
   // The executor calls it between stages, when no stage holds a reference: a float64 copy of a
   // V4-Flash-sized layer is ~52 GB, so a 2-layer model would not fit in memory otherwise.
   void trim();
@@ -75,7 +78,8 @@ class WeightStore {
   const Tensor& remember(const std::string& name, Tensor t);
 
   Tensor load_f64(const std::string& name) const;  // converted, not cached
-  void check_finite(const std::string& name, const Tensor& t) const;  // InputError naming the weight
+  void check_finite(const std::string& name, const double* v, std::int64_t n) const;  // InputError naming the weight
+  void check_finite(const std::string& name, const Tensor& t) const { check_finite(name, t.data<double>(), t.numel()); }
 
   ModelWeights weights_;
   std::optional<ReleaseWeights> release_;

@@ -75,13 +75,17 @@ void linear_serial(const double* x, std::int64_t ldx, std::int64_t rows, std::in
   product(x, ldx, rows, in, w, ldw, out, y, ldy, false);
 }
 
-void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
-                     double* y) {
+namespace {
+
+// Column tile by column tile: convert the tile, then every row chunk against it. `parallel`
+// spreads the tiles over threads, each holding one converted tile.
+void streamed_product(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
+                      double* y, bool parallel) {
   const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out, kColTile);
   ParallelErrors errors;
-#pragma omp parallel
+#pragma omp parallel if (parallel)
   {
-    std::vector<double> tile(static_cast<std::size_t>(kColTile * in));
+    std::vector<double> tile(static_cast<std::size_t>(std::min(kColTile, out) * in));
 #pragma omp for schedule(dynamic)
     for (std::int64_t t = 0; t < tiles; ++t)
       errors.run([&] {
@@ -93,6 +97,18 @@ void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const 
       });
   }
   errors.rethrow();
+}
+
+}  // namespace
+
+void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
+                     double* y) {
+  streamed_product(x, rows, in, w, out, y, true);
+}
+
+void linear_streamed_serial(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
+                            double* y) {
+  streamed_product(x, rows, in, w, out, y, false);
 }
 
 void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std::int64_t in_per_group,

@@ -27,6 +27,10 @@ void linear(const double* x, std::int64_t rows, std::int64_t in, const double* w
 // to linear() on the converted W.
 void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
                      double* y);
+// The same on the calling thread (one tile converted at a time), for callers that parallelise
+// over their own items: the routed experts, converted only as far as a product needs them.
+void linear_streamed_serial(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w,
+                            std::int64_t out, double* y);
 void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std::int64_t in_per_group,
                     const double* w, std::int64_t out_per_group, double* y);
 

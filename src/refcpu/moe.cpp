@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "core/parallel_errors.h"
@@ -30,34 +31,36 @@ void routing_weights(const double* score, const std::int64_t* idx, std::int64_t 
 
 namespace {
 
-// The FFN of swiglu_ffn with the products serial (linear_serial) or spread over threads.
-void ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu, const double* Wd,
-         std::int64_t I, double limit, double* y, bool parallel) {
+// The FFN with its three products given as functions (out = in · Wᵀ for Wg, Wu, Wd).
+using Product = std::function<void(const double* in, std::int64_t width, std::int64_t out_width, int which, double* out)>;
+void ffn(const double* x, std::int64_t N, std::int64_t D, std::int64_t I, double limit, double* y, const Product& product,
+         bool parallel) {
   std::vector<double> g(static_cast<std::size_t>(N * I)), u(static_cast<std::size_t>(N * I));
-  auto product = [&](const double* a, std::int64_t in, const double* w, std::int64_t out, double* c) {
-    if (parallel) linear(a, N, in, w, out, c);
-    else linear_serial(a, in, N, in, w, in, out, c, out);
-  };
-  product(x, D, Wg, I, g.data());
-  product(x, D, Wu, I, u.data());
+  product(x, D, I, 0, g.data());
+  product(x, D, I, 1, u.data());
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::int64_t i = 0; i < N * I; ++i) {
     const double gi = std::min(g[static_cast<std::size_t>(i)], limit);
     const double ui = std::clamp(u[static_cast<std::size_t>(i)], -limit, limit);
     g[static_cast<std::size_t>(i)] = gi / (1.0 + std::exp(-gi)) * ui;
   }
-  product(g.data(), I, Wd, D, y);
+  product(g.data(), I, D, 2, y);
 }
 
 }  // namespace
 
 void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu,
                 const double* Wd, std::int64_t I, double limit, double* y) {
-  ffn(x, N, D, Wg, Wu, Wd, I, limit, y, true);
+  const double* W[3] = {Wg, Wu, Wd};
+  ffn(x, N, D, I, limit, y,
+      [&](const double* in, std::int64_t width, std::int64_t out_width, int which, double* out) {
+        linear(in, N, width, W[which], out_width, out);
+      },
+      true);
 }
 
 void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::int64_t* idx, const double* wt,
-                    std::int64_t K, const ExpertWeights& weights, std::int64_t E, std::int64_t I, double limit,
+                    std::int64_t K, const ExpertRows& weights, std::int64_t E, std::int64_t I, double limit,
                     double* routed) {
   // Every (token, slot) result, then the weighted sum in slot order. Experts run in
   // parallel, each converted when a token selects it (the products inside are serial); a
@@ -75,9 +78,16 @@ void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::
       std::vector<double> xg(static_cast<std::size_t>(n * D)), yg(static_cast<std::size_t>(n * D));
       for (std::int64_t i = 0; i < n; ++i)
         std::copy_n(z + (mine[static_cast<std::size_t>(i)] / K) * D, D, xg.data() + i * D);
-      const auto [gate_up, down] = weights(e);
-      const double* Wg = gate_up.data<double>();
-      ffn(xg.data(), n, D, Wg, Wg + I * D, down.data<double>(), I, limit, yg.data(), false);
+      // gate = rows [0, I) of gate_up, up = rows [I, 2I), down = part 1.
+      ffn(xg.data(), n, D, I, limit, yg.data(),
+          [&](const double* in, std::int64_t width, std::int64_t out_width, int which, double* out) {
+            const int part = which == 2 ? 1 : 0;
+            const std::int64_t first = which == 1 ? I : 0;
+            linear_streamed_serial(in, n, width,
+                                   [&](std::int64_t r0, std::int64_t r1, double* dst) { weights(e, part, first + r0, first + r1, dst); },
+                                   out_width, out);
+          },
+          false);
       for (std::int64_t i = 0; i < n; ++i)
         std::copy_n(yg.data() + i * D, D, slot_out.data() + mine[static_cast<std::size_t>(i)] * D);
     });
@@ -143,9 +153,11 @@ std::vector<Tensor> run_moe_experts(RefCall& r) {
   const auto D = r.c.hidden_size, K = r.c.num_experts_per_tok;
   Tensor routed(DType::f64, {r.N, D});
   const WeightStore& w = r.ctx.weights;
-  const std::string &gate_up = r.s.weights.at(0), &down = r.s.weights.at(1);
+  const std::string* parts[2] = {&r.s.weights.at(0), &r.s.weights.at(1)};
   routed_experts(r.f64(0), r.N, D, r.i64(1), r.f64(2), K,
-                 [&](std::int64_t e) { return std::make_pair(w.expert_f64(gate_up, e), w.expert_f64(down, e)); },
+                 [&](std::int64_t e, int part, std::int64_t r0, std::int64_t r1, double* dst) {
+                   w.expert_rows_f64(*parts[part], e, r0, r1, dst);
+                 },
                  r.c.n_routed_experts, r.c.moe_intermediate_size, r.c.swiglu_limit, routed.data<double>());
   return {routed};
 }

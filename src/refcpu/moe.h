@@ -6,9 +6,6 @@
 //   routed:  Σ_k wt[t,k] · FFN_{idx[t,k]}(z[t]), summed in slot order k = 0..K−1
 #include <cstdint>
 #include <functional>
-#include <utility>
-
-#include "core/tensor.h"
 
 namespace tdiff::refcpu {
 
@@ -18,13 +15,14 @@ void routing_weights(const double* score, const std::int64_t* idx, std::int64_t 
 // x [N, D]; Wg, Wu [I, D]; Wd [D, I] -> y [N, D].
 void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu,
                 const double* Wd, std::int64_t I, double limit, double* y);
-// Expert e's gate_up [2I, D] and down [D, I] in float64. Called only for experts some token
-// selects, from several threads at once; each result is dropped after its expert's products,
-// so a layer's routed experts are never all converted at the same time.
-using ExpertWeights = std::function<std::pair<Tensor, Tensor>(std::int64_t e)>;
+// Rows [r0, r1) of expert e's gate_up [2I, D] (part 0) or down [D, I] (part 1) in float64,
+// written to dst. Asked only for experts some token selects, one column tile of a product at
+// a time and from several threads at once: a layer's routed experts (51 GB as float64 at real
+// widths) are never converted whole; each thread holds one tile.
+using ExpertRows = std::function<void(std::int64_t e, int part, std::int64_t r0, std::int64_t r1, double* dst)>;
 // z [N, D], idx/wt [N, K] -> routed [N, D].
 void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::int64_t* idx, const double* wt,
-                    std::int64_t K, const ExpertWeights& weights, std::int64_t E, std::int64_t I, double limit,
+                    std::int64_t K, const ExpertRows& weights, std::int64_t E, std::int64_t I, double limit,
                     double* routed);
 
 }  // namespace tdiff::refcpu
