@@ -3,7 +3,7 @@
 // matmul-heavy stages and of the whole forward, each as a fraction of this machine's best
 // DGEMM (OpenBLAS on all threads, Eigen's beside it) measured in the same run (target: the
 // matmul-heavy stages at >= 50% of it), and the seconds of every other stage class.
-//   build/bench/refcpu/bench_refcpu [--tokens 512] [--preset small | --model DIR]
+//   build/bench/refcpu/bench_refcpu [--tokens 512] [--preset small | --model DIR] [--passes P]
 #include <omp.h>
 
 #include <cblas.h>
@@ -88,15 +88,18 @@ double dgemm_gflops(std::int64_t n, bool openblas) {
 int main(int argc, char** argv) {
   std::int64_t tokens = 512;
   std::string preset = "small", model;
+  int passes = 0;  // default: 2 for a preset, 1 for a model folder
   for (int i = 1; i < argc; i += 2) {
-    const bool known = !std::strcmp(argv[i], "--tokens") || !std::strcmp(argv[i], "--preset") || !std::strcmp(argv[i], "--model");
+    const bool known = !std::strcmp(argv[i], "--tokens") || !std::strcmp(argv[i], "--preset") ||
+                       !std::strcmp(argv[i], "--model") || !std::strcmp(argv[i], "--passes");
     if (!known || i + 1 >= argc) {
-      fmt::print(stderr, "usage: bench_refcpu [--tokens N] [--preset NAME | --model DIR]\n");
+      fmt::print(stderr, "usage: bench_refcpu [--tokens N] [--preset NAME | --model DIR] [--passes P]\n");
       return 2;
     }
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::stoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
     if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
+    if (!std::strcmp(argv[i], "--passes")) passes = std::stoi(argv[i + 1]);
   }
   const fs::path tmp = fs::temp_directory_path() / fmt::format("tdiff-bench-refcpu-{}", ::getpid());
   const ModelConfig c = model.empty() ? synth_preset(preset) : load_config(model + "/config.json");
@@ -114,8 +117,9 @@ int main(int argc, char** argv) {
   RunContext ctx{c, weights, batch, TieRule::lowest_index};
 
   // A preset's forward runs twice and the second is timed (its small weights then converted
-  // once, as in a bisect's mixed runs); a model folder's once, as `tdiff golden` runs it.
-  const int passes = model.empty() ? 2 : 1;
+  // once, as in a bisect's mixed runs); a model folder's once, as `tdiff golden` runs it. The
+  // last of --passes P is timed.
+  if (passes <= 0) passes = model.empty() ? 2 : 1;
   for (int pass = 0; pass < passes; ++pass) {
     TensorMap env;
     put_inputs(batch, env);

@@ -114,8 +114,7 @@ void ReleaseWeights::expert_rows_f64(const std::string& hf, const WeightSpec& sp
       dequantize_fp4(files_.tensor(t).rows(a - p0, b - p0), files_.tensor(scale_name(t)).rows(a - p0, b - p0), K, out,
                      what(t));
     } else {
-      const Tensor w = files_.tensor(t).rows(a - p0, b - p0).to(DType::f64);
-      std::memcpy(out, w.data<double>(), w.nbytes());
+      files_.tensor(t).rows(a - p0, b - p0).to_f64(out);
     }
   }
 }

@@ -1,6 +1,8 @@
 #include "core/tensor.h"
 
 #include <cmath>
+#include <bit>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -22,10 +24,12 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   if (rank() > kMaxRank) throw std::invalid_argument("tensor rank above 5: " + shape_str(shape_));
   for (auto d : shape_)
     if (d < 0) throw std::invalid_argument("negative dimension in " + shape_str(shape_));
-  const std::size_t n = std::max<std::size_t>(nbytes(), 1);
-  std::shared_ptr<std::byte[]> buf(new std::byte[n]());
-  data_ = buf.get();
-  keepalive_ = std::move(buf);
+  // calloc, not new[]() : a large block comes from fresh pages the kernel has zeroed, which
+  // the program does not write over once more (a real-width activation is a gigabyte).
+  void* p = std::calloc(std::max<std::size_t>(nbytes(), 1), 1);
+  if (!p) throw std::bad_alloc();
+  data_ = static_cast<std::byte*>(p);
+  keepalive_ = std::shared_ptr<void>(p, std::free);
 }
 
 Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> keepalive) {
@@ -75,8 +79,38 @@ void store(std::byte* p, DType t, double v) {
 }
 }  // namespace
 
+void Tensor::to_f64(double* dst) const {
+  const std::int64_t n = numel();
+  const bool big = n > (std::int64_t{1} << 20);  // threads only where they pay (never nested)
+  switch (dtype_) {
+    case DType::f64:
+      if (n) std::memcpy(dst, data_, nbytes());
+      return;
+    case DType::f32: {
+      const auto* f = reinterpret_cast<const float*>(data_);
+#pragma omp parallel for schedule(static) if (big)
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = f[i];
+      return;
+    }
+    case DType::bf16: {  // the upper half of a float32
+      const auto* b = reinterpret_cast<const std::uint16_t*>(data_);
+#pragma omp parallel for schedule(static) if (big)
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(b[i]) << 16);
+      return;
+    }
+    default:
+#pragma omp parallel for schedule(static) if (big)
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = value(i);
+  }
+}
+
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return clone();
+  if (dtype == DType::f64) {
+    Tensor out(dtype, shape_);
+    to_f64(out.data<double>());
+    return out;
+  }
   Tensor out(dtype, shape_);
   const std::int64_t n = numel();
   const bool to_int = !is_float(dtype);

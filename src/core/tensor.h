@@ -59,6 +59,9 @@ class Tensor {
   // A new owning tensor of another dtype: float<->float with round-to-nearest-even,
   // int/bool<->float exactly (float->int truncates toward zero and requires finite values).
   Tensor to(DType dtype) const;
+  // Every element as float64 into dst (numel() values), exactly; typed loops, so converting
+  // weights costs about what reading them does (bf16 is a shift).
+  void to_f64(double* dst) const;
   Tensor clone() const;
   // Same bytes, another shape with the same element count.
   Tensor reshaped(Shape shape) const;

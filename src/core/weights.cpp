@@ -171,13 +171,10 @@ void WeightStore::rows_f64(const std::string& name, std::int64_t r0, std::int64_
     check_finite(name, part);
     std::memcpy(dst + (at - r0) * cols, part.data<double>(), part.nbytes());
   };
-  if (!release_) {
-    put(weights_.tensor(name).rows(r0, r1).to(DType::f64), r0);
-    return;
-  }
-  const Tensor codes = release_->stored(name);
-  if (codes.defined()) {  // unquantised in the release (BF16 embedding and head)
-    put(codes.rows(r0, r1).to(DType::f64), r0);
+  const Tensor plain = release_ ? release_->stored(name) : weights_.tensor(name);
+  if (plain.defined()) {  // unquantised (every HF-layout weight; the release's BF16 embedding and head)
+    plain.rows(r0, r1).to_f64(dst);
+    check_finite(name, dst, (r1 - r0) * cols);
     return;
   }
   // FP8 with 128 x 128 block scales: one piece per block of rows, with that block's scales.
@@ -208,8 +205,7 @@ void WeightStore::expert_rows_f64(const std::string& name, std::int64_t expert, 
   if (release_) {
     release_->expert_rows_f64(name, spec, expert, r0, r1, dst);
   } else {
-    const Tensor part = weights_.tensor(name).rows(expert, expert + 1).reshaped({R, C}).rows(r0, r1).to(DType::f64);
-    std::memcpy(dst, part.data<double>(), part.nbytes());
+    weights_.tensor(name).rows(expert, expert + 1).reshaped({R, C}).rows(r0, r1).to_f64(dst);
   }
   check_finite(name, dst, (r1 - r0) * C);
 }

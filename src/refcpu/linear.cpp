@@ -30,60 +30,43 @@ void dgemm_serial(int M, int N, int K, const double* a, int lda, const double* b
 
 std::int64_t blocks(std::int64_t n, std::int64_t block) { return (n + block - 1) / block; }
 
-// y[r0 .. r0+n) = x[r0 .. r0+n) · W_tileᵀ for one chunk of at most kRowChunk rows against one
-// tile of `out` rows of W (strides ldx, ldw, ldy), serial. A short chunk is padded to a full
-// one, so every call of a product has the same shape (linear.h).
-void product_block(const double* x, std::int64_t ldx, std::int64_t r0, std::int64_t n, std::int64_t in,
-                   const double* w, std::int64_t ldw, std::int64_t out, double* y, std::int64_t ldy) {
-  const auto K = static_cast<int>(in), N = static_cast<int>(out), M = static_cast<int>(kRowChunk);
-  if (n == kRowChunk) {
+// y[r0 .. r0+n) = x[r0 .. r0+n) · W_tileᵀ for one chunk of n <= `chunk` rows against one tile
+// of `out` rows of W (strides ldx, ldw, ldy), serial. A short chunk is padded to a full one,
+// so every call of a product has the same shape (linear.h).
+void product_block(std::int64_t chunk, const double* x, std::int64_t ldx, std::int64_t r0, std::int64_t n,
+                   std::int64_t in, const double* w, std::int64_t ldw, std::int64_t out, double* y, std::int64_t ldy) {
+  const auto K = static_cast<int>(in), N = static_cast<int>(out), M = static_cast<int>(chunk);
+  if (n == chunk) {
     dgemm_serial(M, N, K, x + r0 * ldx, static_cast<int>(ldx), w, static_cast<int>(ldw), y + r0 * ldy,
                  static_cast<int>(ldy));
     return;
   }
-  std::vector<double> X(static_cast<std::size_t>(kRowChunk * in), 0.0), Y(static_cast<std::size_t>(kRowChunk * out));
+  std::vector<double> X(static_cast<std::size_t>(chunk * in), 0.0), Y(static_cast<std::size_t>(chunk * out));
   for (std::int64_t r = 0; r < n; ++r) std::copy_n(x + (r0 + r) * ldx, in, X.data() + r * in);
   dgemm_serial(M, N, K, X.data(), K, w, static_cast<int>(ldw), Y.data(), N);
   for (std::int64_t r = 0; r < n; ++r) std::copy_n(Y.data() + r * out, out, y + (r0 + r) * ldy);
 }
 
-// Every (row chunk, column tile) block of one product; `parallel` spreads them over threads.
+// Every (row chunk, column tile) block of a product with W resident, spread over threads.
 void product(const double* x, std::int64_t ldx, std::int64_t rows, std::int64_t in, const double* w, std::int64_t ldw,
-             std::int64_t out, double* y, std::int64_t ldy, bool parallel) {
+             std::int64_t out, double* y, std::int64_t ldy) {
   const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out, kColTile);
-#pragma omp parallel for collapse(2) schedule(static) if (parallel)
+#pragma omp parallel for collapse(2) schedule(static)
   for (std::int64_t c = 0; c < chunks; ++c)
     for (std::int64_t t = 0; t < tiles; ++t)
-      product_block(x, ldx, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk), in, w + t * kColTile * ldw, ldw,
-                    std::min(kColTile, out - t * kColTile), y + t * kColTile, ldy);
+      product_block(kRowChunk, x, ldx, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk), in,
+                    w + t * kColTile * ldw, ldw, std::min(kColTile, out - t * kColTile), y + t * kColTile, ldy);
 }
 
 }  // namespace
 
-void linear(const double* x, std::int64_t rows, std::int64_t in, const double* w, std::int64_t out, double* y) {
-  product(x, in, rows, in, w, in, out, y, out, true);
-}
-
-void gemm_serial(std::int64_t M, std::int64_t N, std::int64_t K, const double* a, std::int64_t lda, const double* b,
-                 std::int64_t ldb, bool b_transposed, double* c, std::int64_t ldc) {
-  dgemm_serial(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), a, static_cast<int>(lda), b,
-               static_cast<int>(ldb), c, static_cast<int>(ldc), b_transposed);
-}
-
-void linear_serial(const double* x, std::int64_t ldx, std::int64_t rows, std::int64_t in, const double* w,
-                   std::int64_t ldw, std::int64_t out, double* y, std::int64_t ldy) {
-  product(x, ldx, rows, in, w, ldw, out, y, ldy, false);
-}
-
-namespace {
-
-// Column tile by column tile: convert the tile, then every row chunk against it. `parallel`
-// spreads the tiles over threads, each holding one converted tile.
-void streamed_product(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
-                      double* y, bool parallel) {
+// Column tile by column tile: convert the tile, then every row chunk against it; the tiles are
+// spread over threads, each holding one converted tile.
+void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
+                     double* y) {
   const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out, kColTile);
   ParallelErrors errors;
-#pragma omp parallel if (parallel)
+#pragma omp parallel
   {
     std::vector<double> tile(static_cast<std::size_t>(std::min(kColTile, out) * in));
 #pragma omp for schedule(dynamic)
@@ -92,23 +75,28 @@ void streamed_product(const double* x, std::int64_t rows, std::int64_t in, const
         const std::int64_t o0 = t * kColTile, width = std::min(kColTile, out - o0);
         w(o0, o0 + width, tile.data());
         for (std::int64_t c = 0; c < chunks; ++c)
-          product_block(x, in, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk), in, tile.data(), in, width,
-                        y + o0, out);
+          product_block(kRowChunk, x, in, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk), in, tile.data(), in,
+                        width, y + o0, out);
       });
   }
   errors.rethrow();
 }
 
-}  // namespace
-
-void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
-                     double* y) {
-  streamed_product(x, rows, in, w, out, y, true);
+void linear(const double* x, std::int64_t rows, std::int64_t in, const double* w, std::int64_t out, double* y) {
+  product(x, in, rows, in, w, in, out, y, out);
 }
 
-void linear_streamed_serial(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
-                            double* y) {
-  streamed_product(x, rows, in, w, out, y, false);
+void gemm_serial(std::int64_t M, std::int64_t N, std::int64_t K, const double* a, std::int64_t lda, const double* b,
+                 std::int64_t ldb, bool b_transposed, double* c, std::int64_t ldc) {
+  dgemm_serial(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), a, static_cast<int>(lda), b,
+               static_cast<int>(ldb), c, static_cast<int>(ldc), b_transposed);
+}
+
+void expert_tile_product(const double* x, std::int64_t rows, std::int64_t in, const double* w_tile,
+                         std::int64_t width, double* y, std::int64_t ldy) {
+  for (std::int64_t c = 0; c * kExpertRowChunk < rows; ++c)
+    product_block(kExpertRowChunk, x, in, c * kExpertRowChunk, std::min(kExpertRowChunk, rows - c * kExpertRowChunk),
+                  in, w_tile, in, width, y, ldy);
 }
 
 void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std::int64_t in_per_group,
@@ -118,7 +106,7 @@ void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std
   for (std::int64_t c = 0; c < chunks; ++c)
     for (std::int64_t g = 0; g < groups; ++g)
       for (std::int64_t t = 0; t < tiles; ++t)
-        product_block(x + g * in_per_group, groups * in_per_group, c * kRowChunk,
+        product_block(kRowChunk, x + g * in_per_group, groups * in_per_group, c * kRowChunk,
                       std::min(kRowChunk, rows - c * kRowChunk), in_per_group,
                       w + (g * out_per_group + t * kColTile) * in_per_group, in_per_group,
                       std::min(kColTile, out_per_group - t * kColTile), y + g * out_per_group + t * kColTile,

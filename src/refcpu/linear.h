@@ -2,19 +2,25 @@
 // Dense products of the reference, float64.
 //   linear:  x [N, in], W [out, in]  ->  y [N, out] = x · Wᵀ
 //   grouped: x [N, G·c], W [G·R, c]   ->  y [N, G·R], y[:, gR:(g+1)R] = x[:, gc:(g+1)c] · W[gR:(g+1)R]ᵀ
-// Every product is cut into the same blocks: kRowChunk rows of x (a short chunk padded with
-// zero rows) times kColTile rows of W, one single-threaded BLAS call (DGEMM) each, and OpenMP
-// across blocks. A block's shape depends only on `in` and `out`, never on the thread count,
-// the number of rows or a row's position, and a BLAS call of one shape sums each output in
-// one fixed order, so a row's result depends only on that row and W: the same bits for any
-// thread count and any padding or tokens-per-expert count. (OpenBLAS picks another kernel
-// for small M·N·K, so the row count of a call must be fixed, not merely the tile.)
+// Every product is cut into the same blocks: kRowChunk rows of x (kExpertRowChunk for the
+// routed experts; a short chunk padded with zero rows) times kColTile rows of W, one
+// single-threaded BLAS call (DGEMM) each, and OpenMP across blocks. A block's shape depends
+// only on `in`, `out` and the operator, never on the thread count, the number of rows or a
+// row's position, and a BLAS call of one shape sums each output in one fixed order, so a
+// row's result depends only on that row and W: the same bits for any thread count and any
+// padding or tokens-per-expert count. (OpenBLAS picks another kernel for small M·N·K, so the
+// row count of a call must be fixed, not merely the tile.)
 #include <cstdint>
 #include <functional>
 
 namespace tdiff::refcpu {
 
-inline constexpr std::int64_t kRowChunk = 64;
+// Sizes measured with OpenBLAS on one AVX-512 core at K = 4096 (DGEMM 52 GFLOP/s): 128 x 256
+// blocks 43 GFLOP/s, 64 x 256 38. Experts see few tokens each (24 on average at 1024 tokens
+// and 256 experts), where 32-row chunks waste the least: 33 GFLOP/s a block, 64 rows would
+// mostly multiply padding.
+inline constexpr std::int64_t kRowChunk = 128;
+inline constexpr std::int64_t kExpertRowChunk = 32;
 inline constexpr std::int64_t kColTile = 256;
 
 // Writes rows [r0, r1) of a weight matrix W [out, in] as float64 to dst ([r1 - r0, in]).
@@ -27,10 +33,11 @@ void linear(const double* x, std::int64_t rows, std::int64_t in, const double* w
 // to linear() on the converted W.
 void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
                      double* y);
-// The same on the calling thread (one tile converted at a time), for callers that parallelise
-// over their own items: the routed experts, converted only as far as a product needs them.
-void linear_streamed_serial(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w,
-                            std::int64_t out, double* y);
+// One column tile of a routed expert's product, serial, in kExpertRowChunk-row chunks:
+// y[:, 0:width) (stride ldy) = x [rows, in] · W_tileᵀ, W_tile [width <= kColTile, in]. The
+// caller spreads (expert, tile) pairs over threads and converts each tile as it needs it.
+void expert_tile_product(const double* x, std::int64_t rows, std::int64_t in, const double* w_tile,
+                         std::int64_t width, double* y, std::int64_t ldy);
 void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std::int64_t in_per_group,
                     const double* w, std::int64_t out_per_group, double* y);
 
@@ -39,11 +46,5 @@ void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std
 // depends only on that token (attention over its visible keys, the indexer's scores).
 void gemm_serial(std::int64_t M, std::int64_t N, std::int64_t K, const double* a, std::int64_t lda, const double* b,
                  std::int64_t ldb, bool b_transposed, double* c, std::int64_t ldc);
-
-// Serial single-block product, for callers that parallelise over their own independent
-// items (experts, tokens): y [rows, out] (stride ldy) = x [rows, in] (stride ldx) · W [out, in]ᵀ
-// (stride ldw), in the blocks above. Used inside an OpenMP loop: it starts no threads.
-void linear_serial(const double* x, std::int64_t ldx, std::int64_t rows, std::int64_t in, const double* w,
-                   std::int64_t ldw, std::int64_t out, double* y, std::int64_t ldy);
 
 }  // namespace tdiff::refcpu

@@ -31,73 +31,105 @@ void routing_weights(const double* score, const std::int64_t* idx, std::int64_t 
 
 namespace {
 
-// The FFN with its three products given as functions (out = in · Wᵀ for Wg, Wu, Wd).
-using Product = std::function<void(const double* in, std::int64_t width, std::int64_t out_width, int which, double* out)>;
-void ffn(const double* x, std::int64_t N, std::int64_t D, std::int64_t I, double limit, double* y, const Product& product,
-         bool parallel) {
-  std::vector<double> g(static_cast<std::size_t>(N * I)), u(static_cast<std::size_t>(N * I));
-  product(x, D, I, 0, g.data());
-  product(x, D, I, 1, u.data());
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t i = 0; i < N * I; ++i) {
-    const double gi = std::min(g[static_cast<std::size_t>(i)], limit);
-    const double ui = std::clamp(u[static_cast<std::size_t>(i)], -limit, limit);
-    g[static_cast<std::size_t>(i)] = gi / (1.0 + std::exp(-gi)) * ui;
-  }
-  product(g.data(), I, D, 2, y);
+// silu(min(g, Λ)) · clamp(u, −Λ, Λ), the SwiGLU of spec 3.8 with its clipping.
+double swiglu(double g, double u, double limit) {
+  const double gi = std::min(g, limit), ui = std::clamp(u, -limit, limit);
+  return gi / (1.0 + std::exp(-gi)) * ui;
 }
+
+std::int64_t tiles_of(std::int64_t n) { return (n + kColTile - 1) / kColTile; }
 
 }  // namespace
 
 void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* Wg, const double* Wu,
                 const double* Wd, std::int64_t I, double limit, double* y) {
-  const double* W[3] = {Wg, Wu, Wd};
-  ffn(x, N, D, I, limit, y,
-      [&](const double* in, std::int64_t width, std::int64_t out_width, int which, double* out) {
-        linear(in, N, width, W[which], out_width, out);
-      },
-      true);
+  std::vector<double> g(static_cast<std::size_t>(N * I)), u(static_cast<std::size_t>(N * I));
+  linear(x, N, D, Wg, I, g.data());
+  linear(x, N, D, Wu, I, u.data());
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < N * I; ++i)
+    g[static_cast<std::size_t>(i)] = swiglu(g[static_cast<std::size_t>(i)], u[static_cast<std::size_t>(i)], limit);
+  linear(g.data(), N, I, Wd, D, y);
 }
 
 void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::int64_t* idx, const double* wt,
                     std::int64_t K, const ExpertRows& weights, std::int64_t E, std::int64_t I, double limit,
                     double* routed) {
-  // Every (token, slot) result, then the weighted sum in slot order. Experts run in
-  // parallel, each converted when a token selects it (the products inside are serial); a
-  // row's bits do not depend on the thread or on the other rows of its expert (linear.h).
-  std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(E));  // flat (t·K + k) per expert
-  for (std::int64_t r = 0; r < N * K; ++r) rows[static_cast<std::size_t>(idx[r])].push_back(r);
-  std::vector<double> slot_out(static_cast<std::size_t>(N * K * D));
+  // The (token, slot) rows grouped by expert, slot order kept inside each: expert e's rows are
+  // sorted[first[e] .. first[e+1]).
+  std::vector<std::int64_t> first(static_cast<std::size_t>(E + 1), 0), sorted(static_cast<std::size_t>(N * K)),
+      at(static_cast<std::size_t>(N * K));
+  for (std::int64_t r = 0; r < N * K; ++r) ++first[static_cast<std::size_t>(idx[r] + 1)];
+  for (std::int64_t e = 0; e < E; ++e) first[static_cast<std::size_t>(e + 1)] += first[static_cast<std::size_t>(e)];
+  {
+    std::vector<std::int64_t> fill(first.begin(), first.end() - 1);
+    for (std::int64_t r = 0; r < N * K; ++r) {
+      const std::int64_t pos = fill[static_cast<std::size_t>(idx[r])]++;
+      sorted[static_cast<std::size_t>(pos)] = r;
+      at[static_cast<std::size_t>(r)] = pos;
+    }
+  }
+  // Work items (expert, column tile) over the experts some token selects, so every thread is
+  // busy however few experts there are; each item converts its tile of the expert's weights.
+  auto items = [&](std::int64_t tiles) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> v;
+    for (std::int64_t e = 0; e < E; ++e)
+      if (first[static_cast<std::size_t>(e + 1)] > first[static_cast<std::size_t>(e)])
+        for (std::int64_t t = 0; t < tiles; ++t) v.emplace_back(e, t);
+    return v;
+  };
+  std::vector<double> h(static_cast<std::size_t>(N * K * I)), y(static_cast<std::size_t>(N * K * D));
   ParallelErrors errors;
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t e = 0; e < E; ++e) {
-    const auto& mine = rows[static_cast<std::size_t>(e)];
-    if (mine.empty()) continue;
-    errors.run([&] {
-      const auto n = static_cast<std::int64_t>(mine.size());
-      std::vector<double> xg(static_cast<std::size_t>(n * D)), yg(static_cast<std::size_t>(n * D));
-      for (std::int64_t i = 0; i < n; ++i)
-        std::copy_n(z + (mine[static_cast<std::size_t>(i)] / K) * D, D, xg.data() + i * D);
-      // gate = rows [0, I) of gate_up, up = rows [I, 2I), down = part 1.
-      ffn(xg.data(), n, D, I, limit, yg.data(),
-          [&](const double* in, std::int64_t width, std::int64_t out_width, int which, double* out) {
-            const int part = which == 2 ? 1 : 0;
-            const std::int64_t first = which == 1 ? I : 0;
-            linear_streamed_serial(in, n, width,
-                                   [&](std::int64_t r0, std::int64_t r1, double* dst) { weights(e, part, first + r0, first + r1, dst); },
-                                   out_width, out);
-          },
-          false);
-      for (std::int64_t i = 0; i < n; ++i)
-        std::copy_n(yg.data() + i * D, D, slot_out.data() + mine[static_cast<std::size_t>(i)] * D);
-    });
+  // h = SwiGLU(x · Wgᵀ, x · Wuᵀ), gate = rows [0, I) of gate_up, up = rows [I, 2I).
+  const auto up_items = items(tiles_of(I));
+#pragma omp parallel
+  {
+    std::vector<double> x, wg, wu, g, u;
+#pragma omp for schedule(dynamic)
+    for (std::size_t w = 0; w < up_items.size(); ++w)
+      errors.run([&] {
+        const auto [e, t] = up_items[w];
+        const std::int64_t r0 = first[static_cast<std::size_t>(e)], n = first[static_cast<std::size_t>(e + 1)] - r0;
+        const std::int64_t c0 = t * kColTile, width = std::min(kColTile, I - c0);
+        x.resize(static_cast<std::size_t>(n * D));
+        for (std::int64_t i = 0; i < n; ++i) std::copy_n(z + (sorted[static_cast<std::size_t>(r0 + i)] / K) * D, D, x.data() + i * D);
+        wg.resize(static_cast<std::size_t>(width * D)), wu.resize(wg.size());
+        g.resize(static_cast<std::size_t>(n * width)), u.resize(g.size());
+        weights(e, 0, c0, c0 + width, wg.data());
+        weights(e, 0, I + c0, I + c0 + width, wu.data());
+        expert_tile_product(x.data(), n, D, wg.data(), width, g.data(), width);
+        expert_tile_product(x.data(), n, D, wu.data(), width, u.data(), width);
+        for (std::int64_t i = 0; i < n; ++i)
+          for (std::int64_t j = 0; j < width; ++j)
+            h[static_cast<std::size_t>((r0 + i) * I + c0 + j)] =
+                swiglu(g[static_cast<std::size_t>(i * width + j)], u[static_cast<std::size_t>(i * width + j)], limit);
+      });
   }
   errors.rethrow();
+  // y = h · Wdᵀ, down = part 1.
+  const auto down_items = items(tiles_of(D));
+#pragma omp parallel
+  {
+    std::vector<double> wd;
+#pragma omp for schedule(dynamic)
+    for (std::size_t w = 0; w < down_items.size(); ++w)
+      errors.run([&] {
+        const auto [e, t] = down_items[w];
+        const std::int64_t r0 = first[static_cast<std::size_t>(e)], n = first[static_cast<std::size_t>(e + 1)] - r0;
+        const std::int64_t c0 = t * kColTile, width = std::min(kColTile, D - c0);
+        wd.resize(static_cast<std::size_t>(width * I));
+        weights(e, 1, c0, c0 + width, wd.data());
+        expert_tile_product(h.data() + r0 * I, n, I, wd.data(), width, y.data() + r0 * D + c0, D);
+      });
+  }
+  errors.rethrow();
+  // The weighted sum in slot order.
 #pragma omp parallel for schedule(static)
   for (std::int64_t t = 0; t < N; ++t)
     for (std::int64_t c = 0; c < D; ++c) {
       double acc = 0;
-      for (std::int64_t k = 0; k < K; ++k) acc += wt[t * K + k] * slot_out[static_cast<std::size_t>((t * K + k) * D + c)];
+      for (std::int64_t k = 0; k < K; ++k)
+        acc += wt[t * K + k] * y[static_cast<std::size_t>(at[static_cast<std::size_t>(t * K + k)] * D + c)];
       routed[t * D + c] = acc;
     }
 }
