@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "cli_support.h"
+#include "core/h5io.h"
 #include "core/policy.h"
 
 namespace tdiff {
@@ -42,6 +43,35 @@ TEST_F(CliRun, GoldenThenRunPassesUnderFp32AndFailsUnderNaive) {
   const std::string info = run(fmt::format("info '{}'", path("c.h5"))).out;
   EXPECT_NE(info.find("policy fp32"), std::string::npos) << info;
   EXPECT_NE(info.find("policy naive"), std::string::npos) << info;
+}
+
+// golden --verify recomputes each stage from the stored inputs: this build's own reference is
+// reproduced bit for bit; an edited stored tensor is named (exit 1); the case is not changed.
+TEST_F(CliRun, GoldenVerifyNamesAStoredTensorThatDiffers) {
+  const std::string c = path("c.h5");
+  ASSERT_EQ(run(fmt::format("golden '{}'", c)).code, 0);
+  CliResult v = run(fmt::format("golden '{}' --verify", c));
+  EXPECT_EQ(v.code, 0) << v.err;
+  EXPECT_NE(v.err.find("181 bit-identical, 0 beyond the tolerance"), std::string::npos) << v.err;
+
+  Tensor o = h5_read(c, "/reference/L02.attn.core/o");
+  o.data<double>()[17] *= 1.0 + 1e-9;  // one element, far below any candidate's error
+  {
+    H5Writer w(c, c);
+    w.write("/reference/L02.attn.core/o", o);
+    w.commit();
+  }
+  const auto before = std::filesystem::last_write_time(c);
+  v = run(fmt::format("golden '{}' --verify", c));
+  EXPECT_EQ(v.code, 1) << v.err;
+  // The edited tensor, and the one stage that reads it (its stored output came from the
+  // unedited one); every other stage reads stored inputs, so nothing else moves.
+  EXPECT_NE(v.err.find("179 bit-identical, 2 beyond"), std::string::npos) << v.err;
+  EXPECT_NE(v.out.find("L02.attn.core/o"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("L02.attn.o_rope/out"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find(" 1 of "), std::string::npos) << v.out;  // the one edited element
+  EXPECT_EQ(std::filesystem::last_write_time(c), before);
+  EXPECT_EQ(run(fmt::format("golden '{}' --verify --tolerance -1", c)).code, 2);
 }
 
 TEST_F(CliRun, BadInputsExitTwoWithOneLine) {

@@ -1,4 +1,5 @@
 // tdiff golden: the float64 reference of every stage into /reference of the case file.
+#include <algorithm>
 #include <chrono>
 
 #include "cli/command.h"
@@ -7,7 +8,9 @@
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/pattern.h"
+#include "core/h5io.h"
 #include "core/session.h"
+#include "gates/reference_check.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff::cli {
@@ -19,7 +22,44 @@ struct GoldenOptions {
   std::string model_dir;
   std::string stages;
   std::string tie_rule = "lowest-index";
+  bool verify = false;
+  double tolerance = 1e-12;
 };
+
+// --verify: recompute every stage from the stored inputs and report how far this build's
+// reference is from the stored one; the case is not changed. Exit 1 beyond the tolerance.
+void verify_golden(const GoldenOptions& o) {
+  CaseSession session = open_session(o.case_path, o.model_dir);
+  const auto attrs = h5_read_attrs(o.case_path, "/reference");
+  const auto tie = attrs.find("tie_rule");
+  const TieRule rule = parse_tie_rule(tie != attrs.end() ? tie->second : o.tie_rule);
+  Progress progress("golden --verify", session.stages.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto diffs = check_reference(session, rule, [&](std::size_t i, const Stage& s) { progress.step(i + 1, s.name); });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Differing tensors first: integers (which must agree exactly), then floats by relative L2.
+  std::stable_sort(diffs.begin(), diffs.end(), [](const ReferenceDiff& a, const ReferenceDiff& b) {
+    if (a.bits.identical() != b.bits.identical()) return b.bits.identical();
+    if (a.integer != b.integer) return a.integer;
+    return a.rel_l2 > b.rel_l2;
+  });
+  std::size_t identical = 0, beyond = 0;
+  for (const auto& d : diffs) {
+    identical += d.bits.identical();
+    beyond += d.integer ? !d.bits.identical() : !(d.rel_l2 <= o.tolerance);
+  }
+  progress.finish(fmt::format("golden --verify: {} tensors of {} stages recomputed on the stored inputs in {:.2f} s: "
+                              "{} bit-identical, {} beyond the tolerance (relative L2 {:.0e}; integers exactly)",
+                              diffs.size(), session.stages.size(), secs, identical, beyond, o.tolerance));
+  fmt::print("{:<40} {:>12} {:>12} {:>24}\n", "stage/tensor", "rel L2", "max |diff|", "differing elements");
+  for (std::size_t i = 0; i < diffs.size() && i < 12; ++i) {
+    const auto& d = diffs[i];
+    if (d.bits.identical()) break;
+    fmt::print("{:<40} {:>12} {:>12.3g} {:>24}\n", d.stage + "/" + d.tensor, d.integer ? "-" : fmt::format("{:.3g}", d.rel_l2),
+               d.bits.max_abs, fmt::format("{} of {}", d.bits.differing, d.bits.numel));
+  }
+  exit_code() = beyond ? 1 : 0;
+}
 
 void run_golden(const GoldenOptions& o) {
   CaseSession session = open_session(o.case_path, o.model_dir);
@@ -63,13 +103,22 @@ void setup_golden(CLI::App& app) {
       "Example:\n"
       "  tdiff golden case.h5\n"
       "  tdiff golden case.h5 --stages 'L0[2-4].attn.*,lm_head'\n"
-      "  tdiff golden case.h5 --tie-rule torch-cpu   # break top-k ties as torch does on the CPU");
+      "  tdiff golden case.h5 --tie-rule torch-cpu   # break top-k ties as torch does on the CPU\n"
+      "  tdiff golden case.h5 --verify   # a reference made elsewhere: each stage's own difference from this build");
   cmd->add_option("case", o->case_path, "case file (tdiff case new)")->required();
   cmd->add_option("--model", o->model_dir, "model folder (default: the path the case records)");
   cmd->add_option("--stages", o->stages, "store only stages matching these globs (comma-separated)");
   cmd->add_option("--tie-rule", o->tie_rule, "top-k tie rule: lowest-index (default) or torch-cpu")
       ->check(CLI::IsMember({"lowest-index", "torch-cpu"}));
-  cmd->callback([o] { run_golden(*o); });
+  cmd->add_flag("--verify", o->verify,
+                 "recompute every stage from the stored reference's inputs and report how far this build is from it "
+                 "(the case is not changed; exit 1 beyond --tolerance)");
+  cmd->add_option("--tolerance", o->tolerance, "--verify: largest relative L2 of a float tensor (default 1e-12)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([o] {
+    if (o->verify) verify_golden(*o);
+    else run_golden(*o);
+  });
 }
 
 }  // namespace tdiff::cli
