@@ -77,7 +77,13 @@ TEST(Moe, RoutedExpertsMatchReference) {
     }
   std::vector<double> zd(z.begin(), z.end()), gud(gate_up.begin(), gate_up.end()), dd(down.begin(), down.end()),
       wd(wt.begin(), wt.end()), yr(static_cast<std::size_t>(N * D));
-  refcpu::routed_experts(zd.data(), N, D, idx.data(), wd.data(), K, gud.data(), dd.data(), E, I, limit, yr.data());
+  // Rows of expert e's gate_up [2I, D] (part 0) or down [D, I] (part 1), as refcpu asks for them.
+  const refcpu::ExpertRows expert_rows = [&](std::int64_t e, int part, std::int64_t r0, std::int64_t r1, double* dst) {
+    const std::int64_t cols = part == 0 ? D : I;
+    const double* w = part == 0 ? gud.data() + e * 2 * I * D : dd.data() + e * D * I;
+    std::copy(w + r0 * cols, w + r1 * cols, dst);
+  };
+  refcpu::routed_experts(zd.data(), N, D, idx.data(), wd.data(), K, expert_rows, E, I, limit, yr.data());
   const Error e = error_vs(y, yr);
   EXPECT_EQ(e.non_finite, 0);
   EXPECT_LE(e.rel_l2, 2 * unit_ulp(Fmt::bf16)) << e.rel_l2;
