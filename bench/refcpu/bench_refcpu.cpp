@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "core/executor.h"
+#include "core/runtime_env.h"
 #include "core/synth.h"
 #include "refcpu/refcpu_backend.h"
 
@@ -86,6 +87,7 @@ double dgemm_gflops(std::int64_t n, bool openblas) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  reexec_with_runtime_env(argv);  // the OpenBLAS kernels and idle policy tdiff itself runs with
   std::int64_t tokens = 512;
   std::string preset = "small", model;
   int passes = 0;  // default: 2 for a preset, 1 for a model folder

@@ -11,6 +11,7 @@
 #include "core/h5io.h"
 #include "core/session.h"
 #include "gates/reference_check.h"
+#include "refcpu/linear.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff::cli {
@@ -85,6 +86,7 @@ void run_golden(const GoldenOptions& o) {
   const std::string run_id = make_run_id("golden");
   EnvRecord rec = capture_env("refcpu", "float64", process_command_line());
   rec.extra["tie_rule"] = o.tie_rule;
+  rec.extra["blas"] = refcpu::blas_core();
   rec.extra["stages"] = o.stages.empty() ? "*" : o.stages;
   update.put_env(run_id, rec);
   update.writer().set_attr("/reference", "tie_rule", o.tie_rule);

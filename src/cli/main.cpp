@@ -1,14 +1,12 @@
 // tdiff: differential testing of a GPU port of DeepSeek-V4-Flash against a float64 reference.
-#include <unistd.h>
-
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 
 #include <fmt/format.h>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/runtime_env.h"
 #include "core/version.h"
 
 namespace tdiff::cli {
@@ -18,21 +16,9 @@ int& exit_code() {
 }
 }  // namespace tdiff::cli
 
-namespace {
-// Idle OpenMP threads sleep instead of spinning: on a shared or busy machine, spinning threads
-// took the cores from the working ones (a 2-thread golden: 0.3-5.7 s against 0.1 s). libgomp
-// reads OMP_WAIT_POLICY once, when it loads before main, so when the user has not chosen a
-// policy tdiff sets "passive" and executes itself again (on failure it runs as it is).
-void sleep_when_idle(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  ::setenv("OMP_WAIT_POLICY", "passive", 1);
-  ::execv("/proc/self/exe", argv);
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace tdiff;
-  sleep_when_idle(argv);
+  reexec_with_runtime_env(argv);  // OMP_WAIT_POLICY, OPENBLAS_CORETYPE (core/runtime_env.h)
   CLI::App app{"tdiff: does the GPU port still compute the same model, and if not, which operator broke it?"};
   app.set_version_flag("--version", std::string("tdiff ") + TDIFF_VERSION + " (" + TDIFF_GIT_COMMIT + ")");
   app.require_subcommand(1);

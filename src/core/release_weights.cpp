@@ -110,12 +110,16 @@ void ReleaseWeights::expert_rows_f64(const std::string& hf, const WeightSpec& sp
     if (a >= b) continue;
     const std::string t = expert_tensor(rn, expert, rn.parts[p]);
     double* out = dst + (a - r0) * K;
+    // Each tile is read once per stage: its pages are dropped once converted.
+    const Tensor codes = files_.tensor(t).rows(a - p0, b - p0);
     if (files_.has(scale_name(t))) {
-      dequantize_fp4(files_.tensor(t).rows(a - p0, b - p0), files_.tensor(scale_name(t)).rows(a - p0, b - p0), K, out,
-                     what(t));
+      const Tensor scale = files_.tensor(scale_name(t)).rows(a - p0, b - p0);
+      dequantize_fp4(codes, scale, K, out, what(t));
+      release_resident_pages(scale.raw(), scale.nbytes());
     } else {
-      files_.tensor(t).rows(a - p0, b - p0).to_f64(out);
+      codes.to_f64(out);
     }
+    release_resident_pages(codes.raw(), codes.nbytes());
   }
 }
 

@@ -275,6 +275,13 @@ std::vector<std::string> ModelWeights::names() const {
   return out;
 }
 
+void release_resident_pages(const void* begin, std::size_t bytes) {
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = (reinterpret_cast<std::uintptr_t>(begin) + page - 1) / page * page;
+  const auto hi = (reinterpret_cast<std::uintptr_t>(begin) + bytes) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 void ModelWeights::release_pages() const {
   for (const auto& f : files_) f->release_pages();
 }

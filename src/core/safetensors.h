@@ -47,6 +47,11 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// Drops this process's resident pages that lie wholly inside [begin, begin + bytes) of a
+// mapped file (a no-op elsewhere): for weights read once per stage (a tile of the routed
+// experts, converted and dropped), so a layer's experts are never all resident at once.
+void release_resident_pages(const void* begin, std::size_t bytes);
+
 // A model folder in the HF layout: model.safetensors, or shards listed by
 // model.safetensors.index.json ({"weight_map": {name: file}}).
 class ModelWeights {

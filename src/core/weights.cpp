@@ -173,7 +173,9 @@ void WeightStore::rows_f64(const std::string& name, std::int64_t r0, std::int64_
   };
   const Tensor plain = release_ ? release_->stored(name) : weights_.tensor(name);
   if (plain.defined()) {  // unquantised (every HF-layout weight; the release's BF16 embedding and head)
-    plain.rows(r0, r1).to_f64(dst);
+    const Tensor part = plain.rows(r0, r1);
+    part.to_f64(dst);
+    release_resident_pages(part.raw(), part.nbytes());  // streamed: read once per product
     check_finite(name, dst, (r1 - r0) * cols);
     return;
   }
@@ -181,7 +183,9 @@ void WeightStore::rows_f64(const std::string& name, std::int64_t r0, std::int64_
   const auto [fp8, scale, what] = release_->fp8_parts(name);
   for (std::int64_t b0 = r0; b0 < r1;) {
     const std::int64_t block = b0 / 128, b1 = std::min(r1, (block + 1) * 128);
-    put(dequantize_fp8(fp8.rows(b0, b1), scale.rows(block, block + 1), what), b0);
+    const Tensor codes = fp8.rows(b0, b1);
+    put(dequantize_fp8(codes, scale.rows(block, block + 1), what), b0);
+    release_resident_pages(codes.raw(), codes.nbytes());
     b0 = b1;
   }
 }
@@ -205,7 +209,9 @@ void WeightStore::expert_rows_f64(const std::string& name, std::int64_t expert, 
   if (release_) {
     release_->expert_rows_f64(name, spec, expert, r0, r1, dst);
   } else {
-    weights_.tensor(name).rows(expert, expert + 1).reshaped({R, C}).rows(r0, r1).to_f64(dst);
+    const Tensor part = weights_.tensor(name).rows(expert, expert + 1).reshaped({R, C}).rows(r0, r1);
+    part.to_f64(dst);
+    release_resident_pages(part.raw(), part.nbytes());  // each tile is read once per stage
   }
   check_finite(name, dst, (r1 - r0) * C);
 }

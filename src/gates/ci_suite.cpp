@@ -24,6 +24,7 @@
 #include "core/synth.h"
 #include "core/version.h"
 #include "emu/emu_backend.h"
+#include "refcpu/linear.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace fs = std::filesystem;
@@ -181,6 +182,7 @@ void store_reference(const std::string& case_file) {
   const std::string run_id = make_run_id("golden");
   EnvRecord rec = capture_env("refcpu", "float64", process_command_line());
   rec.extra["tie_rule"] = "lowest-index";
+  rec.extra["blas"] = refcpu::blas_core();
   rec.extra["stages"] = "*";
   update.put_env(run_id, rec);
   update.writer().set_attr("/reference", "tie_rule", "lowest-index");

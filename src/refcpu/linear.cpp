@@ -86,6 +86,8 @@ void linear(const double* x, std::int64_t rows, std::int64_t in, const double* w
   product(x, in, rows, in, w, in, out, y, out);
 }
 
+const char* blas_core() { return openblas_get_corename(); }
+
 void gemm_serial(std::int64_t M, std::int64_t N, std::int64_t K, const double* a, std::int64_t lda, const double* b,
                  std::int64_t ldb, bool b_transposed, double* c, std::int64_t ldc) {
   dgemm_serial(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), a, static_cast<int>(lda), b,

@@ -41,6 +41,10 @@ void expert_tile_product(const double* x, std::int64_t rows, std::int64_t in, co
 void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std::int64_t in_per_group,
                     const double* w, std::int64_t out_per_group, double* y);
 
+// The OpenBLAS kernel set in use ("Cooperlake", "Haswell", ...), for environment records:
+// the last bits of the reference are that kernel's.
+const char* blas_core();
+
 // C [M, N] (stride ldc) = A [M, K] (stride lda) · Bᵀ, B [N, K] (stride ldb) when b_transposed,
 // else · B, B [K, N]: one DGEMM on the calling thread, for per-token products whose shape
 // depends only on that token (attention over its visible keys, the indexer's scores).
