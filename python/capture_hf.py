@@ -430,8 +430,10 @@ class Recorder:
         expected = self.shape_of(stage, tensor)
         if expected is not None and tuple(arr.shape) != tuple(expected):
             self.shape_errors.append("%s: shape %s, tdiff's is %s" % (key, list(arr.shape), list(expected)))
+        # Ids, selections and masks are compressed; float tensors are not (as tdiff stores its
+        # own: deflate gains little on float64 and took most of the time of a large capture).
         opts = {}
-        if arr.size and arr.nbytes >= (1 << 20):
+        if arr.size and arr.nbytes >= (1 << 20) and kind != "f":
             opts = dict(compression="gzip", compression_opts=1, shuffle=True)
         ds = self.h5.create_dataset(key, data=arr, **opts)
         if kind == "b":
