@@ -50,12 +50,12 @@ void product_block(std::int64_t chunk, const double* x, std::int64_t ldx, std::i
 // Every (row chunk, column tile) block of a product with W resident, spread over threads.
 void product(const double* x, std::int64_t ldx, std::int64_t rows, std::int64_t in, const double* w, std::int64_t ldw,
              std::int64_t out, double* y, std::int64_t ldy) {
-  const std::int64_t chunk = row_chunk(out), chunks = blocks(rows, chunk), tiles = blocks(out, kColTile);
+  const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out, kColTile);
 #pragma omp parallel for collapse(2) schedule(static)
   for (std::int64_t c = 0; c < chunks; ++c)
     for (std::int64_t t = 0; t < tiles; ++t)
-      product_block(chunk, x, ldx, c * chunk, std::min(chunk, rows - c * chunk), in, w + t * kColTile * ldw, ldw,
-                    std::min(kColTile, out - t * kColTile), y + t * kColTile, ldy);
+      product_block(kRowChunk, x, ldx, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk), in,
+                    w + t * kColTile * ldw, ldw, std::min(kColTile, out - t * kColTile), y + t * kColTile, ldy);
 }
 
 }  // namespace
@@ -64,7 +64,7 @@ void product(const double* x, std::int64_t ldx, std::int64_t rows, std::int64_t 
 // spread over threads, each holding one converted tile.
 void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
                      double* y) {
-  const std::int64_t chunk = row_chunk(out), chunks = blocks(rows, chunk), tiles = blocks(out, kColTile);
+  const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out, kColTile);
   ParallelErrors errors;
 #pragma omp parallel
   {
@@ -75,8 +75,8 @@ void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const 
         const std::int64_t o0 = t * kColTile, width = std::min(kColTile, out - o0);
         w(o0, o0 + width, tile.data());
         for (std::int64_t c = 0; c < chunks; ++c)
-          product_block(chunk, x, in, c * chunk, std::min(chunk, rows - c * chunk), in, tile.data(), in, width, y + o0,
-                        out);
+          product_block(kRowChunk, x, in, c * kRowChunk, std::min(kRowChunk, rows - c * kRowChunk), in, tile.data(), in,
+                        width, y + o0, out);
       });
   }
   errors.rethrow();
@@ -103,14 +103,13 @@ void expert_tile_product(const double* x, std::int64_t rows, std::int64_t in, co
 
 void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std::int64_t in_per_group,
                     const double* w, std::int64_t out_per_group, double* y) {
-  const std::int64_t chunk = row_chunk(out_per_group), chunks = blocks(rows, chunk),
-                     tiles = blocks(out_per_group, kColTile);
+  const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out_per_group, kColTile);
 #pragma omp parallel for collapse(3) schedule(static)
   for (std::int64_t c = 0; c < chunks; ++c)
     for (std::int64_t g = 0; g < groups; ++g)
       for (std::int64_t t = 0; t < tiles; ++t)
-        product_block(chunk, x + g * in_per_group, groups * in_per_group, c * chunk, std::min(chunk, rows - c * chunk),
-                      in_per_group,
+        product_block(kRowChunk, x + g * in_per_group, groups * in_per_group, c * kRowChunk,
+                      std::min(kRowChunk, rows - c * kRowChunk), in_per_group,
                       w + (g * out_per_group + t * kColTile) * in_per_group, in_per_group,
                       std::min(kColTile, out_per_group - t * kColTile), y + g * out_per_group + t * kColTile,
                       groups * out_per_group);

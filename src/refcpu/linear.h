@@ -2,7 +2,7 @@
 // Dense products of the reference, float64.
 //   linear:  x [N, in], W [out, in]  ->  y [N, out] = x · Wᵀ
 //   grouped: x [N, G·c], W [G·R, c]   ->  y [N, G·R], y[:, gR:(g+1)R] = x[:, gc:(g+1)c] · W[gR:(g+1)R]ᵀ
-// Every product is cut into the same blocks: row_chunk(out) rows of x (kExpertRowChunk for the
+// Every product is cut into the same blocks: kRowChunk rows of x (kExpertRowChunk for the
 // routed experts; a short chunk padded with zero rows) times kColTile rows of W, one
 // single-threaded BLAS call (DGEMM) each, and OpenMP across blocks. A block's shape depends
 // only on `in`, `out` and the operator, never on the thread count, the number of rows or a
@@ -16,20 +16,12 @@
 namespace tdiff::refcpu {
 
 // Sizes measured with OpenBLAS on one AVX-512 core at K = 4096 (DGEMM 52 GFLOP/s): 128 x 256
-// blocks 43 GFLOP/s, 32 x 256 33. A product narrower than 4 tiles (hc mix 24 outputs, the
-// router 256, kv 512) takes 32-row chunks, so that even at 1024 tokens it has blocks for every
-// thread (the 16-thread device host ran hc mix on 8 threads at 1% of DGEMM). Routed experts
-// see few tokens each (24 on average at 1024 tokens and 256 experts): 32-row chunks waste the
-// least, and 32-row tiles of their weights (1 MB as float64) stay in the core's L2 cache
-// between their conversion and the DGEMM (with 256-row tiles, converting and packing the
-// 51 GB a layer's experts take in float64 went through memory: 24% of DGEMM on 16 cores).
+// blocks 43 GFLOP/s, 64 x 256 38. Experts see few tokens each (24 on average at 1024 tokens
+// and 256 experts), where 32-row chunks waste the least: 33 GFLOP/s a block, 64 rows would
+// mostly multiply padding.
 inline constexpr std::int64_t kRowChunk = 128;
-inline constexpr std::int64_t kNarrowRowChunk = 32;
 inline constexpr std::int64_t kExpertRowChunk = 32;
 inline constexpr std::int64_t kColTile = 256;
-inline constexpr std::int64_t kExpertColTile = 32;
-// The row chunk of a product with `out` outputs (kRowChunk, or kNarrowRowChunk when narrow).
-constexpr std::int64_t row_chunk(std::int64_t out) { return out >= 4 * kColTile ? kRowChunk : kNarrowRowChunk; }
 
 // Writes rows [r0, r1) of a weight matrix W [out, in] as float64 to dst ([r1 - r0, in]).
 // Streamed products call it once per column tile, from several threads at once.
@@ -42,7 +34,7 @@ void linear(const double* x, std::int64_t rows, std::int64_t in, const double* w
 void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
                      double* y);
 // One column tile of a routed expert's product, serial, in kExpertRowChunk-row chunks:
-// y[:, 0:width) (stride ldy) = x [rows, in] · W_tileᵀ, W_tile [width <= kExpertColTile, in]. The
+// y[:, 0:width) (stride ldy) = x [rows, in] · W_tileᵀ, W_tile [width <= kColTile, in]. The
 // caller spreads (expert, tile) pairs over threads and converts each tile as it needs it.
 void expert_tile_product(const double* x, std::int64_t rows, std::int64_t in, const double* w_tile,
                          std::int64_t width, double* y, std::int64_t ldy);

@@ -37,7 +37,7 @@ double swiglu(double g, double u, double limit) {
   return gi / (1.0 + std::exp(-gi)) * ui;
 }
 
-std::int64_t tiles_of(std::int64_t n) { return (n + kExpertColTile - 1) / kExpertColTile; }
+std::int64_t tiles_of(std::int64_t n) { return (n + kColTile - 1) / kColTile; }
 
 }  // namespace
 
@@ -90,7 +90,7 @@ void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::
       errors.run([&] {
         const auto [e, t] = up_items[w];
         const std::int64_t r0 = first[static_cast<std::size_t>(e)], n = first[static_cast<std::size_t>(e + 1)] - r0;
-        const std::int64_t c0 = t * kExpertColTile, width = std::min(kExpertColTile, I - c0);
+        const std::int64_t c0 = t * kColTile, width = std::min(kColTile, I - c0);
         x.resize(static_cast<std::size_t>(n * D));
         for (std::int64_t i = 0; i < n; ++i) std::copy_n(z + (sorted[static_cast<std::size_t>(r0 + i)] / K) * D, D, x.data() + i * D);
         wg.resize(static_cast<std::size_t>(width * D)), wu.resize(wg.size());
@@ -116,7 +116,7 @@ void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::
       errors.run([&] {
         const auto [e, t] = down_items[w];
         const std::int64_t r0 = first[static_cast<std::size_t>(e)], n = first[static_cast<std::size_t>(e + 1)] - r0;
-        const std::int64_t c0 = t * kExpertColTile, width = std::min(kExpertColTile, D - c0);
+        const std::int64_t c0 = t * kColTile, width = std::min(kColTile, D - c0);
         wd.resize(static_cast<std::size_t>(width * I));
         weights(e, 1, c0, c0 + width, wd.data());
         expert_tile_product(h.data() + r0 * I, n, I, wd.data(), width, y.data() + r0 * D + c0, D);
