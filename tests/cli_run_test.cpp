@@ -49,6 +49,9 @@ TEST_F(CliRun, GoldenThenRunPassesUnderFp32AndFailsUnderNaive) {
 // reproduced bit for bit; an edited stored tensor is named (exit 1); the case is not changed.
 TEST_F(CliRun, GoldenVerifyNamesAStoredTensorThatDiffers) {
   const std::string c = path("c.h5");
+  CliResult none = run(fmt::format("golden '{}' --verify", c));  // nothing stored yet
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("no reference to verify"), std::string::npos) << none.err;
   ASSERT_EQ(run(fmt::format("golden '{}'", c)).code, 0);
   CliResult v = run(fmt::format("golden '{}' --verify", c));
   EXPECT_EQ(v.code, 0) << v.err;

@@ -31,6 +31,8 @@ struct GoldenOptions {
 // reference is from the stored one; the case is not changed. Exit 1 beyond the tolerance.
 void verify_golden(const GoldenOptions& o) {
   CaseSession session = open_session(o.case_path, o.model_dir);
+  if (reference_stages(o.case_path).empty())
+    input_error("{}: no reference to verify (run `tdiff golden {}` first)", o.case_path, o.case_path);
   const auto attrs = h5_read_attrs(o.case_path, "/reference");
   const auto tie = attrs.find("tie_rule");
   const TieRule rule = parse_tie_rule(tie != attrs.end() ? tie->second : o.tie_rule);
