@@ -158,6 +158,37 @@ TEST_F(H5io, LargeIntegerDatasetsAreCompressedFloatOnesNot) {
   H5Fclose(h);
 }
 
+// A dataset may declare any shape (HDF5 reads what was never written as fill values): one whose
+// byte count wraps around, or exceeds the machine's memory, is refused before any allocation.
+TEST_F(H5io, DeclaredShapesTooLargeAreRefusedBeforeAllocating) {
+  const std::string f = file("huge.h5");
+  {
+    hid_t h = H5Fcreate(f.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    for (const auto& [name, n] : {std::pair<const char*, hsize_t>{"/wraps", hsize_t{1} << 61}, {"/terabytes", hsize_t{1} << 40}}) {
+      const hsize_t dims[1] = {n}, chunk[1] = {1024};
+      hid_t space = H5Screate_simple(1, dims, nullptr);
+      hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+      H5Pset_chunk(dcpl, 1, chunk);
+      hid_t d = H5Dcreate2(h, name, H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      ASSERT_GE(d, 0) << name;
+      H5Dclose(d);
+      H5Pclose(dcpl);
+      H5Sclose(space);
+    }
+    H5Fclose(h);
+  }
+  for (const char* name : {"/wraps", "/terabytes"}) {
+    try {
+      h5_read(f, name);
+      ADD_FAILURE() << name << " was read";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(name), std::string::npos) << what;
+      EXPECT_NE(what.find("declares shape"), std::string::npos) << what;
+    }
+  }
+}
+
 TEST_F(H5io, AttributesRoundTrip) {
   const std::string f = file("attrs.h5");
   const std::string long_text(200000, 'x');  // beyond HDF5's 64 KiB compact attribute limit

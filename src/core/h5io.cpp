@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -431,6 +432,31 @@ bool h5_exists(const std::string& file, const std::string& path) {
   return path_exists(f.get(), path);
 }
 
+namespace {
+// A declared shape is checked before anything is allocated: its element count times the
+// element size must neither wrap around (a 1-byte buffer that H5Dread then overruns) nor exceed
+// this machine's memory (HDF5 reads an unwritten dataset as fill values, so a tiny file can
+// declare terabytes).
+void check_dataset_size(const std::vector<hsize_t>& dims, std::size_t elem, const std::string& file,
+                        const std::string& path) {
+  constexpr auto kMax = static_cast<unsigned __int128>(std::numeric_limits<std::int64_t>::max());
+  unsigned __int128 bytes = elem;
+  for (hsize_t d : dims) {
+    bytes *= d;
+    if (bytes > kMax) bytes = kMax + 1;  // saturate: already too large
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const auto memory = static_cast<unsigned __int128>(pages > 0 && page > 0 ? pages : 0) * static_cast<unsigned>(page > 0 ? page : 0);
+  std::string shape;
+  for (hsize_t d : dims) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+  if (bytes > kMax)
+    input_error("{}: dataset '{}' declares shape [{}], too many bytes to address", file, path, shape);
+  if (memory > 0 && bytes > memory)
+    input_error("{}: dataset '{}' declares shape [{}], {:.3g} GB, more than this machine's memory ({:.3g} GB)", file,
+                path, shape, static_cast<double>(bytes) / 1e9, static_cast<double>(memory) / 1e9);
+}
+}  // namespace
+
 Tensor h5_read(const std::string& file, const std::string& path) {
   Hid f = open_read(file);
   const std::string p = norm_path(path);
@@ -443,6 +469,7 @@ Tensor h5_read(const std::string& file, const std::string& path) {
   if (rank < 0 || rank > kMaxRank) input_error("{}: dataset '{}' has rank {} (tdiff reads up to {})", file, p, rank, kMaxRank);
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  check_dataset_size(dims, dtype_size(dtype), file, p);
   Tensor t(dtype, Shape(dims.begin(), dims.end()));
   if (t.numel() > 0 && H5Dread(d.get(), mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()) < 0)
     input_error("{}: dataset '{}' cannot be read, the file is truncated or damaged ({})", file, p, h5_detail());
