@@ -1,6 +1,12 @@
 // config.json parsing (core/config.h): the tiny and V4-Flash configs, the legacy release keys
 // HF folds at load (spec 1.3), the default schedule, and errors that name the offending key.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -198,6 +204,31 @@ TEST(Config, Errors) {
 
   EXPECT_THROW(parse_config(json::array(), "bad.json"), InputError);
   EXPECT_THROW(load_config("/nonexistent/config.json"), InputError);
+}
+
+// Keys of the wrong JSON type and out-of-range values: an input error naming the key (they
+// ended in exit 3 as json exceptions, or grew memory until killed).
+TEST(Config, WrongTypesAndHugeValuesNameTheKey) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+           {"model_type", 1}, {"scoring_func", false}, {"hidden_act", json::array()}, {"mlp_bias", "no"},
+           {"num_hidden_layers", std::int64_t{1000000000000}}}) {
+    json j = tiny_json();
+    if (key == "num_hidden_layers") j.erase("layer_types"), j.erase("mlp_layer_types");
+    j[key] = value;
+    expect_error(j, key);
+  }
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("tdiff-config-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  std::string text = tiny_json().dump();
+  text = "{\"rms_norm_eps\": 1e999, " + text.substr(1);  // a number JSON cannot hold as a double
+  std::ofstream((dir / "config.json").string()) << text;
+  try {
+    load_config((dir / "config.json").string());
+    ADD_FAILURE() << "1e999 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -47,6 +47,22 @@ T get_or(const json& j, const char* key, T fallback, const std::string& src) {
   }
 }
 
+// A key of another JSON type than the one it needs is an input error naming the key, not a
+// json::type_error.
+std::string string_or(const json& j, const char* key, const std::string& fallback, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) input_error("{}: key '{}' must be a string, got {}", src, key, it->dump());
+  return it->get<std::string>();
+}
+
+bool bool_or(const json& j, const char* key, bool fallback, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) input_error("{}: key '{}' must be true or false, got {}", src, key, it->dump());
+  return it->get<bool>();
+}
+
 LayerType parse_layer_type(const std::string& s, const std::string& src) {
   if (s == "sliding_attention") return LayerType::sliding;
   if (s == "compressed_sparse_attention") return LayerType::csa;
@@ -56,7 +72,7 @@ LayerType parse_layer_type(const std::string& s, const std::string& src) {
 
 RopeTable parse_yarn(const json& r, double theta, std::int64_t max_pos, const std::string& src, const char* key) {
   RopeTable t{theta};
-  std::string type = r.value("rope_type", r.value("type", std::string("default")));
+  std::string type = string_or(r, "rope_type", string_or(r, "type", "default", src), src);
   if (type == "default") return t;
   if (type != "yarn") input_error("{}: '{}' type '{}' is not supported (default or yarn)", src, key, type);
   t.yarn = true;
@@ -74,7 +90,7 @@ RopeTable parse_yarn(const json& r, double theta, std::int64_t max_pos, const st
 
 ModelConfig parse_config(const json& j, const std::string& src) {
   if (!j.is_object()) input_error("{}: config is not a JSON object", src);
-  const std::string mt = j.value("model_type", std::string());
+  const std::string mt = string_or(j, "model_type", "", src);
   if (mt != "deepseek_v4")
     input_error("{}: model_type is '{}', expected 'deepseek_v4'", src, mt);
   ModelConfig c;
@@ -103,12 +119,12 @@ ModelConfig parse_config(const json& j, const std::string& src) {
   c.max_position_embeddings = get_or<std::int64_t>(j, "max_position_embeddings", c.max_position_embeddings, src);
 
   // Settings this tool implements one way only: anything else would be a different model.
-  if (auto s = j.value("scoring_func", std::string("sqrtsoftplus")); s != "sqrtsoftplus")
+  if (auto s = string_or(j, "scoring_func", "sqrtsoftplus", src); s != "sqrtsoftplus")
     input_error("{}: scoring_func '{}' is not supported (DeepSeek-V4 uses sqrtsoftplus)", src, s);
-  if (auto a = j.value("hidden_act", std::string("silu")); a != "silu")
+  if (auto a = string_or(j, "hidden_act", "silu", src); a != "silu")
     input_error("{}: hidden_act '{}' is not supported (DeepSeek-V4 uses silu)", src, a);
-  if (j.value("mlp_bias", false)) input_error("{}: mlp_bias=true is not supported", src);
-  if (j.value("attention_bias", false)) input_error("{}: attention_bias=true is not supported", src);
+  if (bool_or(j, "mlp_bias", false, src)) input_error("{}: mlp_bias=true is not supported", src);
+  if (bool_or(j, "attention_bias", false, src)) input_error("{}: attention_bias=true is not supported", src);
   if (j.contains("n_shared_experts") && !j["n_shared_experts"].is_null() && get_or<std::int64_t>(j, "n_shared_experts", 1, src) != 1)
     input_error("{}: n_shared_experts must be 1 (transformers always builds exactly one)", src);
 
@@ -144,6 +160,9 @@ ModelConfig parse_config(const json& j, const std::string& src) {
   // Layer schedule: layer_types, or legacy compress_ratios, or HF's default (V4-Pro) schedule.
   const auto L = c.num_hidden_layers;
   if (L <= 0) input_error("{}: num_hidden_layers must be > 0", src);
+  // Checked before the schedule is built from it (10^12 layers grew memory until killed).
+  constexpr std::int64_t kMaxLayers = 1024;  // V4-Flash has 43, V4-Pro 61
+  if (L > kMaxLayers) input_error("{}: num_hidden_layers is {}, beyond the {} tdiff reads", src, L, kMaxLayers);
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) input_error("{}: layer_types must be a list", src);
     for (auto& v : *it) {
@@ -298,7 +317,7 @@ ModelConfig load_config(const std::string& path) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax errors, and numbers out of range (1e999)
     input_error("{}: not valid JSON ({})", path, e.what());
   }
   return parse_config(j, path);
