@@ -194,6 +194,16 @@ TEST(Policy, BadFilesAreInputErrors) {
     fs::remove(f);
   }
   EXPECT_THROW(Policy::load("/nonexistent/policy.toml"), InputError);
+  // A folder named like a policy file (it ran as an empty policy).
+  const fs::path dir = fs::temp_directory_path() / fmt::format("tdiff-policy-dir-{}.toml", ::getpid());
+  fs::create_directories(dir);
+  try {
+    Policy::load(dir.string());
+    ADD_FAILURE() << "a folder was read as a policy";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Policy, UnknownKnobThroughTheCliExitsWith2) {

@@ -1,6 +1,7 @@
 #include "core/policy.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include <fmt/format.h>
@@ -201,6 +202,9 @@ std::string toml_value_text(const toml::node& node, const std::string& file, con
 Policy Policy::load(const std::string& what) {
   const bool is_file = what.ends_with(".toml") || what.ends_with(".json");
   if (!is_file) return preset(what);
+  // A folder named *.toml read as an empty table and ran as an empty policy.
+  if (!std::filesystem::is_regular_file(what))
+    input_error("{}: {}", what, std::filesystem::exists(what) ? "not a regular file" : "no such policy file");
   std::string preset_name = "fixed";
   std::vector<std::pair<std::string, std::string>> global;
   std::vector<PolicyOverride> overrides;
