@@ -236,13 +236,13 @@ TEST(DiffVerdicts, UnknownThresholdKey) {
   EXPECT_THROW(set_threshold(t, "cosine", 0.9), InputError);
 }
 
-// Values a threshold cannot mean are refused, naming it: negative errors, cosines and shares
-// outside [0, 1]. Infinity turns an error rule off.
+// Values a threshold cannot mean are refused, naming it: negative errors, cosines outside
+// [-1, 1], shares outside [0, 1]. -1 turns the cosine rule off, infinity a share or error rule.
 TEST(DiffVerdicts, ThresholdsOutsideTheirRangeAreRefused) {
   Thresholds t;
   for (const auto& [key, value] : std::vector<std::pair<const char*, double>>{
-           {"max_abs_fail", -1}, {"cosine_fail", -1}, {"cosine_warn", 1.5}, {"mismatch_fail", -0.1}, {"top1_fail", 2},
-           {"kl_warn", -1e-9}}) {
+           {"max_abs_fail", -1}, {"cosine_fail", -1.5}, {"cosine_warn", 1.5}, {"mismatch_fail", -0.1},
+           {"mismatch_warn", 2}, {"top1_fail", 2}, {"kl_warn", -1e-9}}) {
     try {
       set_threshold(t, key, value);
       ADD_FAILURE() << key << " = " << value << " accepted";
@@ -251,8 +251,9 @@ TEST(DiffVerdicts, ThresholdsOutsideTheirRangeAreRefused) {
     }
   }
   set_threshold(t, "rel_l2_fail", std::numeric_limits<double>::infinity());
-  set_threshold(t, "cosine_fail", 0.0);
-  EXPECT_EQ(t.cosine_fail, 0.0);
+  set_threshold(t, "mismatch_fail", std::numeric_limits<double>::infinity());
+  set_threshold(t, "cosine_fail", -1.0);
+  EXPECT_EQ(t.cosine_fail, -1.0);
 }
 
 class ThresholdsFile : public ::testing::Test {

@@ -17,21 +17,29 @@ namespace {
 
 constexpr double kOff = std::numeric_limits<double>::infinity();
 
-// Each threshold with the values it can mean: a cosine or a share of elements lies in [0, 1],
-// an error or divergence is >= 0 (infinity: never reached, the rule off).
+// Each threshold with the values it can mean: a cosine lies in [-1, 1] (-1: the rule off), a
+// share of elements in [0, 1], an error or divergence is >= 0; infinity turns a share or error
+// rule off.
 struct Field {
   const char* name;
   double Thresholds::*member;
   double lo = 0.0, hi = kOff;
+  bool off_allowed = true;  // infinity accepted beyond hi
 };
 constexpr std::array kFields{
-    Field{"cosine_fail", &Thresholds::cosine_fail, 0, 1},     Field{"cosine_warn", &Thresholds::cosine_warn, 0, 1},
-    Field{"max_abs_fail", &Thresholds::max_abs_fail},         Field{"max_abs_warn", &Thresholds::max_abs_warn},
-    Field{"max_abs_scaled", &Thresholds::max_abs_scaled, 0, 1},
-    Field{"rel_l2_fail", &Thresholds::rel_l2_fail},           Field{"rel_l2_warn", &Thresholds::rel_l2_warn},
-    Field{"top1_fail", &Thresholds::top1_fail, 0, 1},         Field{"kl_fail", &Thresholds::kl_fail},
-    Field{"kl_warn", &Thresholds::kl_warn},                   Field{"mismatch_fail", &Thresholds::mismatch_fail, 0, 1},
-    Field{"mismatch_warn", &Thresholds::mismatch_warn, 0, 1}, Field{"floor_k", &Thresholds::floor_k},
+    Field{"cosine_fail", &Thresholds::cosine_fail, -1, 1, false},
+    Field{"cosine_warn", &Thresholds::cosine_warn, -1, 1, false},
+    Field{"max_abs_fail", &Thresholds::max_abs_fail},
+    Field{"max_abs_warn", &Thresholds::max_abs_warn},
+    Field{"max_abs_scaled", &Thresholds::max_abs_scaled, 0, 1, false},
+    Field{"rel_l2_fail", &Thresholds::rel_l2_fail},
+    Field{"rel_l2_warn", &Thresholds::rel_l2_warn},
+    Field{"top1_fail", &Thresholds::top1_fail, 0, 1, false},
+    Field{"kl_fail", &Thresholds::kl_fail},
+    Field{"kl_warn", &Thresholds::kl_warn},
+    Field{"mismatch_fail", &Thresholds::mismatch_fail, 0, 1},
+    Field{"mismatch_warn", &Thresholds::mismatch_warn, 0, 1},
+    Field{"floor_k", &Thresholds::floor_k},
     Field{"floor_atol", &Thresholds::floor_atol},
 };
 
@@ -91,8 +99,9 @@ void set_threshold(Thresholds& t, std::string_view key, double value) {
       if (f.member == &Thresholds::max_abs_scaled && value != 0.0 && value != 1.0)
         input_error("threshold max_abs_scaled is a switch: 1 (judge |d| / max(1, rms(r), |r|)) or 0 (plain |d|), not {:g}",
                     value);
-      if (value < f.lo || value > f.hi)
-        input_error("threshold {} = {:g} is outside [{:g}, {:g}]", key, value, f.lo, f.hi);
+      if (value < f.lo || (value > f.hi && !(f.off_allowed && value == kOff)))
+        input_error("threshold {} = {:g} is outside [{:g}, {:g}]{}", key, value, f.lo, f.hi,
+                    f.off_allowed && f.hi < kOff ? " (inf: the rule off)" : "");
       t.*f.member = value;
       return;
     }
