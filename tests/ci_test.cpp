@@ -111,6 +111,7 @@ TEST_F(Suites, BadSuiteFilesNameTheFileAndLine) {
       {"preset = \"tiny\"", "preset = \"huge\""},        {"pad_side = \"left\"", "pad_side = \"up\""},
       {"tokens = \"p.txt\"", "tokens = \"none.txt\""},   {"seed = 6", "seed = \"six\""},
       {"[[case]]\nname = \"right\"", "[[case]]\nname = \"Right Case\""},
+      {"repeat = 2", "repeat = 1000000"},                {"pad_to = 34", "pad_to = 1000000000000"},
   };
   for (const auto& [from, to] : bad) {
     const std::string f = suite_with(from, to);

@@ -84,7 +84,12 @@ TEST_F(CliRun, BadInputsExitTwoWithOneLine) {
                                   fmt::format("run '{}' --set bogus=1", c), fmt::format("run '{}' --set 'L99.*:storage=fp16'", c),
                                   fmt::format("run '{}' --set storage=fp9", c), fmt::format("run '{}' --policy nope", c),
                                   fmt::format("run '{}' --model '{}'", c, path("none")),
-                                  fmt::format("run '{}' --hip-gemm vector", c)}) {  // emu has no GEMM unit to pick
+                                  fmt::format("run '{}' --hip-gemm vector", c),  // emu has no GEMM unit to pick
+                                  // sizes beyond what the model takes, refused before allocating
+                                  fmt::format("case new --model '{}' --random-prompts 1 --len 1000000000000 --seed 1 -o '{}'",
+                                              path("m"), path("x.h5")),
+                                  fmt::format("case new --model '{}' --random-prompts 1 --len 8 --pad-to 1000000000000 --seed 1 -o '{}'",
+                                              path("m"), path("x.h5"))}) {
     const CliResult r = run(args);
     EXPECT_EQ(r.code, 2) << args;
     EXPECT_EQ(count_lines(r.err), 1u) << args << ": " << r.err;

@@ -27,6 +27,14 @@ void run_case_new(const CaseNewOptions& o) {
   // Config and prompts first: their errors are cheap to find, hashing the weights is not.
   CaseInfo info = case_for_model(o.model);
   const auto vocab = info.config.vocab_size;
+  // Sizes are checked against what the model can take before anything is allocated (a
+  // 10^12-token prompt ended in std::bad_alloc).
+  const auto max_pos = info.config.max_position_embeddings;
+  if (o.len > max_pos) input_error("--len {}: more tokens than the model's {} positions", o.len, max_pos);
+  if (o.pad_to > max_pos) input_error("--pad-to {}: more tokens than the model's {} positions", o.pad_to, max_pos);
+  constexpr std::int64_t kMaxPrompts = 4096;
+  if (o.random_prompts > kMaxPrompts)
+    input_error("--random-prompts {}: more than the {} prompts a case holds", o.random_prompts, kMaxPrompts);
   const PromptSet prompts =
       o.tokens.empty() ? random_prompts(o.random_prompts, o.len, vocab, o.seed) : read_token_file(o.tokens, vocab);
   info.batch = pad_prompts(prompts, o.pad_to, o.pad_side == "left", vocab);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -66,7 +67,7 @@ struct TomlReader {
     return *v;
   }
   std::int64_t integer(const toml::table& t, const char* key, const std::string& what, bool required, std::int64_t def = 0,
-                       std::int64_t min = 0) const {
+                       std::int64_t min = 0, std::int64_t max = std::numeric_limits<std::int64_t>::max()) const {
     const toml::node* n = t.get(key);
     if (!n) {
       if (required) input_error("{}: {} has no '{}'", path, what, key);
@@ -75,6 +76,7 @@ struct TomlReader {
     auto v = n->as_integer();
     if (!v) input_error("{}", where(*n, fmt::format("{}: '{}' must be an integer", what, key)));
     if (v->get() < min) input_error("{}", where(*n, fmt::format("{}: '{}' must be at least {}", what, key, min)));
+    if (v->get() > max) input_error("{}", where(*n, fmt::format("{}: '{}' must be at most {}", what, key, max)));
     return v->get();
   }
 };
@@ -105,7 +107,7 @@ Suite load_suite(const std::string& path) {
   s.tokens_file = (fs::path(s.dir) / rd.str(doc, "tokens", "the suite", true)).lexically_normal().string();
   const std::string thr = rd.str(doc, "thresholds", "the suite", false);
   if (!thr.empty()) s.thresholds_file = (fs::path(s.dir) / thr).lexically_normal().string();
-  s.repeat = static_cast<int>(rd.integer(doc, "repeat", "the suite", false, 2, 1));
+  s.repeat = static_cast<int>(rd.integer(doc, "repeat", "the suite", false, 2, 1, 100));  // as --repeat
   const std::string selections = rd.str(doc, "selections", "the suite", false, "replay");
   if (selections != "replay" && selections != "free")
     input_error("{}: selections = \"{}\": expected \"replay\" or \"free\"", fpath, selections);
@@ -147,7 +149,7 @@ Suite load_suite(const std::string& path) {
     c.pad_side = rd.str(*t, "pad_side", what, false, "right");
     if (c.pad_side != "right" && c.pad_side != "left")
       input_error("{}", rd.where(node, fmt::format("case '{}': pad_side must be \"right\" or \"left\"", c.name)));
-    c.pad_to = rd.integer(*t, "pad_to", what, false, 0, 0);
+    c.pad_to = rd.integer(*t, "pad_to", what, false, 0, 0, config.max_position_embeddings);
     c.seed = static_cast<std::uint64_t>(rd.integer(*t, "seed", what, true));
     for (int p : c.prompts)
       if (c.pad_to > 0 && static_cast<std::int64_t>(prompts.ids[static_cast<std::size_t>(p - 1)].size()) > c.pad_to)
