@@ -177,6 +177,44 @@ TEST_F(Suites, CiRunsEveryCaseCachesAndReports) {
   EXPECT_FALSE(fs::exists(key));
 }
 
+// --cases builds the model and the references of the cases it runs, nothing else; a later run
+// of the rest builds theirs only (the first case's reference is not made again), and then the
+// set is complete.
+TEST_F(Suites, CiCasesBuildsOnlyWhatItRuns) {
+  write_suite();
+  const std::string cache = path("cache");
+  auto ci = [&](const std::string& args) {
+    return run(fmt::format("ci '{}' --cache '{}' --policy fp32 --repeat 1 {}", dir_.string(), cache, args));
+  };
+  auto golden_ids = [](const std::string& case_file) {
+    std::vector<std::string> ids;
+    for (const auto& [id, env] : read_env_records(case_file))
+      if (id.rfind("golden", 0) == 0) ids.push_back(id);
+    return ids;
+  };
+  const auto left = ci(fmt::format("--cases 'le*' -o '{}'", path("r1")));
+  ASSERT_EQ(left.code, 0) << left.out << left.err;
+  EXPECT_NE(left.out.find("built into"), std::string::npos) << left.out;
+  EXPECT_NE(left.out.find("(for this run: model, left)"), std::string::npos) << left.out;
+  std::string key;
+  for (const auto& e : fs::directory_iterator(cache))
+    if (e.is_directory()) key = e.path().string();
+  ASSERT_FALSE(key.empty());
+  EXPECT_TRUE(fs::exists(key + "/left.h5"));
+  EXPECT_FALSE(fs::exists(key + "/right.h5"));
+  EXPECT_FALSE(fs::exists(key + "/COMPLETE"));
+  const auto first = golden_ids(key + "/left.h5");
+  ASSERT_EQ(first.size(), 1u);
+
+  const auto all = ci(fmt::format("-o '{}'", path("r2")));
+  ASSERT_EQ(all.code, 0) << all.out << all.err;
+  EXPECT_NE(all.out.find("(for this run: right)"), std::string::npos) << all.out;
+  EXPECT_TRUE(fs::exists(key + "/right.h5"));
+  EXPECT_TRUE(fs::exists(key + "/COMPLETE"));
+  EXPECT_EQ(golden_ids(key + "/left.h5"), first);
+  EXPECT_NE(ci(fmt::format("-o '{}'", path("r3"))).out.find("reused from"), std::string::npos);
+}
+
 TEST_F(Suites, CiInputErrorsExitTwo) {
   write_suite();
   for (const std::string& args : {fmt::format("ci '{}' --cases nothing", dir_.string()),

@@ -123,13 +123,27 @@ TEST_F(CompareCli, InputErrorsExitTwo) {
   std::ofstream(toml) << "[default]\nmax_abs = 1\n";
   EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports --thresholds " + toml, &out), 2) << out;
   EXPECT_NE(out.find("bad.toml"), std::string::npos) << out;
+}
+
+// A shape mismatch is one FAIL row (exit 1), the other pairs are still compared, and shapes
+// that differ only by size-1 dimensions ([1,4,32] and [4,32]) compare normally.
+TEST_F(CompareCli, ShapeMismatchIsOneFailRow) {
   {
     H5Writer w(good_, good_);
     w.write("/embed/e", wave({16, 4}, 0.0));
+    w.write("/lm_head/logits", wave({4, 32}, 1e-4));
     w.commit();
   }
-  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " --no-reports", &out), 2) << out;
-  EXPECT_NE(out.find("shape mismatch"), std::string::npos) << out;
+  std::string out;
+  EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " -o " + out_, &out), 1) << out;
+  EXPECT_NE(out.find("shape mismatch: reference [4,16] vs candidate [16,4]"), std::string::npos) << out;
+  EXPECT_NE(out.find("verdict FAIL: 1 FAIL, 0 WARN, 2 PASS of 3 tensors"), std::string::npos) << out;
+  std::ifstream csv(std::filesystem::path(out_) / "report.csv");
+  std::string line, rows;
+  while (std::getline(csv, line)) rows += line + "\n";
+  EXPECT_NE(rows.find("embed,e,"), std::string::npos) << rows;
+  EXPECT_NE(rows.find("lm_head,logits,"), std::string::npos) << rows;
+  EXPECT_NE(out.find("logits      lm_head/logits: KL mean"), std::string::npos) << out;
 }
 
 }  // namespace

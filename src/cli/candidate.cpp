@@ -46,6 +46,19 @@ std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy
   return make_backend(backend, policy, {seed, hip_gemm});
 }
 
+EnvRecord candidate_env(const std::string& backend, const Policy& policy, const std::vector<Stage>& stages,
+                        const Backend* candidate, const std::string& hip_gemm) {
+  EnvRecord env = capture_env(backend, policy.describe(), process_command_line());
+  std::unique_ptr<Backend> asked;
+  if (!candidate && backend_entry(backend).gpu) candidate = (asked = make_candidate(backend, policy, 0, hip_gemm)).get();
+  if (candidate)
+    for (const auto& [k, v] : candidate->environment()) env.extra[k] = v;
+  const Policy::Expanded e = policy.expand(stages);
+  env.extra["policy_knobs"] = e.knobs;
+  env.extra["policy_stages"] = e.stages.empty() ? "(none: every stage runs with policy_knobs)" : fmt::format("{}", fmt::join(e.stages, "\n"));
+  return env;
+}
+
 void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference) {
   std::string help = "backend";
   for (const auto& e : backend_registry())

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/backend.h"
+#include "core/env_record.h"
 #include "core/policy.h"
 #include "core/session.h"
 
@@ -34,6 +35,12 @@ struct CandidateOptions {
 // "matrix" with another backend is an input error.
 std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed,
                                         const std::string& hip_gemm = "matrix");
+// The environment record of a candidate run: capture_env, the GPU of a device backend (from
+// `candidate`'s environment(), or from one made to ask when null), and the expanded policy
+// (policy_knobs, policy_stages: Policy::expand). Case facts: add_case_facts.
+EnvRecord candidate_env(const std::string& backend, const Policy& policy, const std::vector<Stage>& stages,
+                        const Backend* candidate, const std::string& hip_gemm = "matrix");
+
 // Adds --backend with the registry's names (and refcpu when `with_reference`).
 void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference);
 // Adds --hip-gemm to a command.

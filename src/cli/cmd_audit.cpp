@@ -58,7 +58,8 @@ void run_audit_cmd(AuditCmd c) {
                              opt.seed_b);
   for (const auto& k : c.knobs) info.command += " --knob " + k;
   if (c.no_full) info.command += " --no-full-runs";
-  EnvRecord env = capture_env(c.cand.backend, base.describe(), process_command_line());
+  EnvRecord env = candidate_env(c.cand.backend, base, session.stages, nullptr);
+  add_case_facts(env, c.case_path, session.info.checksums);
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
   print_audit(stdout, r, info);
   if (c.no_reports) return;

@@ -112,7 +112,8 @@ void run_bisect(BisectCmd c) {
   info.title = fmt::format("tdiff bisect {}: {}", std::filesystem::path(c.case_path).filename().string(), rep.candidate);
   info.command = fmt::format("tdiff bisect {}{}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), flags(c),
                              c.report.flags()) + " --run-id " + shell_quote(run_id);
-  EnvRecord env = capture_env(c.cand.backend, policy.describe(), process_command_line());
+  EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
+  add_case_facts(env, c.case_path, session.info.checksums);
   env.extra["seed"] = std::to_string(c.cand.seed);
   env.extra["floor"] = floor_label.empty() ? "none" : floor_label;
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);

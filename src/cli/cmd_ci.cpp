@@ -83,11 +83,13 @@ void run_ci(CiCmd c) {
   const std::string thresholds_file = !c.thresholds.empty() ? absolute_path(c.thresholds) : suite.thresholds_file;
   ThresholdPolicy thresholds = thresholds_file.empty() ? ThresholdPolicy{} : load_thresholds(thresholds_file);
   for (const auto& o : c.overrides) add_threshold_override(thresholds, o);
+  ModelConfig config = synth_preset(suite.preset);
+  if (suite.layers > 0) config.truncate_layers(suite.layers);
+  const std::vector<Stage> stages = build_stages(config);
+  policy.validate(stages);  // before any build: a knob that applies nowhere is an input error
   {
-    ModelConfig config = synth_preset(suite.preset);
-    if (suite.layers > 0) config.truncate_layers(suite.layers);
     std::vector<std::string> keys;
-    for (const auto& s : build_stages(config))
+    for (const auto& s : stages)
       for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
     thresholds.check_patterns(keys);
   }
@@ -100,7 +102,7 @@ void run_ci(CiCmd c) {
   const auto t0 = std::chrono::steady_clock::now();
   const SuiteCache cache = prepare_suite_cache(suite, c.cache_dir, c.rebuild, [](const std::string& what) {
     fmt::print(stderr, "ci: building {}\n", what);
-  });
+  }, cases);
   const std::string run_id = c.run_id.empty() ? make_run_id("ci") : c.run_id;
   const std::string out = c.out_dir.empty() ? fmt::format("reports/ci/{}/{}", suite.name, run_id) : c.out_dir;
   fs::create_directories(out);
@@ -114,11 +116,13 @@ void run_ci(CiCmd c) {
   sum.description = suite.description;
   sum.command = command_line(c, suite);
   sum.candidate = fmt::format("{} under {}", c.backend, policy.describe());
-  sum.cache = fmt::format("models and references {} {}", cache.built ? "built into" : "reused from", cache.dir);
+  sum.cache = cache.built ? fmt::format("models and references built into {} (for this run: {})", cache.dir,
+                                        fmt::join(cache.built_parts, ", "))
+                          : fmt::format("models and references reused from {}", cache.dir);
   sum.thresholds_file = thresholds_file;
   sum.thresholds_text = thresholds_file.empty() ? "(none: the default thresholds)" : read_text_file(thresholds_file);
   for (const auto& o : c.overrides) sum.thresholds_text += "\n# --threshold " + o;
-  EnvRecord env = capture_env(c.backend, policy.describe(), process_command_line());
+  EnvRecord env = candidate_env(c.backend, policy, stages, nullptr, c.hip_gemm);
   env.extra["suite"] = suite.name;
   env.extra["suite_hash"] = suite.hash;
   for (const auto& [k, v] : env.to_attrs()) sum.env.emplace_back(k, v);
@@ -134,6 +138,7 @@ void run_ci(CiCmd c) {
     case_env.extra["case"] = sc->name;
     case_env.extra["seed"] = std::to_string(sc->seed);
     case_env.extra["repeat"] = std::to_string(suite.repeat);
+    add_case_facts(case_env, case_file, read_case(case_file).checksums);
 
     RunInfo info;
     info.case_name = sc->name;

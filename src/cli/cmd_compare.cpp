@@ -1,5 +1,6 @@
 // tdiff compare: diff any two HDF5 dumps whose dataset names match, with verdicts and reports.
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "core/env_record.h"
 #include "core/error.h"
 #include "core/h5io.h"
+#include "core/safetensors.h"
 #include "core/stage_graph.h"
 #include "diff/compare.h"
 #include "diff/thresholds.h"
@@ -55,6 +57,22 @@ std::vector<std::string> stage_order_of(const std::vector<std::string>& files) {
   return {};
 }
 
+// The weight checksums a case file records ("sha256:<file>" root attributes); none in other dumps.
+std::map<std::string, std::string> recorded_weight_sha256(const std::string& file) {
+  std::map<std::string, std::string> out;
+  const std::string prefix = "sha256:";
+  for (const auto& [k, v] : h5_read_attrs(file, "/"))
+    if (k.rfind(prefix, 0) == 0) out[k.substr(prefix.size())] = v;
+  return out;
+}
+
+EnvRecord compare_env(const CompareCmd& c) {
+  EnvRecord env = capture_env("compare", c.thresholds.empty() ? "default thresholds" : c.thresholds);
+  add_case_facts(env, c.file_a, recorded_weight_sha256(c.file_a));
+  env.extra["candidate_sha256"] = std::filesystem::equivalent(c.file_a, c.file_b) ? env.extra["case_sha256"] : file_sha256(c.file_b);
+  return env;
+}
+
 // The command that reproduces this comparison, every default spelled out.
 std::string reproduce_command(const CompareCmd& c) {
   std::string s = fmt::format("tdiff compare {} {} --group-a {} --group-b {}", shell_quote(absolute_path(c.file_a)),
@@ -82,6 +100,9 @@ void run_compare(CompareCmd c) {
   opt.stages = c.stages;
   opt.stage_order = stage_order_of({c.file_a, c.file_b});
   if (c.rel_floor) opt.metrics.rel_floor = *c.rel_floor;
+  // Tensors a run saved (tdiff run --save) after replaying the selections: routing rows are
+  // judged as that run judged them (only flips their own scores do not explain fail).
+  if (h5_exists(c.file_b, c.group_b)) opt.replayed_selections = h5_read_attrs(c.file_b, c.group_b)["selections"] == "replay";
   CompareResult result = compare_files(c.file_a, c.group_a, c.file_b, c.group_b, opt);
 
   // Rules are checked against every tensor of both dumps, not only the --stages selection,
@@ -104,8 +125,7 @@ void run_compare(CompareCmd c) {
   info.title = fmt::format("tdiff compare {} vs {}", std::filesystem::path(c.file_a).filename().string(),
                            std::filesystem::path(c.file_b).filename().string());
   info.command = reproduce_command(c);
-  for (const auto& [k, v] : capture_env("compare", c.thresholds.empty() ? "default thresholds" : c.thresholds).to_attrs())
-    info.env.emplace_back(k, v);
+  for (const auto& [k, v] : compare_env(c).to_attrs()) info.env.emplace_back(k, v);
 
   TerminalOptions topt;
   topt.color = want_color(stdout);

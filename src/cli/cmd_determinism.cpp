@@ -176,7 +176,9 @@ void run_determinism(DeterminismCmd c) {
   const std::string run_id = !c.run_id.empty() ? c.run_id : make_run_id(sweep ? "batch-sweep" : "determinism");
   const BackendFactory make = factory(c, policy);
 
-  EnvRecord env = capture_env(c.cand.backend, policy_text, process_command_line());
+  EnvRecord env = refcpu ? capture_env(c.cand.backend, policy_text, process_command_line())
+                         : candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
+  add_case_facts(env, c.case_path, session.info.checksums);
   env.extra["seed"] = std::to_string(c.cand.seed);
   Outcome o = sweep ? batch_sweep(c, session, make, policy, policy_text, env) : run_to_run(c, session, make, policy_text, env);
   auto& [table, ok, verdict, summary] = o;

@@ -90,6 +90,7 @@ void run_golden(const GoldenOptions& o) {
   rec.extra["tie_rule"] = o.tie_rule;
   rec.extra["blas"] = refcpu::blas_core();
   rec.extra["stages"] = o.stages.empty() ? "*" : o.stages;
+  add_case_facts(rec, o.case_path, session.info.checksums);
   update.put_env(run_id, rec);
   update.writer().set_attr("/reference", "tie_rule", o.tie_rule);
   update.writer().set_attr("/reference", "env", run_id);

@@ -1,5 +1,7 @@
 // tdiff run: the candidate on the case's inputs, every stage compared with /reference.
 #include <filesystem>
+#include <map>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -11,6 +13,8 @@
 #include "cli/shell.h"
 #include "core/env_record.h"
 #include "core/error.h"
+#include "core/h5io.h"
+#include "core/pattern.h"
 #include "emu/arith.h"
 #include "refcpu/refcpu_backend.h"
 
@@ -22,6 +26,8 @@ struct RunCmd {
   std::string case_path;
   std::string stages;
   std::string selections = "replay";
+  bool save = false;    // the candidate's tensors into /runs/<run-id> of the case
+  std::string save_to;  // ... or of this HDF5 file
   CandidateOptions cand;
   ReportOptions report;
 };
@@ -40,6 +46,20 @@ std::uint64_t seed_from(const std::string& run_id) {
   return h;
 }
 
+// --save / --save-to: where the candidate's outputs of the compared stages go, as they come,
+// under /runs/<run-id>/<stage>/<tensor> (what `tdiff compare --group-b /runs/<run-id>` reads).
+// Null when not saving; `own` holds the writer of a --save-to file.
+H5Writer* save_sink(const RunCmd& c, CaseUpdate& update, std::unique_ptr<H5Writer>& own, const std::string& run_id) {
+  update.writer().remove("/runs/" + run_id);  // a run id used again keeps nothing of the old run
+  if (c.save_to.empty() && !c.save) return nullptr;
+  if (!c.save_to.empty() && std::filesystem::exists(c.save_to) && std::filesystem::equivalent(c.save_to, c.case_path))
+    input_error("--save-to {}: that is the case file (use --save to keep the tensors in it)", c.save_to);
+  if (!c.save_to.empty())  // an existing file gains this run, as a case does
+    own = std::make_unique<H5Writer>(c.save_to, std::filesystem::exists(c.save_to) ? c.save_to : "");
+  if (own) own->remove("/runs/" + run_id);
+  return own ? own.get() : &update.writer();
+}
+
 void run_run(RunCmd c) {
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (reference_stages(c.case_path).empty())
@@ -51,8 +71,17 @@ void run_run(RunCmd c) {
   auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
   refcpu::RefCpuBackend reference;
 
+  CaseUpdate update(c.case_path);  // opened first: --save writes into it during the run
+  std::unique_ptr<H5Writer> save_file;
+  H5Writer* sink = save_sink(c, update, save_file, run_id);
+
   Progress progress(fmt::format("run {}", c.cand.backend), session.stages.size());
   MixedRunOptions mo;
+  if (sink)
+    mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
+      if (!pattern_matches(c.stages, s.name)) return;
+      for (std::size_t k = 0; k < out.size(); ++k) sink->write("/runs/" + run_id + "/" + s.name + "/" + s.outputs[k], out[k]);
+    };
   mo.compare = c.stages;
   mo.replay_selections = c.selections == "replay";
   mo.progress = [&](const Stage& s, std::size_t i) { progress.step(i + 1, s.name); };
@@ -76,9 +105,9 @@ void run_run(RunCmd c) {
   info.command = fmt::format("tdiff run {}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), c.report.flags()) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
                  " --run-id " + shell_quote(run_id);
-  EnvRecord env = capture_env(c.cand.backend, policy.describe(), process_command_line());
+  EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, candidate.get());
+  add_case_facts(env, c.case_path, session.info.checksums);
   env.extra["seed"] = std::to_string(c.cand.seed);
-  for (const auto& [k, v] : candidate->environment()) env.extra[k] = v;
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
   c.report.emit(r.diff, info);
 
@@ -90,8 +119,15 @@ void run_run(RunCmd c) {
     fmt::print("first divergence: none (no stage fails its thresholds)\n");
   }
 
+  if (save_file) {
+    for (const auto& [k, v] : std::map<std::string, std::string>{{"case", absolute_path(c.case_path)}, {"backend", c.cand.backend},
+                                                                 {"policy", policy.describe()}, {"selections", c.selections}})
+      save_file->set_attr("/runs/" + run_id, k, v);
+    save_file->commit();
+  }
+  if (sink) fmt::print("saved       candidate tensors under {}:/runs/{}\n", c.save_to.empty() ? c.case_path : c.save_to, run_id);
+
   // The run's record in the case: environment and verdict summary.
-  CaseUpdate update(c.case_path);
   update.put_env(run_id, env);
   const std::string g = "/runs/" + run_id;
   update.writer().set_attr(g, "backend", c.cand.backend);
@@ -114,9 +150,13 @@ void setup_run(CLI::App& app) {
       "  tdiff run case.h5                                   # emu backend, fixed policy\n"
       "  tdiff run case.h5 --policy naive\n"
       "  tdiff run case.h5 --set 'L02.attn.core:softmax_stats=fp16' --threshold 'cosine_fail=0.999'\n"
+      "  tdiff run case.h5 --save --run-id r1 && tdiff compare case.h5 case.h5 --group-a /reference --group-b /runs/r1\n"
       "Exit code: 0 all stages pass (warnings allowed), 1 a stage fails, 2 usage or input error.");
   cmd->add_option("case", c->case_path, "case file with a reference (tdiff golden)")->required();
   cmd->add_option("--stages", c->stages, "compare only stages matching these globs (all stages still run)");
+  cmd->add_flag("--save", c->save,
+                "keep the candidate's tensors (of the --stages compared) under /runs/<run-id> of the case, for tdiff compare");
+  cmd->add_option("--save-to", c->save_to, "keep them under /runs/<run-id> of this HDF5 file instead (created or added to)");
   cmd->add_option("--selections", c->selections,
                   "replay: later stages get the reference's expert and indexer choices, so each stage is judged on "
                   "the same choices and only top-k faults fail a selection; free: the candidate follows its own")

@@ -1,5 +1,6 @@
 #include "core/env_record.h"
 
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "core/safetensors.h"
 #include "core/version.h"
 
 namespace tdiff {
@@ -19,7 +21,8 @@ namespace {
 
 // Fixed attribute names of the record; everything else read back lands in `extra`.
 constexpr const char* kFields[] = {"tdiff_version", "git_commit", "compiler", "omp_threads", "hostname",
-                                   "cpu_model",     "date_utc",   "command_line", "backend", "policy"};
+                                   "cpu_model",     "cpu_cores",  "os",           "kernel",  "date_utc",
+                                   "command_line",  "backend",    "policy"};
 
 std::string utc_now(const char* format) {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -44,7 +47,43 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// PRETTY_NAME of os-release, else NAME VERSION_ID; values may be quoted.
+std::string os_name() {
+  std::ifstream in("/etc/os-release");
+  std::map<std::string, std::string> kv;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string v = line.substr(eq + 1);
+    if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
+    kv[line.substr(0, eq)] = v;
+  }
+  if (!kv["PRETTY_NAME"].empty()) return kv["PRETTY_NAME"];
+  if (!kv["NAME"].empty()) return kv["NAME"] + (kv["VERSION_ID"].empty() ? "" : " " + kv["VERSION_ID"]);
+  return "unknown";
+}
+
+std::string kernel_name() {
+  utsname u{};
+  if (uname(&u) != 0) return "unknown";
+  return fmt::format("{} {} {}", u.sysname, u.release, u.machine);
+}
+
 }  // namespace
+
+std::string model_sha256(const std::map<std::string, std::string>& weight_sha256) {
+  if (weight_sha256.empty()) return "none recorded";
+  std::string list;
+  for (const auto& [file, sum] : weight_sha256) list += sum + "  " + file + "\n";
+  return bytes_sha256(list);
+}
+
+void add_case_facts(EnvRecord& r, const std::string& case_path, const std::map<std::string, std::string>& weight_sha256) {
+  r.extra["case_sha256"] = file_sha256(case_path);
+  r.extra["model_sha256"] = model_sha256(weight_sha256);
+  r.extra["model_files"] = std::to_string(weight_sha256.size());
+}
 
 std::string shell_quote(const std::string& a) {
   if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
@@ -63,6 +102,9 @@ std::map<std::string, std::string> EnvRecord::to_attrs() const {
   a["omp_threads"] = std::to_string(omp_threads);
   a["hostname"] = hostname;
   a["cpu_model"] = cpu_model;
+  a["cpu_cores"] = std::to_string(cpu_cores);
+  a["os"] = os;
+  a["kernel"] = kernel;
   a["date_utc"] = date_utc;
   a["command_line"] = command_line;
   a["backend"] = backend;
@@ -86,6 +128,9 @@ EnvRecord EnvRecord::from_attrs(const std::map<std::string, std::string>& attrs)
   }
   r.hostname = get("hostname");
   r.cpu_model = get("cpu_model");
+  r.cpu_cores = std::atoi(get("cpu_cores").c_str());
+  r.os = get("os");
+  r.kernel = get("kernel");
   r.date_utc = get("date_utc");
   r.command_line = get("command_line");
   r.backend = get("backend");
@@ -119,6 +164,11 @@ EnvRecord capture_env(const std::string& backend, const std::string& policy, con
   char host[256] = {};
   r.hostname = gethostname(host, sizeof host - 1) == 0 ? host : "unknown";
   r.cpu_model = cpu_model();
+  r.cpu_cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  r.os = os_name();
+  r.kernel = kernel_name();
+  r.extra["gpu"] = "none";  // a device backend's environment() replaces it
+  if (backend == "refcpu") r.extra["policy_knobs"] = "none: refcpu computes every stage in float64";
   r.date_utc = utc_now("%Y-%m-%dT%H:%M:%SZ");
   for (const auto& a : argv.empty() ? process_command_line() : argv) {
     if (!r.command_line.empty()) r.command_line += ' ';

@@ -14,11 +14,16 @@ struct EnvRecord {
   int omp_threads = 0;        // omp_get_max_threads()
   std::string hostname;
   std::string cpu_model;      // "model name" of /proc/cpuinfo
+  int cpu_cores = 0;          // online logical CPUs
+  std::string os;             // PRETTY_NAME of /etc/os-release ("Debian GNU/Linux 12 (bookworm)")
+  std::string kernel;         // uname: "Linux 6.1.0-18-amd64 x86_64"
   std::string date_utc;       // ISO 8601, "2026-11-29T22:12:41Z"
   std::string command_line;   // shell-quoted argv
   std::string backend;        // "refcpu", "emu", "hip"
   std::string policy;         // numerics policy name or file
-  // Backend-specific facts (GPU name and arch, driver, HIP/ROCm or CUDA version, ...).
+  // Backend-specific facts (GPU name and arch, driver, HIP/ROCm or CUDA version, ...; "gpu"
+  // is "none" until a device backend fills it), the case's facts (add_case_facts) and the
+  // expanded policy (policy_knobs, policy_stages: add_policy_facts).
   std::map<std::string, std::string> extra;
 
   // Attribute name -> value; `extra` keys keep their names.
@@ -29,6 +34,13 @@ struct EnvRecord {
 // Captures this process's environment. `argv` empty: read from /proc/self/cmdline.
 EnvRecord capture_env(const std::string& backend, const std::string& policy,
                       const std::vector<std::string>& argv = {});
+
+// The case file's sha256 (its bytes now, before this command writes to it) and the model's:
+// the sha256 of the weight files' checksums the case recorded, as `sha256sum` lists them
+// ("<sha256>  <file>\n", sorted by file), so a huge checkpoint is not read again.
+void add_case_facts(EnvRecord& r, const std::string& case_path, const std::map<std::string, std::string>& weight_sha256);
+// The sha256 of a weight-checksum list as add_case_facts records it ("none recorded" when empty).
+std::string model_sha256(const std::map<std::string, std::string>& weight_sha256);
 
 // Quotes an argument so that a printed command line can be pasted into a shell.
 std::string shell_quote(const std::string& arg);

@@ -237,6 +237,7 @@ Policy Policy::load(const std::string& what) {
             }
           }
           if (o.stages.empty()) input_error("{}: an [[override]] lacks 'stages'", what);
+          o.source = what;
           overrides.push_back(std::move(o));
         }
       } else {
@@ -265,6 +266,7 @@ Policy Policy::load(const std::string& what) {
             else o.knobs.emplace_back(ok, text(ov, ok));
           }
           if (o.stages.empty()) input_error("{}: an override lacks 'stages'", what);
+          o.source = what;
           overrides.push_back(std::move(o));
         }
       } else if (k == "global") {
@@ -289,21 +291,51 @@ void Policy::add_set(const std::string& spec) {
   o.stages = colon == std::string::npos ? "*" : spec.substr(0, colon);
   const std::string knob = spec.substr(colon == std::string::npos ? 0 : colon + 1, eq - (colon == std::string::npos ? 0 : colon + 1));
   o.knobs.emplace_back(knob, spec.substr(eq + 1));
+  o.source = "--set '" + spec + "'";
   add_override(std::move(o));
 }
 
 void Policy::add_override(PolicyOverride o) {
-  TypedOverride typed{o.stages, {}};
+  TypedOverride typed{o.stages, {}, o.source.empty() ? "policy" : o.source};
   for (auto& [k, v] : o.knobs) typed.settings.push_back(parse_knob(k, v));  // errors now, not at resolve()
   for (auto& [k, v] : o.knobs) described_ += fmt::format(" + {}:{}={}", o.stages, k, v);
   overrides_.push_back(std::move(typed));
 }
 
+namespace {
+std::string kind_list(const std::vector<OpKind>& kinds) {
+  std::vector<std::string> names;
+  for (OpKind k : kinds) names.push_back(op_kind_name(k));
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// The knob must apply to at least one matched stage; the error names the knob, the stage(s)
+// with their kinds, and the kinds it applies to.
+void check_knob_applies(const std::string& source, const KnobInfo& knob, const std::vector<const Stage*>& matched) {
+  std::vector<OpKind> kinds;
+  for (const Stage* s : matched) {
+    if (std::find(knob.kinds.begin(), knob.kinds.end(), s->kind) != knob.kinds.end()) return;
+    if (std::find(kinds.begin(), kinds.end(), s->kind) == kinds.end()) kinds.push_back(s->kind);
+  }
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < std::min<std::size_t>(matched.size(), 3); ++i) names.push_back(matched[i]->name);
+  const std::string where =
+      matched.size() == 1
+          ? fmt::format("stage {} (operator kind {})", matched[0]->name, op_kind_name(matched[0]->kind))
+          : fmt::format("any of the {} stages it matches ({}{}; operator kinds {})", matched.size(), fmt::join(names, ", "),
+                        matched.size() > names.size() ? ", ..." : "", kind_list(kinds));
+  input_error("{}: knob '{}' does not apply to {}; it applies to the operator kinds {}", source, knob.name, where,
+              kind_list(knob.kinds));
+}
+}  // namespace
+
 void Policy::validate(const std::vector<Stage>& stages) const {
   for (const auto& o : overrides_) {
-    bool any = false;
-    for (const auto& s : stages) any = any || pattern_matches(o.stages, s.name);
-    if (!any) input_error("policy: stage pattern '{}' matches no stage of this model", o.stages);
+    std::vector<const Stage*> matched;
+    for (const auto& s : stages)
+      if (pattern_matches(o.stages, s.name)) matched.push_back(&s);
+    if (matched.empty()) input_error("{}: stage pattern '{}' matches no stage of this model", o.source, o.stages);
+    for (const auto& setting : o.settings) check_knob_applies(o.source, *setting.knob, matched);
   }
 }
 
@@ -316,5 +348,28 @@ Numerics Policy::resolve(const std::string& stage) const {
 }
 
 std::string Policy::describe() const { return name_ + described_; }
+
+Policy::Expanded Policy::expand(const std::vector<Stage>& stages) const {
+  Numerics common = base_;  // what a stage gets when no override singles it out
+  for (const auto& o : overrides_) {
+    bool everywhere = !stages.empty();
+    for (const auto& s : stages) everywhere = everywhere && pattern_matches(o.stages, s.name);
+    if (everywhere)
+      for (const auto& setting : o.settings) apply_knob(common, setting);
+  }
+  Expanded e;
+  for (const auto& k : knob_catalog()) e.knobs += (e.knobs.empty() ? "" : " ") + k.name + "=" + get_knob(common, k.name);
+  for (const auto& s : stages) {
+    const Numerics n = resolve(s.name);
+    std::string line;
+    for (const auto& k : knob_catalog()) {
+      if (std::find(k.kinds.begin(), k.kinds.end(), s.kind) == k.kinds.end()) continue;
+      if (const std::string v = get_knob(n, k.name); v != get_knob(common, k.name))
+        line += (line.empty() ? "" : " ") + k.name + "=" + v;
+    }
+    if (!line.empty()) e.stages.push_back(s.name + ": " + line);
+  }
+  return e;
+}
 
 }  // namespace tdiff

@@ -96,6 +96,7 @@ Numerics preset_numerics(const std::string& preset);  // naive | fixed | fp32
 struct PolicyOverride {
   std::string stages;  // pattern (core/pattern.h)
   std::vector<std::pair<std::string, std::string>> knobs;
+  std::string source;  // where it was written, for errors: "--set '...'" or the policy file
 };
 
 class Policy {
@@ -107,18 +108,30 @@ class Policy {
   // "PATTERN:knob=value" or "knob=value" (every stage).
   void add_set(const std::string& spec);
   void add_override(PolicyOverride o);
-  // InputError when an override pattern matches no stage of the model.
+  // InputError when an override pattern matches no stage of the model, or when one of its
+  // knobs applies to none of the stages it matches (no stage of the knob's operator kinds:
+  // it would change nothing). A pattern matching some stages of those kinds is fine.
   void validate(const std::vector<Stage>& stages) const;
   Numerics resolve(const std::string& stage) const;
   const std::string& name() const { return name_; }
   // A one-line description: "fixed + L02.attn.core:softmax_stats=fp16".
   std::string describe() const;
+  // Every knob value the policy runs with on these stages: `knobs` every knob of the preset,
+  // the file's global knobs and the overrides that match every stage ("storage=bf16 stream=fp32
+  // ..."); `stages` one line per stage whose own knobs differ from those, naming only the knobs
+  // of its operator kind that differ ("L02.attn.core: softmax_stats=fp16").
+  struct Expanded {
+    std::string knobs;
+    std::vector<std::string> stages;
+  };
+  Expanded expand(const std::vector<Stage>& stages) const;
 
  private:
   // An override parsed once, when it is added: resolve() applies typed settings.
   struct TypedOverride {
     std::string stages;
     std::vector<KnobSetting> settings;
+    std::string source;
   };
   std::string name_ = "fixed";
   Numerics base_;

@@ -430,27 +430,49 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
 }
 
+namespace {
+// OpenSSL's SHA-256, fed in pieces.
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+      throw std::runtime_error("OpenSSL: cannot initialise SHA-256");
+  }
+  void update(const char* data, std::size_t n) {
+    if (n > 0 && EVP_DigestUpdate(ctx_.get(), data, n) != 1) throw std::runtime_error("OpenSSL: SHA-256 update failed");
+  }
+  std::string hex() {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    if (EVP_DigestFinal_ex(ctx_.get(), md, &md_len) != 1) throw std::runtime_error("OpenSSL: SHA-256 final failed");
+    std::string out;
+    out.reserve(2 * md_len);
+    for (unsigned int i = 0; i < md_len; ++i) out += fmt::format("{:02x}", md[i]);
+    return out;
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
+};
+}  // namespace
+
 std::string file_sha256(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) input_error("{}: cannot open for hashing", path);
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
-    throw std::runtime_error("OpenSSL: cannot initialise SHA-256");
+  Sha256 sha;
   std::vector<char> buf(std::size_t{1} << 20);
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const auto got = in.gcount();
-    if (got > 0 && EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(got)) != 1)
-      throw std::runtime_error("OpenSSL: SHA-256 update failed");
+    sha.update(buf.data(), static_cast<std::size_t>(in.gcount()));
   }
   if (in.bad()) input_error("{}: read error while hashing", path);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int md_len = 0;
-  if (EVP_DigestFinal_ex(ctx.get(), md, &md_len) != 1) throw std::runtime_error("OpenSSL: SHA-256 final failed");
-  std::string hex;
-  hex.reserve(2 * md_len);
-  for (unsigned int i = 0; i < md_len; ++i) hex += fmt::format("{:02x}", md[i]);
-  return hex;
+  return sha.hex();
+}
+
+std::string bytes_sha256(const std::string& data) {
+  Sha256 sha;
+  sha.update(data.data(), data.size());
+  return sha.hex();
 }
 
 }  // namespace tdiff

@@ -109,5 +109,7 @@ class SafetensorsStream {
 
 // SHA-256 of a file, lowercase hex (for the case file's weight checksums).
 std::string file_sha256(const std::string& path);
+// SHA-256 of bytes in memory, lowercase hex.
+std::string bytes_sha256(const std::string& data);
 
 }  // namespace tdiff

@@ -1,9 +1,12 @@
 #include "diff/compare.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <tuple>
 #include <unordered_map>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/h5io.h"
@@ -112,16 +115,35 @@ std::vector<std::string> list_keys(const std::string& file, const std::string& g
   return keys;
 }
 
-TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
+namespace {
+Shape squeezed(const Shape& s) {
+  Shape out;
+  for (auto n : s)
+    if (n != 1) out.push_back(n);
+  return out;
+}
+
+// A row for two tensors of different shapes: nothing to measure, FAIL when judged.
+TensorDiff shape_mismatch(TensorDiff d, const Tensor& cand) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  d.shape_cand = cand.shape();
+  d.kind = TensorKind::values;  // the reports print its NaN metrics and the reason
+  d.metrics.cosine = d.metrics.max_abs = d.metrics.max_abs_scaled = d.metrics.rmse = d.metrics.rel_l2 = nan;
+  d.metrics.max_rel = nan;
+  return d;
+}
+}  // namespace
+
+TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand_in, const CompareOptions& opt,
                        const Tensor* ref_scores, const Tensor* cand_scores) {
-  if (ref.shape() != cand.shape())
-    input_error("tensor '{}': shape mismatch, reference {} vs candidate {}", key, shape_str(ref.shape()),
-                shape_str(cand.shape()));
   TensorDiff d;
   std::tie(d.stage, d.tensor) = split_key(key);
   d.dtype_ref = ref.dtype();
-  d.dtype_cand = cand.dtype();
+  d.dtype_cand = cand_in.dtype();
   d.shape = ref.shape();
+  const bool same = ref.shape() == cand_in.shape();
+  if (!same && squeezed(ref.shape()) != squeezed(cand_in.shape())) return shape_mismatch(std::move(d), cand_in);
+  const Tensor cand = same ? cand_in : cand_in.reshaped(ref.shape());
   d.metrics = tensor_metrics(ref, cand, opt.metrics);
   const bool floats = is_float(ref.dtype()) || is_float(cand.dtype());
   const TensorKind declared = declared_kind(d.stage, d.tensor, opt);
@@ -200,7 +222,9 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
       row.floor_rmse = it->second->metrics.rmse;
     }
     row.thresholds = policy.for_tensor(row.stage, row.tensor);
-    const Judgement j = judge_tensor(in, row.thresholds);
+    const Judgement j = row.shape_cand ? Judgement{Verdict::fail, fmt::format("shape mismatch: reference {} vs candidate {}",
+                                                                             shape_str(row.shape), shape_str(*row.shape_cand))}
+                                       : judge_tensor(in, row.thresholds);
     row.verdict = j.verdict;
     row.reason = j.reason;
     r.verdict = worst(r.verdict, j.verdict);

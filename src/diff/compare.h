@@ -28,6 +28,8 @@ struct TensorDiff {
   TensorMetrics metrics;
   std::optional<LogitsMetrics> logits;
   std::optional<RoutingMetrics> routing;
+  // Shapes that differ beyond size-1 dimensions: no metrics (NaN), and judge() FAILs the row.
+  std::optional<Shape> shape_cand;
   // Set by judge().
   Verdict verdict = Verdict::pass;
   std::string reason;
@@ -70,7 +72,8 @@ std::vector<std::string> order_keys(std::vector<std::string> keys, const std::ve
 // Dataset paths under `group`, relative to it ("L03.attn.core/o"), as compare_files pairs them.
 std::vector<std::string> list_keys(const std::string& file, const std::string& group);
 
-// One pair. `ref_scores`: the reference's selection scores for routing tie detection;
+// One pair. Shapes equal once size-1 dimensions are dropped ([1,200] and [200]) compare as the
+// reference's shape; other shapes give a row with `shape_cand` set. `ref_scores`: the reference's selection scores for routing tie detection;
 // `cand_scores`: the candidate's, to count flips its own score error explains.
 TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
                        const Tensor* ref_scores = nullptr, const Tensor* cand_scores = nullptr);

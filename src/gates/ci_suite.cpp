@@ -186,6 +186,7 @@ void store_reference(const std::string& case_file) {
   rec.extra["tie_rule"] = "lowest-index";
   rec.extra["blas"] = refcpu::blas_core();
   rec.extra["stages"] = "*";
+  add_case_facts(rec, case_file, session.info.checksums);
   update.put_env(run_id, rec);
   update.writer().set_attr("/reference", "tie_rule", "lowest-index");
   update.writer().set_attr("/reference", "env", run_id);
@@ -215,7 +216,32 @@ void build_case(const Suite& suite, const SuiteCase& c, const std::string& model
 
 }  // namespace
 
-SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool rebuild, const CiProgress& progress) {
+namespace {
+// Runs `build` unless `marker` exists, then writes the marker (a part without one is redone).
+bool build_once(const std::string& marker, const std::function<void()>& build) {
+  if (fs::is_regular_file(marker)) return false;
+  build();
+  std::ofstream f(marker);
+  f << fmt::format("tdiff {} {}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT);
+  if (!f) input_error("cannot write {}", marker);
+  return true;
+}
+
+// Holds the cache folder's lock: one builder at a time (two ci runs on one machine share it).
+struct CacheLock {
+  int fd;
+  explicit CacheLock(const std::string& root) : fd(::open((root + "/lock").c_str(), O_CREAT | O_RDWR, 0644)) {
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
+      if (fd >= 0) ::close(fd);
+      input_error("cannot lock the cache folder {}", root);
+    }
+  }
+  ~CacheLock() { ::close(fd); }
+};
+}  // namespace
+
+SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool rebuild, const CiProgress& progress,
+                               const std::vector<const SuiteCase*>& cases) {
   if (cache_root.empty()) cache_root = suite.dir + "/cache";
   const auto t0 = std::chrono::steady_clock::now();
   std::error_code ec;
@@ -223,36 +249,34 @@ SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool 
   if (ec) input_error("cannot create the cache folder {}: {}", cache_root, ec.message());
   SuiteCache cache;
   cache.dir = fs::absolute(fs::path(cache_root) / suite.hash.substr(0, 16)).lexically_normal().string();
-  // One builder at a time (two ci runs on one machine share the cache).
-  const int lock = ::open((cache_root + "/lock").c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) input_error("cannot lock the cache folder {}", cache_root);
-  struct Unlock {
-    int fd;
-    ~Unlock() { ::close(fd); }
-  } unlock{lock};
-  // COMPLETE is written last: a folder without it is a build that did not finish.
+  const CacheLock lock(cache_root);
   const std::string done = cache.dir + "/COMPLETE";
   if (!rebuild && fs::is_regular_file(done)) return cache;
 
-  fs::remove_all(cache.dir);
+  if (rebuild) fs::remove_all(cache.dir);
   fs::create_directories(cache.dir);
-  ModelConfig config = synth_preset(suite.preset);
-  if (suite.layers > 0) config.truncate_layers(suite.layers);
-  if (progress) progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
-  write_synth_model(config, suite.model_seed, cache.dir + "/model");
-  for (const auto& c : suite.cases) {
-    if (progress) progress(fmt::format("case {}: inputs and float64 reference", c.name));
-    build_case(suite, c, cache.dir + "/model", cache.case_file(c));
-  }
-  {
-    std::ofstream f(done);
-    f << fmt::format("suite {}\nhash {}\ntdiff {} {}\n", suite.name, suite.hash, TDIFF_VERSION, TDIFF_GIT_COMMIT);
-    if (!f) input_error("cannot write {}", done);
-  }
+  const bool model_built = build_once(cache.dir + "/model.done", [&] {
+    ModelConfig config = synth_preset(suite.preset);
+    if (suite.layers > 0) config.truncate_layers(suite.layers);
+    if (progress) progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
+    fs::remove_all(cache.dir + "/model");
+    write_synth_model(config, suite.model_seed, cache.dir + "/model");
+  });
+  if (model_built) cache.built_parts.push_back("model");
+  for (const SuiteCase* c : cases)
+    if (build_once(cache.case_file(*c) + ".done", [&] {
+          if (progress) progress(fmt::format("case {}: inputs and float64 reference", c->name));
+          build_case(suite, *c, cache.dir + "/model", cache.case_file(*c));
+        }))
+      cache.built_parts.push_back(c->name);
+  bool all = true;
+  for (const auto& c : suite.cases) all = all && fs::is_regular_file(cache.case_file(c) + ".done");
+  if (all) build_once(done, [] {});
+  cache.built = !cache.built_parts.empty();
   // Older keys of this suite are stale.
-  for (const auto& e : fs::directory_iterator(cache_root))
-    if (e.is_directory() && e.path() != fs::path(cache.dir)) fs::remove_all(e.path(), ec);
-  cache.built = true;
+  if (cache.built)
+    for (const auto& e : fs::directory_iterator(cache_root))
+      if (e.is_directory() && e.path() != fs::path(cache.dir)) fs::remove_all(e.path(), ec);
   cache.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return cache;
 }

@@ -65,15 +65,20 @@ Suite load_suite(const std::string& path);
 
 using CiProgress = std::function<void(const std::string& what)>;
 
-// The cache folder of this suite under `cache_root` (default: <suite>/cache), built if missing
-// or if `rebuild`: model/ and <case>.h5 with /reference. Other keys' folders are removed.
+// The cache folder of this suite under `cache_root` (default: <suite>/cache): model/ and
+// <case>.h5 with /reference, each built on first use (all anew with `rebuild`) for the `cases`
+// asked for only, each marked done (model.done, <case>.h5.done) when complete, so an
+// interrupted build is redone; COMPLETE once every case of the suite is there. Other keys'
+// folders are removed once this key has built something.
 struct SuiteCache {
   std::string dir;
-  bool built = false;  // false: reused
+  bool built = false;               // false: everything reused
+  std::vector<std::string> built_parts;  // what this call built: "model", case names
   double seconds = 0;
   std::string case_file(const SuiteCase& c) const { return dir + "/" + c.name + ".h5"; }
 };
-SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool rebuild, const CiProgress& progress);
+SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool rebuild, const CiProgress& progress,
+                               const std::vector<const SuiteCase*>& cases);
 
 // One case of a ci run.
 struct CiCaseResult {

@@ -178,10 +178,7 @@ std::string render_audit_html(const AuditResult& r, const RunInfo& info) {
        "layer, and run-to-run routing differences removed by fp32 comparison with ties broken by expert id.</p>\n";
   o += "<h2>Per stage</h2>\n" + details(r);
   o += fmt::format("<h2>Reproduce</h2>\n<pre>{}</pre>\n", html_escape(info.command.empty() ? "(not recorded)" : info.command));
-  o += "<h2>Environment</h2>\n<table class=\"env\"><tbody>\n";
-  for (const auto& [k, v] : info.env)
-    o += fmt::format("<tr><td>{}</td><td><code>{}</code></td></tr>\n", html_escape(k), html_escape(v));
-  o += "</tbody></table>\n";
+  o += report::env_section(info.env);
   o += fmt::format("</main>\n<script>{}</script>\n</body></html>\n", kSortScript);
   return o;
 }

@@ -237,10 +237,7 @@ std::string render_bisect_html(const BisectReport& r) {
   o += isolation_section(r);
   o += attribution_section(r);
   o += fmt::format("<h2>Reproduce</h2>\n<pre>{}</pre>\n", html_escape(r.info.command.empty() ? "(not recorded)" : r.info.command));
-  o += "<h2>Environment</h2>\n<table class=\"env\"><tbody>\n";
-  for (const auto& [k, val] : r.info.env)
-    o += fmt::format("<tr><td>{}</td><td><code>{}</code></td></tr>\n", html_escape(k), html_escape(val));
-  o += "</tbody></table>\n";
+  o += report::env_section(r.info.env);
   o += fmt::format("</main>\n<script>{}</script>\n</body></html>\n", report::kHtmlScript);
   return o;
 }

@@ -124,10 +124,7 @@ std::string render_ci_index(const CiSummary& s) {
                    html_escape(s.thresholds_file.empty() ? "default thresholds (diff/README.md)" : s.thresholds_file),
                    html_escape(s.thresholds_text));
   h += fmt::format("<h2>Reproduce</h2>\n<pre>{}</pre>\n", html_escape(s.command));
-  h += "<h2>Environment</h2>\n<table class=\"env\"><tbody>\n";
-  for (const auto& [k, val] : s.env)
-    h += fmt::format("<tr><th>{}</th><td class=\"mono\">{}</td></tr>\n", html_escape(k), html_escape(val));
-  h += "</tbody></table>\n";
+  h += report::env_section(s.env);
   h += fmt::format("<p class=\"sub\">tdiff {} ({})</p>\n</main></body></html>\n", TDIFF_VERSION, TDIFF_GIT_COMMIT);
   return h;
 }

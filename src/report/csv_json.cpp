@@ -99,6 +99,7 @@ nlohmann::json row_json(const TensorDiff& d) {
       {"dtype_cand", dtype_name(d.dtype_cand)}, {"shape", d.shape}, {"metrics", fields_json(d.metrics, tensor_metric_fields())},
   };
   if (d.floor_rmse) j["floor_rmse"] = number(*d.floor_rmse);
+  if (d.shape_cand) j["shape_cand"] = *d.shape_cand;  // the candidate's other shape (a FAIL)
   if (d.logits) {
     const LogitsMetrics& l = *d.logits;
     nlohmann::json worst = nlohmann::json::array();

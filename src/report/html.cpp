@@ -324,10 +324,7 @@ std::string render_html(const CompareResult& r, const RunInfo& info) {
       "Per-stage rules of a thresholds file show in each row's reason.</p>\n",
       t.cosine_fail, max_abs_name, t.max_abs_fail, max_abs_name, t.max_abs_warn, 100 * t.mismatch_fail,
       100 * t.mismatch_warn);
-  o += "<h2>Environment</h2>\n<table class=\"env\"><tbody>\n";
-  for (const auto& [k, v] : info.env)
-    o += fmt::format("<tr><td>{}</td><td><code>{}</code></td></tr>\n", html_escape(k), html_escape(v));
-  o += "</tbody></table>\n";
+  o += report::env_section(info.env);
   o += fmt::format("</main>\n<script>{}</script>\n</body></html>\n", report::kHtmlScript);
   return o;
 }

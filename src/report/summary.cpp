@@ -33,6 +33,7 @@ std::vector<StageSummary> summarize_stages(const CompareResult& r) {
 }
 
 double row_error(const TensorDiff& d) {
+  if (d.shape_cand) return HUGE_VAL;  // nothing measured: ranks with the worst
   if (d.routing) return d.routing->mismatch_share;
   if (d.kind == TensorKind::exact)
     return d.metrics.count ? static_cast<double>(d.metrics.n_diff) / static_cast<double>(d.metrics.count) : 0.0;
@@ -41,6 +42,7 @@ double row_error(const TensorDiff& d) {
 }
 
 std::string error_text(const TensorDiff& d) {
+  if (d.shape_cand) return "shape " + shape_str(*d.shape_cand) + " vs " + shape_str(d.shape);
   if (d.kind == TensorKind::routing || d.kind == TensorKind::exact) return num(100 * row_error(d), "{:.3g}") + "% differ";
   if (d.metrics.new_nonfinite > 0) return fmt::format("{} new NaN/Inf", d.metrics.new_nonfinite);
   return "rel_l2 " + num(row_error(d));
@@ -125,5 +127,15 @@ std::string csv_field(const std::string& s) {
 }
 
 std::string xml_escape(const std::string& s) { return escape_markup(s, "&apos;", true); }
+
+std::string env_section(const std::vector<std::pair<std::string, std::string>>& env) {
+  std::string o = "<h2>Environment</h2>\n<table class=\"env\"><tbody>\n";
+  for (const auto& [k, v] : env) {
+    const bool lines = v.find('\n') != std::string::npos;
+    o += fmt::format("<tr><td>{}</td><td>{}{}{}</td></tr>\n", html_escape(k), lines ? "<pre>" : "<code>", html_escape(v),
+                     lines ? "</pre>" : "</code>");
+  }
+  return o + "</tbody></table>\n";
+}
 
 }  // namespace tdiff::report

@@ -3,6 +3,7 @@
 // verdict counts, number formatting.
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "diff/compare.h"
@@ -43,6 +44,9 @@ std::string group_name(const std::string& stage);
 std::string num(double v, const char* spec = "{:.3g}");
 std::string cosine_text(double c);  // 7 decimals; "1" when exactly 1, "1-2.0e-09" when closer
 std::string html_escape(const std::string& s);
+// The "Environment" section of an HTML page: one row per record entry; a multi-line value
+// (policy_stages: one line per stage) in a <pre> that keeps its lines.
+std::string env_section(const std::vector<std::pair<std::string, std::string>>& env);
 // XML text and attribute values; drops the control characters XML 1.0 forbids even escaped.
 std::string xml_escape(const std::string& s);
 

@@ -132,6 +132,12 @@ void print_terminal(std::FILE* out, const CompareResult& r, const RunInfo& info,
   if (!r.only_ref.empty() || !r.only_cand.empty())
     fmt::print(out, "; {} only in the reference, {} only in the candidate", r.only_ref.size(), r.only_cand.size());
   fmt::print(out, "\n");
+  for (const auto& d : r.rows)
+    if (d.logits)
+      fmt::print(out, "logits      {}: KL mean {}, p99 {}, max {}; top-1 agreement {:.2f}% of {} tokens, top-10 overlap {:.2f}%{}\n", d.key(),
+                 report::num(d.logits->kl_mean), report::num(d.logits->kl_p99), report::num(d.logits->kl_max),
+                 100 * d.logits->top1_agree, d.logits->tokens, 100 * d.logits->topk_overlap_mean,
+                 d.logits->nonfinite_tokens ? fmt::format(" ({} tokens with NaN/Inf left out)", d.logits->nonfinite_tokens) : "");
   if (r.first_fail >= 0) {
     const TensorDiff& f = r.rows[static_cast<std::size_t>(r.first_fail)];
     fmt::print(out, "first FAIL  {} ({})\n", p.bold(f.key()), f.reason);
