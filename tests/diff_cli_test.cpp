@@ -144,6 +144,7 @@ TEST_F(CompareCli, ShapeMismatchIsOneFailRow) {
   EXPECT_NE(rows.find("embed,e,"), std::string::npos) << rows;
   EXPECT_NE(rows.find("lm_head,logits,"), std::string::npos) << rows;
   EXPECT_NE(out.find("logits      lm_head/logits: KL mean"), std::string::npos) << out;
+  EXPECT_NE(out.find("            top-1 agreement"), std::string::npos) << out;
 }
 
 }  // namespace

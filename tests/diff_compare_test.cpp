@@ -89,7 +89,12 @@ TEST(DiffCompare, StagesFilterAndErrors) {
   opt.stages = "L09.*";
   EXPECT_THROW(compare_maps(ref, ref, opt), InputError);
   EXPECT_THROW(compare_maps(ref, {{"other/x", values({3}, 0)}}), InputError);  // nothing in common
-  EXPECT_THROW(compare_maps(ref, {{"L00.attn.q/x", values({4}, 0)}, {"L01.attn.q/x", values({3}, 1)}}), InputError);
+  // Another shape is a row of its own (judged FAIL), not an error; the other pair is compared.
+  const CompareResult shapes = compare_maps(ref, {{"L00.attn.q/x", values({4}, 0)}, {"L01.attn.q/x", values({3}, 1)}});
+  ASSERT_EQ(shapes.rows.size(), 2u);
+  EXPECT_EQ(shapes.rows[0].shape_cand, Shape{4});
+  EXPECT_FALSE(shapes.rows[1].shape_cand);
+  EXPECT_EQ(shapes.rows[1].metrics.cosine, 1.0);
 }
 
 TEST(DiffCompare, NoiseFloorRun) {

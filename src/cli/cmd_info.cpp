@@ -178,9 +178,15 @@ void info_case(const InfoOptions& o) {
   for (const auto& [id, e] : env) {
     line(label, fmt::format("{}  {}  backend {}  policy {}", id, e.date_utc, e.backend,
                             e.policy.empty() ? "-" : e.policy));
-    line("", fmt::format("  tdiff {} {}, {} threads, {} ({})", e.tdiff_version, e.git_commit, e.omp_threads, e.hostname,
-                         e.cpu_model));
-    for (const auto& [k, v] : e.extra) line("", fmt::format("  {} {}", k, v));
+    line("", fmt::format("  tdiff {} {}, {} threads, {} ({}, {} cores)", e.tdiff_version, e.git_commit, e.omp_threads,
+                         e.hostname, e.cpu_model, e.cpu_cores));
+    if (!e.os.empty()) line("", fmt::format("  {}, {}", e.os, e.kernel));
+    for (const auto& [k, v] : e.extra) {  // a multi-line value (policy_stages) indented under its key
+      std::string text = v;
+      for (auto at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1))
+        text.insert(at + 1, std::string(k.size() + 13, ' '));
+      line("", fmt::format("  {} {}", k, text));
+    }
     label.clear();
   }
   const auto runs = case_runs(path);

@@ -134,8 +134,9 @@ void print_terminal(std::FILE* out, const CompareResult& r, const RunInfo& info,
   fmt::print(out, "\n");
   for (const auto& d : r.rows)
     if (d.logits)
-      fmt::print(out, "logits      {}: KL mean {}, p99 {}, max {}; top-1 agreement {:.2f}% of {} tokens, top-10 overlap {:.2f}%{}\n", d.key(),
-                 report::num(d.logits->kl_mean), report::num(d.logits->kl_p99), report::num(d.logits->kl_max),
+      fmt::print(out, "logits      {}: KL mean {}, p99 {}, max {}\n{:12}top-1 agreement {:.2f}% of {} tokens, top-10 overlap {:.2f}%{}\n",
+                 d.key(),
+                 report::num(d.logits->kl_mean), report::num(d.logits->kl_p99), report::num(d.logits->kl_max), "",
                  100 * d.logits->top1_agree, d.logits->tokens, 100 * d.logits->topk_overlap_mean,
                  d.logits->nonfinite_tokens ? fmt::format(" ({} tokens with NaN/Inf left out)", d.logits->nonfinite_tokens) : "");
   if (r.first_fail >= 0) {
