@@ -146,7 +146,9 @@ void setup_compare(CLI::App& app) {
   auto* sub = app.add_subcommand("compare", "Diff two HDF5 dumps tensor by tensor; verdicts and reports");
   sub->footer(
       "Datasets are paired by their path under each group (\"<stage>/<tensor>\"); those on one side only are\n"
-      "listed. Exit code: 0 all pass (warnings allowed), 1 any FAIL, 2 usage or input error.\n\n"
+      "listed; a pair of other shapes (beyond size-1 dimensions) is one FAIL row. /runs/<run-id> holds the\n"
+      "candidate's tensors of `tdiff run --save --run-id <run-id>`.\n"
+      "Exit code: 0 all pass (warnings allowed), 1 any FAIL, 2 usage or input error.\n\n"
       "Examples:\n"
       "  tdiff compare case.h5 dump.h5                       # case /reference vs the dump's root\n"
       "  tdiff compare a.h5 b.h5 --group-a /reference --group-b /runs/r1 --stages 'L0[2-4].attn.*'\n"
