@@ -86,6 +86,8 @@ void run_run(RunCmd c) {
     const TensorDiff& d = r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)];
     fmt::print("first divergence: {} (cosine {:.6f}, max_abs {:.3g}, rel_l2 {:.3g}): {}\n", d.key(), d.metrics.cosine,
                d.metrics.max_abs, d.metrics.rel_l2, d.reason);
+    fmt::print("  the first tensor whose own error crosses its thresholds; `tdiff bisect` names the first stage whose\n"
+               "  error makes the logits fail, which can be another one (its report says why)\n");
   } else {
     fmt::print("first divergence: none (no stage fails its thresholds)\n");
   }
