@@ -11,8 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
+#include "core/backend.h"
 #include "core/dtype.h"
 #include "core/h5io.h"
+#include "diff/real_rows.h"
 #include "tap/tap.h"
 #include "tap/tap.hpp"
 
@@ -190,6 +192,11 @@ TEST_F(CliDump, SaysWhichStagesTheDumpLacks) {
   const CliResult r = run(fmt::format("run {} --candidate-dump '{}' --no-reports", c(), path("part.h5")));
   EXPECT_EQ(r.code, 0) << r.out << r.err;  // identical where present; missing stages WARN
   EXPECT_NE(r.out.find("dump lacks 151 of 153 stages with a reference: hc.expand, rope.main"), std::string::npos) << r.out;
+  // A case attached to a ticket travels without its model: the dump is still judged.
+  fs::rename(path("m"), path("elsewhere"));
+  const CliResult alone = run(fmt::format("run {} --candidate-dump '{}' --no-reports", c(), path("part.h5")));
+  EXPECT_EQ(alone.code, 0) << alone.out << alone.err;
+  EXPECT_NE(alone.out.find("note: without the model"), std::string::npos) << alone.out;
 }
 
 TEST_F(CliDump, SizeOneDimensionsAreSqueezedBeforeJudging) {
@@ -237,6 +244,48 @@ TEST_F(CliDump, BadDumpsExitTwoNamingTheTensor) {
   }
   expect_refused(path("dtype.h5"), "L00.moe.select/idx is f32 where the reference holds");
   expect_refused(path("c.h5") + "' --backend 'emu", "--backend");
+}
+
+}  // namespace
+}  // namespace tdiff
+
+namespace tdiff {
+namespace {
+
+// transformers' own float64 capture (python/capture_hf.py, tests/oracle/) as the candidate:
+// padding positions differ by design, helper tensors are not stage outputs, and on real
+// tokens every stage passes.
+TEST_F(CliDump, TransformersCaptureOfAPaddedBatchPassesOnRealTokens) {
+  const std::string oracle = std::string(TDIFF_SOURCE_DIR) + "/tests/oracle/";
+  fs::copy_file(oracle + "tiny-pad.case.h5", path("pad.h5"));
+  ASSERT_EQ(run(fmt::format("golden '{}' --model '{}' --tie-rule torch-cpu", path("pad.h5"), path("m"))).code, 0);
+  const CliResult r = run(fmt::format("run '{}' --model '{}' --candidate-dump '{}' -o '{}'", path("pad.h5"), path("m"),
+                                      oracle + "tiny-pad.hf.h5", path("rep")));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("0 FAIL, 0 WARN, 181 PASS of 181 tensors"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("judged on real tokens only: 66 of 80 positions"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dump has 8 tensors no stage produces, not compared: L00.moe.select/idx_sorted"), std::string::npos)
+      << r.out;
+}
+
+TEST(RealRows, TokensAndCompressedEntriesOfAPaddedBatch) {
+  Tensor ids(DType::i64, {2, 4}), mask(DType::u8, {2, 4});
+  const std::uint8_t m[] = {1, 1, 1, 0, 1, 1, 0, 0};
+  std::copy(m, m + 8, mask.data<std::uint8_t>());
+  const Batch b = Batch::make(ids, mask, 16, "test");
+  const RealRows tokens = real_rows(Tensor(DType::f32, {2, 4, 3}), b, 0);
+  EXPECT_EQ(tokens.real, (std::vector<bool>{true, true, true, false, true, true, false, false}));
+  EXPECT_EQ(tokens.inner, (Shape{3}));
+  const RealRows flat = real_rows(Tensor(DType::i64, {8, 2}), b, 0);
+  EXPECT_EQ(flat.count(), 5);
+  // Rate 2: row 0 has 3 real tokens (entry 0 complete, entry 1 not), row 1 has 2 (entry 0).
+  const RealRows entries = real_rows(Tensor(DType::f64, {2, 2, 5}), b, 2);
+  EXPECT_EQ(entries.real, (std::vector<bool>{true, false, true, false}));
+  Tensor t(DType::f32, {2, 4, 3});
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(i);
+  const Tensor kept = keep_real_rows(t, tokens);
+  EXPECT_EQ(kept.shape(), (Shape{5, 3}));
+  EXPECT_EQ(kept.value(9), 12.0) << "row 3 of the kept ones is token (1, 0)";
 }
 
 }  // namespace
