@@ -1,5 +1,6 @@
 // tdiff run: the candidate on the case's inputs, every stage compared with /reference.
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,8 @@
 #include "core/env_record.h"
 #include "core/error.h"
 #include "emu/arith.h"
+#include "gates/model_stats.h"
+#include "report/stats_report.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff::cli {
@@ -22,6 +25,7 @@ struct RunCmd {
   std::string case_path;
   std::string stages;
   std::string selections = "replay";
+  bool stats = false;
   CandidateOptions cand;
   ReportOptions report;
 };
@@ -32,6 +36,23 @@ std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
   for (const auto& s : stages)
     for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
   return keys;
+}
+
+// The model statistics section of report.html (and stats.csv/json with --stats); a note instead
+// when the reference lacks what they need (a partial golden).
+void add_model_stats(CaseSession& session, const RunCmd& c, RunInfo& info) {
+  if (c.report.no_reports && !c.stats) return;
+  std::optional<ModelStats> m;
+  try {
+    m = compute_model_stats(session);
+  } catch (const InputError& e) {
+    fmt::print("model statistics: not in the report ({})\n", e.what());
+    return;
+  }
+  info.stats_html = render_stats_html(*m);
+  if (c.stats && !c.report.no_reports)
+    write_report_files(report_dir(info, c.report.out_dir),
+                       {{"stats.csv", render_stats_csv(*m)}, {"stats.json", render_stats_json(*m)}});
 }
 
 std::uint64_t seed_from(const std::string& run_id) {
@@ -80,6 +101,7 @@ void run_run(RunCmd c) {
   env.extra["seed"] = std::to_string(c.cand.seed);
   for (const auto& [k, v] : candidate->environment()) env.extra[k] = v;
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  add_model_stats(session, c, info);
   c.report.emit(r.diff, info);
 
   if (r.diff.first_fail >= 0) {
@@ -122,6 +144,8 @@ void setup_run(CLI::App& app) {
                   "the same choices and only top-k faults fail a selection; free: the candidate follows its own")
       ->check(CLI::IsMember({"replay", "free"}))
       ->capture_default_str();
+  cmd->add_flag("--stats", c->stats,
+                "also write the model statistics of report.html's section (tdiff stats) as stats.csv and stats.json");
   c->cand.add_to(cmd);
   c->report.add_to(cmd);
   cmd->callback([c] { run_run(*c); });
