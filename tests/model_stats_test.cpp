@@ -3,6 +3,7 @@
 // profile's do not, and the command's outputs and errors.
 #include <cmath>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@ namespace {
 
 using testing::CliTest;
 using testing::CliResult;
+using testing::slurp;
 
 class TrainedProfile : public CliTest {
  protected:
@@ -35,7 +37,7 @@ class TrainedProfile : public CliTest {
       }
     }
     out.close();
-    EXPECT_EQ(run(fmt::format("case new --model '{}' --tokens '{}' -o '{}'", m, tok, c)).code, 0);
+    EXPECT_EQ(run(fmt::format("case new --model '{}' --tokens '{}' --seed 1 -o '{}'", m, tok, c)).code, 0);
     EXPECT_EQ(run(fmt::format("golden '{}'", c)).code, 0);
     return c;
   }
@@ -92,6 +94,7 @@ TEST_F(TrainedProfile, DeterministicAndOnlyTheDocumentedWeightsChange) {
   const auto gains = trained_head_gains(c, "model.layers.0.self_attn.q_b_proj.weight", 3);
   EXPECT_EQ(gains.size(), 4u);
   for (double a : gains) EXPECT_TRUE(a == 0.25 || a == 0.5 || a == 1 || a == 2 || a == 4) << a;
+  EXPECT_EQ(std::set<double>(gains.begin(), gains.end()).size(), 4u);  // broad and sharp heads in every layer
 }
 
 TEST_F(TrainedProfile, ReleaseFormatAndBadFlags) {
@@ -116,7 +119,8 @@ TEST_F(ModelStatsCli, PrintsWritesAndNamesWhatIsMissing) {
   const auto j = nlohmann::json::parse(slurp(path("s.json")));
   ASSERT_EQ(j["layers"].size(), 4u);
   const ModelStats m = stats_of(c);
-  EXPECT_DOUBLE_EQ(j["layers"][2]["max_logit"].get<double>(), m.layers[2].max_logit);
+  const double stored_max = j["layers"][2]["max_logit"];
+  EXPECT_DOUBLE_EQ(stored_max, m.layers[2].max_logit);
   EXPECT_TRUE(j["layers"][0]["margin_p50"].is_null());  // a hash layer
 
   // tdiff run shows the same table in report.html and, with --stats, writes it beside the reports.

@@ -57,11 +57,11 @@ std::optional<SynthDraw> trained_draw(const ModelConfig& c, const std::string& n
 }
 
 std::vector<double> trained_head_gains(const ModelConfig& c, const std::string& name, std::uint64_t seed) {
+  // The five gains in turn from a random start, so every layer has broad and sharp heads.
+  const auto offset = static_cast<std::int64_t>(synth_hash(seed, name + "#heads") % 5);
   std::vector<double> a;
-  for (std::int64_t h = 0; h < c.num_attention_heads; ++h) {
-    const auto k = static_cast<int>(synth_hash(seed, fmt::format("{}#head{}", name, h)) % 5) - 2;
-    a.push_back(std::ldexp(1.0, k));  // a power of two: the product with a draw is exact
-  }
+  for (std::int64_t h = 0; h < c.num_attention_heads; ++h)
+    a.push_back(std::ldexp(1.0, static_cast<int>((h + offset) % 5) - 2));  // a power of two: products stay exact
   return a;
 }
 

@@ -10,8 +10,8 @@
 // in the channels with gain G.
 //   - kv_norm.weight (and the compressor's, whose entries are keys of the same softmax): the
 //     first d/4 channels ("sharp subspace", never the RoPE channels) times G = kTrainedKeyGain;
-//   - q_b_proj rows of head h in that subspace times a_h = 2^k, k uniform in {-2..2} per head
-//     (trained_head_gains): f_h runs from 0.02 to 0.84, sigma_h from about 1.5 (broad heads) to
+//   - q_b_proj rows of head h in that subspace times a_h = 2^k, k = -2..2 in turn over the heads
+//     from a random start per layer (trained_head_gains): f_h runs from 0.02 to 0.84, sigma_h from about 1.5 (broad heads) to
 //     7.3 (sharp heads), and the largest |l| of a layer, sigma_h sqrt(2 ln #logits), lands at
 //     20-40: trained LLMs' logits of tens, below the 100 that QK-Clip caps Kimi K2's at.
 //   - o_a_proj: keys are also the values (V4 shares them), so G scales the attention output by
