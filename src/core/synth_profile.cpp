@@ -46,7 +46,7 @@ const char* synth_profile_name(SynthProfile p) { return p == SynthProfile::train
 std::optional<SynthDraw> trained_draw(const ModelConfig& c, const std::string& name, const std::vector<std::int64_t>& shape) {
   const double fan_in = shape.empty() ? 1.0 : static_cast<double>(shape.back());
   if (ends_with(name, "self_attn.sinks"))
-    return SynthDraw{portable(std::log(static_cast<double>(c.sliding_window)) + 3.0), 1.0};
+    return SynthDraw{portable(std::log(static_cast<double>(c.sliding_window)) + 4.0), 1.0};
   if (ends_with(name, "self_attn.o_a_proj.weight")) {
     const double value_rms = std::sqrt(kTrainedKeyGain * kTrainedKeyGain / 4.0 + 0.75);
     return SynthDraw{0.0, 1.0 / value_rms / std::sqrt(fan_in)};

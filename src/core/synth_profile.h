@@ -16,7 +16,7 @@
 //     20-40: trained LLMs' logits of tens, below the 100 that QK-Clip caps Kimi K2's at.
 //   - o_a_proj: keys are also the values (V4 shares them), so G scales the attention output by
 //     sqrt(G^2/4 + 3/4); o_a's gain divides it out, and each layer still adds O(1) to the streams.
-// Attention sinks (learned per head, spec 3.6): s_h ~ N(ln W + 3, 1), W the sliding window. A
+// Attention sinks (learned per head, spec 3.6): s_h ~ N(ln W + 4, 1), W the sliding window. A
 // broad head's visible logits sum to about W e^(sigma^2/2), so its sink takes most of the mass; a
 // sharp head's largest logit exceeds s_h and its sink takes little: a quarter to a half of the
 // heads are sink heads (mean sink probability >= 0.5).
