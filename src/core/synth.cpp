@@ -435,8 +435,7 @@ bool is_model_file(const std::string& f) {
 namespace {
 
 // `ids` token ids and `channels` channels from the stream `stream`, magnitudes in [lo, hi) with a
-// random sign per channel.
-// `first_id` > 0 keeps the lower ids (0: the padding id of case files) free of them.
+// random sign per channel; ids below `first_id` are never taken (1 keeps the padding id 0 free).
 SynthOutliers pick_outliers(std::uint64_t seed, const char* stream, std::int64_t ids, std::int64_t range_ids,
                             std::int64_t channels, std::int64_t range_channels, double lo, double hi,
                             std::int64_t first_id = 0) {
