@@ -21,6 +21,8 @@
 #include "core/h5io.h"
 #include "core/pattern.h"
 #include "emu/arith.h"
+#include "gates/model_stats.h"
+#include "report/stats_report.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff::cli {
@@ -33,6 +35,7 @@ struct RunCmd {
   std::string selections = "replay";
   bool save = false;    // the candidate's tensors into /runs/<run-id> of the case
   std::string save_to;  // ... or of this HDF5 file
+  bool stats = false;
   std::string dump, dump_group = "/";  // --candidate-dump: an external implementation's tensors
   CandidateOptions cand;
   ReportOptions report;
@@ -44,6 +47,23 @@ std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
   for (const auto& s : stages)
     for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
   return keys;
+}
+
+// The model statistics section of report.html (and stats.csv/json with --stats); a note instead
+// when the reference lacks what they need (a partial golden).
+void add_model_stats(CaseSession& session, const RunCmd& c, RunInfo& info) {
+  if (c.report.no_reports && !c.stats) return;
+  std::optional<ModelStats> m;
+  try {
+    m = compute_model_stats(session);
+  } catch (const InputError& e) {
+    fmt::print("model statistics: not in the report ({})\n", e.what());
+    return;
+  }
+  info.stats_html = render_stats_html(*m);
+  if (c.stats && !c.report.no_reports)
+    write_report_files(report_dir(info, c.report.out_dir),
+                       {{"stats.csv", render_stats_csv(*m)}, {"stats.json", render_stats_json(*m)}});
 }
 
 std::uint64_t seed_from(const std::string& run_id) {
@@ -225,6 +245,7 @@ void run_run(RunCmd c) {
   add_case_facts(env, c.case_path, session.info.checksums);
   env.extra["seed"] = std::to_string(c.cand.seed);
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  add_model_stats(session, c, info);
   c.report.emit(r.diff, info);
 
   print_first_divergence(r.diff);
@@ -263,13 +284,16 @@ void setup_run(CLI::App& app) {
   cmd->add_flag("--save", c->save,
                 "keep the candidate's tensors (of the --stages compared) under /runs/<run-id> of the case, for tdiff compare");
   cmd->add_option("--save-to", c->save_to, "keep them under /runs/<run-id> of this HDF5 file instead (created or added to)");
+  cmd->add_flag("--stats", c->stats,
+                "also write the model statistics of report.html's section (tdiff stats) as stats.csv and stats.json");
   c->cand.add_to(cmd);
   auto* dump = cmd->add_option("--candidate-dump", c->dump,
                                "judge this dump (python/ capture, the tap of src/tap/tap.h) instead of running a backend")
                    ->check(CLI::ExistingFile);
   cmd->add_option("--dump-group", c->dump_group, "the dump's group holding <stage>/<tensor> datasets (default /)")
       ->needs(dump);
-  for (const char* name : {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to"})
+  for (const char* name :
+       {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to", "--stats"})
     if (auto* o = cmd->get_option_no_throw(name)) dump->excludes(o);
   c->report.add_to(cmd);
   cmd->callback([c] { run_run(*c); });

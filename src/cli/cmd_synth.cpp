@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/synth.h"
+#include "core/synth_profile.h"
 #include "core/synth_release.h"
 #include "core/weights.h"
 
@@ -24,6 +25,7 @@ struct SynthOptions {
   std::string layers;
   std::uint64_t seed = 0;
   bool outliers = false;
+  std::string profile = "default";
   std::string dtype = "f32";
   bool dtype_given = false;
   std::string format = "hf";
@@ -38,6 +40,9 @@ void run_synth(const SynthOptions& o) {
   const bool release = o.format == "release";
   if (release && o.dtype_given)
     input_error("synth: --dtype applies to --format hf (the release layout stores FP8, FP4, BF16 and F32 as DeepSeek does)");
+  const SynthProfile profile = parse_synth_profile(o.profile);
+  if (profile == SynthProfile::trained && o.outliers)
+    input_error("synth: --outliers is part of --profile trained (its massive activations); give one of them");
   if (!(o.shard_gb > 0) || o.shard_gb > 1e6) input_error("synth: --shard-gb {} is not a positive size", o.shard_gb);
 
   std::uint64_t params = 0;
@@ -55,21 +60,28 @@ void run_synth(const SynthOptions& o) {
   if (release) {
     ReleaseOptions ro;
     ro.outliers = o.outliers;
+    ro.profile = profile;
     ro.shard_bytes = static_cast<std::uint64_t>(o.shard_gb * 1e9);
     write_release_model(c, o.seed, o.out, progress, ro);
   } else {
     tdiff::SynthOptions so;
     so.outliers = o.outliers;
+    so.profile = profile;
     so.dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
     write_synth_model(c, o.seed, o.out, progress, so);
   }
-  fmt::print("wrote {} ({} layers, {} parameters, {}, seed {})\n", o.out, c.num_hidden_layers, params,
-             release ? "release layout: FP8 linears, FP4 experts" : o.dtype + " weights", o.seed);
-  if (o.outliers) {
-    const SynthOutliers out = synth_outliers(c, o.seed);
+  fmt::print("wrote {} ({} layers, {} parameters, {}, seed {}{})\n", o.out, c.num_hidden_layers, params,
+             release ? "release layout: FP8 linears, FP4 experts" : o.dtype + " weights", o.seed,
+             profile == SynthProfile::trained ? ", trained profile" : "");
+  const SynthOutliers out = synth_embedding_outliers(c, o.seed, tdiff::SynthOptions{o.outliers, DType::f32, profile});
+  if (!out.token_ids.empty()) {
     std::vector<std::string> mags;
     for (double m : out.magnitude) mags.push_back(fmt::format("{:+.0f}", m));
-    fmt::print("outliers: token ids {} carry massive activations in channels {} (about {})\n", fmt::join(out.token_ids, " "),
+    // The ids go into prompts; a real vocabulary's V/16 are thousands, so the first 32 stand for them.
+    const std::size_t shown = std::min<std::size_t>(out.token_ids.size(), 32);
+    const std::vector<std::int64_t> ids(out.token_ids.begin(), out.token_ids.begin() + static_cast<std::ptrdiff_t>(shown));
+    fmt::print("outliers: token ids {}{} carry massive activations in channels {} (about {})\n", fmt::join(ids, " "),
+               shown < out.token_ids.size() ? fmt::format(" ... ({} ids in all)", out.token_ids.size()) : "",
                fmt::join(out.channels, " "), fmt::join(mags, " "));
   }
 }
@@ -90,6 +102,12 @@ void setup_synth(CLI::App& app) {
   sub->add_flag("--outliers", opt->outliers,
                 "massive activations: a few token ids carry values of 100-1000 in a few fixed channels, as real "
                 "checkpoints do (README: tdiff synth)");
+  sub->add_option("--profile", opt->profile,
+                  "default: weights drawn like an initialised model, scaled so activations are O(1); trained: the "
+                  "statistics of trained LLMs (sharp heads with logits of tens, attention sinks, massive activations, "
+                  "near-tied routers; README: tdiff synth, tdiff stats)")
+      ->check(CLI::IsMember(synth_profile_names()))
+      ->capture_default_str();
   sub->add_option("--dtype", opt->dtype,
                   "f32: every weight float32; bf16: as a bf16 checkpoint, the weights the release keeps in "
                   "BF16/FP8/FP4 rounded to bf16, the HC parameters, sinks and biases float32 (half the bytes)")
@@ -108,6 +126,7 @@ void setup_synth(CLI::App& app) {
       "Examples:\n"
       "  tdiff synth --preset tiny --seed 1 -o models/tiny\n"
       "  tdiff synth --preset tiny --outliers --seed 1 -o models/tiny-outliers   (ids and channels printed)\n"
+      "  tdiff synth --preset small --profile trained --seed 1 -o models/small-trained   (then tdiff stats on a case)\n"
       "  tdiff synth --preset v4-flash-dims --layers 1 --seed 7 -o models/flash1   (about 27 GB a layer)\n"
       "  tdiff synth --preset v4-flash-dims --layers 2 --dtype bf16 --seed 7 -o models/flash2   (about 13 GB a layer)\n"
       "  tdiff synth --config path/to/config.json --seed 3 -o models/custom\n"

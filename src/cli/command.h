@@ -18,5 +18,6 @@ void setup_bisect(CLI::App& app);
 void setup_determinism(CLI::App& app);
 void setup_ci(CLI::App& app);
 void setup_audit(CLI::App& app);
+void setup_stats(CLI::App& app);
 
 }  // namespace tdiff::cli

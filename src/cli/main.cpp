@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   cli::setup_determinism(app);
   cli::setup_ci(app);
   cli::setup_audit(app);
+  cli::setup_stats(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "core/synth_profile.h"
 
 namespace tdiff {
 
@@ -191,6 +192,13 @@ Init init_for(const ModelConfig& c, const std::string& name, const WeightSpec& s
   throw std::logic_error("synth: no initialisation rule for weight " + name);
 }
 
+// The draw of `name` under `profile`: the trained profile's where it has its own (synth_profile.h).
+Init draw_for(const ModelConfig& c, const std::string& name, const WeightSpec& spec, SynthProfile profile) {
+  if (profile == SynthProfile::trained && !spec.integer)
+    if (const auto d = trained_draw(c, name, spec.shape)) return Init{Init::normal, d->mean, d->std, d->floor};
+  return init_for(c, name, spec);
+}
+
 // Float tensors above kBlock elements are drawn in independent blocks of kBlock elements, block b
 // from its own stream (seed, "name#b"), so the tens of GB of a V4-Flash-sized model are generated
 // on every core at once; smaller tensors (all of tiny and small) are one stream, as they always were.
@@ -202,13 +210,14 @@ class WeightGen {
  public:
   WeightGen(const ModelConfig& c, const std::string& name, const WeightSpec& spec, std::uint64_t seed,
             const SynthOptions& opt)
-      : init_(init_for(c, name, spec)), rng_(seed, name), experts_(c.n_routed_experts),
+      : init_(draw_for(c, name, spec, opt.profile)), rng_(seed, name), experts_(c.n_routed_experts),
         row_(spec.shape.empty() ? 1 : spec.shape.back()), std_(portable_std(init_.std)),
         blocked_(init_.kind == Init::normal && shape_numel(spec.shape) > kBlock), seed_(seed), name_(name),
         dtype_(synth_storage(name, spec, opt.dtype)) {
     if (init_.kind == Init::tid2eid && row_ > experts_)
       throw std::logic_error("synth: tid2eid row wider than the expert count");
-    if (opt.outliers && name == "model.embed_tokens.weight") outliers_ = synth_outliers(c, seed);
+    if (name == "model.embed_tokens.weight") outliers_ = synth_embedding_outliers(c, seed, opt);
+    if (opt.profile == SynthProfile::trained) scale_ = trained_scale(c, name, seed);
   }
   DType dtype() const { return dtype_; }
   // Elements per indivisible group (a tid2eid row).
@@ -220,6 +229,7 @@ class WeightGen {
     Rng rng(seed_, fmt::format("{}#{}", name_, b));
     std::vector<float> v(static_cast<std::size_t>(n));
     for (auto& x : v) x = static_cast<float>(std::max(init_.floor, init_.mean + std_ * rng.normal()));
+    apply_scale(v, b * kBlock);
     place_outliers(v, b * kBlock);
     store(v, out);
   }
@@ -248,6 +258,7 @@ class WeightGen {
     }
     std::vector<float> v(static_cast<std::size_t>(n));
     for (auto& x : v) x = static_cast<float>(std::max(init_.floor, init_.mean + std_ * rng_.normal()));
+    apply_scale(v, pos_);
     place_outliers(v, pos_);
     store(v, out);
     pos_ += n;
@@ -267,6 +278,15 @@ class WeightGen {
       const auto hi = static_cast<std::uint16_t>(u >> 16);
       std::memcpy(out + 2 * i, &hi, 2);
     }
+  }
+
+  // The trained profile's per-element gains (element `pos + i` of the tensor, row-major), on the
+  // drawn value rounded to float32 as the default profile stores it, so both profiles share
+  // their random draws.
+  void apply_scale(std::vector<float>& v, std::int64_t pos) const {
+    if (!scale_) return;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>(static_cast<double>(v[i]) * scale_(pos + static_cast<std::int64_t>(i)));
   }
 
   // Embedding rows of the outlier token ids: the outlier channels take their massive values
@@ -301,7 +321,8 @@ class WeightGen {
   std::uint64_t seed_;
   std::string name_;
   DType dtype_;
-  SynthOutliers outliers_;  // empty unless --outliers and this is the embedding
+  SynthOutliers outliers_;  // empty unless --outliers or the trained profile, and this is the embedding
+  std::function<double(std::int64_t)> scale_;  // trained profile: gain of element i; empty otherwise
   std::int64_t pos_ = 0;    // elements produced so far
 };
 
@@ -411,9 +432,15 @@ bool is_model_file(const std::string& f) {
 
 }  // namespace
 
-SynthOutliers synth_outliers(const ModelConfig& c, std::uint64_t seed) {
+namespace {
+
+// `ids` token ids and `channels` channels from the stream `stream`, magnitudes in [lo, hi) with a
+// random sign per channel; ids below `first_id` are never taken (1 keeps the padding id 0 free).
+SynthOutliers pick_outliers(std::uint64_t seed, const char* stream, std::int64_t ids, std::int64_t range_ids,
+                            std::int64_t channels, std::int64_t range_channels, double lo, double hi,
+                            std::int64_t first_id = 0) {
   SynthOutliers o;
-  Rng rng(seed, "tdiff.outliers");
+  Rng rng(seed, stream);
   auto pick = [&](std::int64_t count, std::int64_t range) {  // distinct, ascending
     std::vector<std::int64_t> all(static_cast<std::size_t>(range));
     for (std::int64_t i = 0; i < range; ++i) all[static_cast<std::size_t>(i)] = i;
@@ -424,14 +451,35 @@ SynthOutliers synth_outliers(const ModelConfig& c, std::uint64_t seed) {
     std::sort(v.begin(), v.end());
     return v;
   };
-  o.token_ids = pick(std::max<std::int64_t>(2, c.vocab_size / 128), c.vocab_size);
-  o.channels = pick(std::clamp<std::int64_t>(c.hidden_size / 16, 1, 4), c.hidden_size);
+  o.token_ids = pick(ids, range_ids - first_id);
+  for (auto& id : o.token_ids) id += first_id;
+  o.channels = pick(channels, range_channels);
   for (std::size_t k = 0; k < o.channels.size(); ++k) {
-    const double m = 100.0 + 900.0 * static_cast<double>(rng.below(1u << 20)) / static_cast<double>(1u << 20);
+    const double m = lo + (hi - lo) * static_cast<double>(rng.below(1u << 20)) / static_cast<double>(1u << 20);
     o.magnitude.push_back(rng.below(2) ? m : -m);
   }
   return o;
 }
+
+}  // namespace
+
+SynthOutliers synth_outliers(const ModelConfig& c, std::uint64_t seed) {
+  return pick_outliers(seed, "tdiff.outliers", std::max<std::int64_t>(2, c.vocab_size / 128), c.vocab_size,
+                       std::clamp<std::int64_t>(c.hidden_size / 16, 1, 4), c.hidden_size, 100.0, 1000.0);
+}
+
+SynthOutliers synth_massive(const ModelConfig& c, std::uint64_t seed) {
+  return pick_outliers(seed, "tdiff.trained.massive", std::max<std::int64_t>(2, c.vocab_size / 16), c.vocab_size,
+                       std::clamp<std::int64_t>(c.hidden_size / 16, 1, 2), c.hidden_size, kTrainedMassiveLo,
+                       kTrainedMassiveHi, 1);
+}
+
+SynthOutliers synth_embedding_outliers(const ModelConfig& c, std::uint64_t seed, const SynthOptions& opt) {
+  if (opt.profile == SynthProfile::trained) return synth_massive(c, seed);
+  return opt.outliers ? synth_outliers(c, seed) : SynthOutliers{};
+}
+
+std::uint64_t synth_hash(std::uint64_t seed, const std::string& name) { return splitmix64(splitmix64(seed) ^ fnv1a64(name)); }
 
 DType synth_storage(const std::string& name, const WeightSpec& spec, DType dtype) {
   if (spec.integer) return DType::i64;

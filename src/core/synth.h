@@ -36,9 +36,18 @@ ModelConfig synth_preset(const std::string& name);
 // parameters, sinks, position biases, the routing bias; spec section 2) as float32. The random
 // draws are the same, so a bf16 model is its f32 twin rounded; it is half the bytes, and its
 // bf16 weights are exact MMA operands (HIP's fp32 GEMMs of them run on the matrix cores).
+// Profiles (--profile): `standard` ("default") draws every weight as described in synth.cpp;
+// `trained` reshapes a few of them so that the float64 reference shows the statistics of trained
+// LLMs (sharp attention heads with logits of tens, learned sinks taking most of the mass in
+// many heads, massive activations, near-tied router scores). The construction and the
+// published ranges it aims at: synth_profile.h. Every weight not named there is drawn as in
+// the default profile, from the same random stream.
+enum class SynthProfile { standard, trained };
+
 struct SynthOptions {
   bool outliers = false;
   DType dtype = DType::f32;  // f32 or bf16
+  SynthProfile profile = SynthProfile::standard;
 };
 // The dtype `name` is stored in under `dtype` (the rule above).
 DType synth_storage(const std::string& name, const WeightSpec& spec, DType dtype);
@@ -49,6 +58,15 @@ struct SynthOutliers {
 };
 // max(2, V/128) token ids and min(4, D/16) channels.
 SynthOutliers synth_outliers(const ModelConfig& c, std::uint64_t seed);
+// The massive activations of the trained profile (synth_profile.h): max(2, V/16) token ids (a
+// few per prompt, as the first token and delimiters carry them), min(2, D/16) channels (two in
+// LLaMA2-7B), |M_c| in [500, 1000) (MoE checkpoints peak at 10^2-10^3).
+SynthOutliers synth_massive(const ModelConfig& c, std::uint64_t seed);
+// What the embedding of a model drawn with `opt` carries: synth_massive under the trained
+// profile, synth_outliers with --outliers, none otherwise.
+SynthOutliers synth_embedding_outliers(const ModelConfig& c, std::uint64_t seed, const SynthOptions& opt);
+// A 64-bit hash of (seed, name): the seed of name's random stream, for draws made per head.
+std::uint64_t synth_hash(std::uint64_t seed, const std::string& name);
 
 // The initial value of one parameter `name` (HF naming, as expected_weights(c) gives it), in
 // its storage dtype (synth_storage).

@@ -263,7 +263,7 @@ void write_release_files(const ModelConfig& c, std::uint64_t seed, const fs::pat
   }
   std::uint64_t done = 0;
   std::exception_ptr failure;
-  const SynthOptions draw{opt.outliers, DType::f32};
+  const SynthOptions draw{opt.outliers, DType::f32, opt.profile};
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::size_t w = 0; w < items.size(); ++w) {
     try {

@@ -19,6 +19,7 @@ namespace tdiff {
 
 struct ReleaseOptions {
   bool outliers = false;
+  SynthProfile profile = SynthProfile::standard;
   std::uint64_t shard_bytes = std::uint64_t{4} << 30;  // a shard closes once it holds this much
 };
 

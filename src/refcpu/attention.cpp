@@ -9,10 +9,38 @@
 
 namespace tdiff::refcpu {
 
+std::int64_t gather_keys(std::int64_t i, const double* kv, const std::uint8_t* win, const double* C,
+                         const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t d,
+                         std::vector<double>& keys) {
+  keys.clear();
+  for (std::int64_t j = 0; j < S; ++j)
+    if (win[i * S + j]) keys.insert(keys.end(), kv + j * d, kv + (j + 1) * d);
+  for (std::int64_t w = 0; w < n; ++w)
+    if (cmask[i * n + w]) keys.insert(keys.end(), C + w * d, C + (w + 1) * d);
+  return static_cast<std::int64_t>(keys.size()) / d;
+}
+
+void attention_probs(const double* q_i, const double* keys, std::int64_t nk, std::int64_t H, std::int64_t d,
+                     const double* sinks, double* logits, double* probs, double* sink_p) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  gemm_serial(H, nk, d, q_i, d, keys, d, true, logits, nk);  // q_h · K[k]
+  for (std::int64_t h = 0; h < H; ++h) {
+    double* l = logits + h * nk;
+    double* p = probs + h * nk;
+    double mx = sinks[h];
+    for (std::int64_t k = 0; k < nk; ++k) mx = std::max(mx, l[k] = l[k] * scale);
+    double z = 0;
+    for (std::int64_t k = 0; k < nk; ++k) z += (p[k] = std::exp(l[k] - mx));
+    const double e_sink = std::exp(sinks[h] - mx);
+    z += e_sink;
+    for (std::int64_t k = 0; k < nk; ++k) p[k] /= z;
+    if (sink_p) sink_p[h] = e_sink / z;
+  }
+}
+
 void attention_row(const double* q, const double* kv, const std::uint8_t* win, const double* C,
                    const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t H, std::int64_t d,
                    const double* sinks, double* o) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   // Per query token, two DGEMMs over its own visible keys (all heads at once): the shapes
   // depend only on that token, so its bits do not depend on the thread count or the padding.
 #pragma omp parallel
@@ -20,13 +48,7 @@ void attention_row(const double* q, const double* kv, const std::uint8_t* win, c
     std::vector<double> keys, logits, probs;
 #pragma omp for schedule(dynamic, 16)
     for (std::int64_t i = 0; i < S; ++i) {
-      // Visible keys in a fixed order: raw keys ascending, then compressed entries ascending.
-      keys.clear();
-      for (std::int64_t j = 0; j < S; ++j)
-        if (win[i * S + j]) keys.insert(keys.end(), kv + j * d, kv + (j + 1) * d);
-      for (std::int64_t w = 0; w < n; ++w)
-        if (cmask[i * n + w]) keys.insert(keys.end(), C + w * d, C + (w + 1) * d);
-      const auto nk = static_cast<std::int64_t>(keys.size()) / d;
+      const std::int64_t nk = gather_keys(i, kv, win, C, cmask, S, n, d, keys);
       double* oi = o + i * H * d;
       if (nk == 0) {  // only the sink: o = 0
         std::fill_n(oi, H * d, 0.0);
@@ -34,16 +56,7 @@ void attention_row(const double* q, const double* kv, const std::uint8_t* win, c
       }
       logits.resize(static_cast<std::size_t>(H * nk));
       probs.resize(static_cast<std::size_t>(H * nk));
-      gemm_serial(H, nk, d, q + i * H * d, d, keys.data(), d, true, logits.data(), nk);  // q_h · K[k]
-      for (std::int64_t h = 0; h < H; ++h) {
-        double* l = logits.data() + h * nk;
-        double mx = sinks[h];
-        for (std::int64_t k = 0; k < nk; ++k) mx = std::max(mx, l[k] = l[k] * scale);
-        double z = 0;
-        for (std::int64_t k = 0; k < nk; ++k) z += (l[k] = std::exp(l[k] - mx));
-        z += std::exp(sinks[h] - mx);
-        for (std::int64_t k = 0; k < nk; ++k) probs[static_cast<std::size_t>(h * nk + k)] = l[k] / z;
-      }
+      attention_probs(q + i * H * d, keys.data(), nk, H, d, sinks, logits.data(), probs.data(), nullptr);
       gemm_serial(H, d, nk, probs.data(), nk, keys.data(), d, false, oi, d);  // Σ_k p[h,k] · K[k]
     }
   }

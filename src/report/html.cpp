@@ -313,6 +313,7 @@ std::string render_html(const CompareResult& r, const RunInfo& info) {
                    badge(r.verdict, true), html_escape(title), html_escape(r.label_ref), html_escape(r.label_cand),
                    html_escape(info.case_name), html_escape(info.run_id), TDIFF_VERSION);
   o += summary_cards(r);
+  o += info.stats_html;
   o += "<h2>Along the model</h2>\n" + plots(r);
   o += logits_section(r);
   o += "<h2>Stages</h2>\n" + stage_table(r);

@@ -20,6 +20,7 @@ struct RunInfo {
   std::string title;                  // headline of the HTML page
   std::string command;                // the exact command that reproduces the run
   std::vector<std::pair<std::string, std::string>> env;  // environment record, in display order
+  std::string stats_html;  // report.html's model statistics section (render_stats_html); empty: none
 };
 
 // `out_dir` if not empty, else reports/<case>/<run-id>.
