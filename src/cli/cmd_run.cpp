@@ -1,5 +1,6 @@
 // tdiff run: the candidate on the case's inputs, every stage compared with /reference.
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -9,6 +10,7 @@
 #include "cli/progress.h"
 #include "cli/report_options.h"
 #include "cli/shell.h"
+#include "cli/weight_check.h"
 #include "core/env_record.h"
 #include "core/error.h"
 #include "emu/arith.h"
@@ -24,6 +26,8 @@ struct RunCmd {
   std::string selections = "replay";
   CandidateOptions cand;
   ReportOptions report;
+  WeightCheckOptions weights;
+  bool no_record = false;
 };
 
 // Keys of every stage output, for checking threshold patterns.
@@ -32,6 +36,20 @@ std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
   for (const auto& s : stages)
     for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
   return keys;
+}
+
+// The run's record in the case: environment and verdict summary.
+void record_run(CaseUpdate& update, const RunCmd& c, const std::string& run_id, const EnvRecord& env,
+                const Policy& policy, const CompareResult& diff) {
+  update.put_env(run_id, env);
+  const std::string g = "/runs/" + run_id;
+  update.writer().set_attr(g, "backend", c.cand.backend);
+  update.writer().set_attr(g, "policy", policy.describe());
+  update.writer().set_attr(g, "selections", c.selections);
+  update.writer().set_attr(g, "verdict", verdict_name(diff.verdict));
+  update.writer().set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
+  update.writer().set_attr(g, "report_csv", render_csv(diff));
+  update.commit();
 }
 
 std::uint64_t seed_from(const std::string& run_id) {
@@ -44,6 +62,10 @@ void run_run(RunCmd c) {
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (reference_stages(c.case_path).empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  const WeightCheck checked = c.weights.check(session);
+  // Opened before the work: a case that cannot record the run fails now, not after the reports.
+  std::optional<CaseUpdate> update;
+  if (!c.no_record) update.emplace(c.case_path);
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = c.report.run_id.empty() ? make_run_id("run") : c.report.run_id;
@@ -75,12 +97,18 @@ void run_run(RunCmd c) {
                            r.replayed ? ", selections replayed from the reference" : "");
   info.command = fmt::format("tdiff run {}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), c.report.flags()) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
-                 " --run-id " + shell_quote(run_id);
+                 " --run-id " + shell_quote(run_id) + (checked.changed.empty() ? "" : " --force");
   EnvRecord env = capture_env(c.cand.backend, policy.describe(), process_command_line());
   env.extra["seed"] = std::to_string(c.cand.seed);
   for (const auto& [k, v] : candidate->environment()) env.extra[k] = v;
+  env.extra["weights"] = c.weights.note(checked);
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
-  c.report.emit(r.diff, info);
+  c.report.print(r.diff, info);
+  if (update) {
+    WeightCheckOptions::refresh(*update, checked);
+    record_run(*update, c, run_id, env, policy, r.diff);
+  }
+  c.report.write(r.diff, info);
 
   if (r.diff.first_fail >= 0) {
     const TensorDiff& d = r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)];
@@ -90,17 +118,6 @@ void run_run(RunCmd c) {
     fmt::print("first divergence: none (no stage fails its thresholds)\n");
   }
 
-  // The run's record in the case: environment and verdict summary.
-  CaseUpdate update(c.case_path);
-  update.put_env(run_id, env);
-  const std::string g = "/runs/" + run_id;
-  update.writer().set_attr(g, "backend", c.cand.backend);
-  update.writer().set_attr(g, "policy", policy.describe());
-  update.writer().set_attr(g, "selections", c.selections);
-  update.writer().set_attr(g, "verdict", verdict_name(r.diff.verdict));
-  update.writer().set_attr(g, "first_divergence", r.diff.first_fail >= 0 ? r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)].key() : "");
-  update.writer().set_attr(g, "report_csv", render_csv(r.diff));
-  update.commit();
   exit_code() = r.diff.verdict == Verdict::fail ? 1 : 0;
 }
 
@@ -124,6 +141,9 @@ void setup_run(CLI::App& app) {
       ->capture_default_str();
   c->cand.add_to(cmd);
   c->report.add_to(cmd);
+  c->weights.add_to(cmd);
+  cmd->add_flag("--no-record", c->no_record,
+                "leave the case file untouched (no /env and /runs record of this run; a read-only case can be run)");
   cmd->callback([c] { run_run(*c); });
 }
 
