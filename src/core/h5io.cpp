@@ -61,7 +61,16 @@ std::string h5_detail() {
         return 0;
       },
       &out);
-  return out.empty() ? "HDF5 error" : out;
+  if (out.empty()) return "HDF5 error";
+  // A failed file write carries the system's message inside a multi-line dump of its
+  // arguments ("... errno = 28, error message = 'No space left on device', buf = ..."): keep it.
+  const std::string key = "error message = '";
+  if (auto at = out.find(key); at != std::string::npos) {
+    const auto end = out.find('\'', at + key.size());
+    if (end != std::string::npos) return out.substr(at + key.size(), end - at - key.size());
+  }
+  std::replace(out.begin(), out.end(), '\n', ' ');  // the error must stay one line
+  return out;
 }
 
 // Closes an HDF5 identifier of any kind when it goes out of scope.
