@@ -33,7 +33,7 @@ WeightCheck WeightCheckOptions::check(const CaseSession& s) const {
 std::string WeightCheckOptions::note(const WeightCheck& c) const {
   if (!c.recorded) return "not recorded in the case";
   if (!c.changed.empty()) return fmt::format("forced: {}", fmt::join(c.changed, "; "));
-  return fmt::format("{}: match ({} of them hashed whole, {:.1f} GB, in {:.2f} s)", verify, c.hashed_files,
+  return fmt::format("{}: {} files match ({} hashed whole, {:.1f} GB; {:.2f} s)", verify, c.files, c.hashed_files,
                      static_cast<double>(c.hashed_bytes) / 1e9, c.seconds);
 }
 

@@ -137,6 +137,7 @@ WeightCheck check_weight_files(const std::vector<std::string>& files, const std:
   for (const auto& path : files) {
     const std::string name = fs::path(path).filename().string();
     seen.insert(name);
+    ++check.files;
     auto sum = sha256.find(name);
     if (sum == sha256.end()) {
       check.changed.push_back(fmt::format("{}: not among the files the case records", path));

@@ -28,6 +28,7 @@ struct WeightCheck {
   std::vector<std::string> changed;              // "<file>: why", in file-name order
   std::map<std::string, std::string> refreshed;  // file name -> current stat record, for files whose
                                                  // time moved but whose SHA-256 still matches
+  std::size_t files = 0;                         // files checked
   std::size_t hashed_files = 0;                  // files read whole
   std::uintmax_t hashed_bytes = 0;
   double seconds = 0;
