@@ -144,6 +144,23 @@ TEST_F(FilesCli, CaseThatCannotBeUpdatedFailsBeforeReports) {
   EXPECT_EQ(listing(disk.dir), std::vector<std::string>{"c.h5"});
 }
 
+// Too little space for the case's copy: said before the candidate runs, not after it.
+TEST_F(FilesCli, CaseUpdateThatCannotFitFailsBeforeTheRun) {
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
+  Tmpfs disk(dir_ / "disk", "6M");
+  if (!disk.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  const std::string c = (disk.dir / "c.h5").string();
+  fs::copy_file(path("c.h5"), c);
+  std::ofstream((disk.dir / "filler").string(), std::ios::binary) << std::string(3u << 20, 'x');
+  const auto before = listing(disk.dir);
+  const std::string case_bytes = bytes_of(c);
+  const CliResult r = run(fmt::format("run '{}' -o '{}'", c, (disk.dir / "rep").string()));
+  expect_one_line(r, c + ": not enough free disk space to rewrite the case file");
+  EXPECT_EQ(r.out, "");  // nothing ran
+  EXPECT_EQ(listing(disk.dir), before);
+  EXPECT_EQ(bytes_of(c), case_bytes);
+}
+
 // chmod 0444 says "do not change": golden and run refuse (run --no-record still runs), the
 // bytes and the mode stay. Other modes are kept across an update.
 TEST_F(FilesCli, ReadOnlyCaseIsRefusedAndModesAreKept) {

@@ -614,6 +614,10 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from) : impl
   if (m.src.ok()) {
     Hid root(H5Gopen2(m.src.get(), "/", H5P_DEFAULT));
     for (auto& name : child_names(root.get())) m.pending.insert(name);
+    // The copy must fit: said now, before the caller's work (run computes, then records).
+    std::uintmax_t copy = 0;
+    for (const auto& name : m.pending) copy += storage_bytes(m.src.get(), name.c_str());
+    m.ensure_space(copy, "rewrite the case file");
     Hid dst_root(H5Gopen2(m.file.get(), "/", H5P_DEFAULT));
     try {
       copy_attrs(root.get(), dst_root.get());
