@@ -97,6 +97,13 @@ void run_golden(const GoldenOptions& o) {
   rec.extra["weights"] = o.weights.note(checked);
   update.put_env(run_id, rec);
   WeightCheckOptions::refresh(update, checked);
+  if (!checked.changed.empty()) {
+    // --force: the new reference is of these weights, so the case now records them (else a
+    // later run on the old weights would pass the check against a reference of the new ones).
+    CaseInfo now;
+    record_weight_files(now, session.weights->files().files());
+    update.put_weight_records(now);
+  }
   update.writer().set_attr("/reference", "tie_rule", o.tie_rule);
   update.writer().set_attr("/reference", "env", run_id);
   update.commit();

@@ -162,15 +162,19 @@ CaseInfo case_for_model(const std::string& model_dir) {
 
 void add_weight_checksums(CaseInfo& c) {
   WeightStore weights(c.model_path, c.config);
+  record_weight_files(c, weights.files().files());
+  // golden would refuse a NaN or Inf weight only when it reaches that stage: say so now.
+  weights.check_all_finite();
+}
+
+void record_weight_files(CaseInfo& c, const std::vector<std::string>& files) {
   c.checksums.clear();
   c.file_stats.clear();
-  for (const auto& file : weights.files().files()) {
+  for (const auto& file : files) {
     const std::string name = fs::path(file).filename().string();
     c.file_stats[name] = weight_file_stat(file);  // before the hash: a later change moves the time
     c.checksums[name] = file_sha256(file);
   }
-  // golden would refuse a NaN or Inf weight only when it reaches that stage: say so now.
-  weights.check_all_finite();
 }
 
 PromptSet read_token_file(const std::string& path, std::int64_t vocab_size) {
@@ -304,6 +308,13 @@ void CaseUpdate::put_env(const std::string& run_id, const EnvRecord& env) {
 
 void CaseUpdate::put_file_stats(const std::map<std::string, std::string>& stats) {
   for (const auto& [file, record] : stats) writer_.set_attr("/", kStatPrefix + file, record);
+}
+
+void CaseUpdate::put_weight_records(const CaseInfo& c) {
+  for (const auto& [file, sum] : info_.checksums) writer_.remove_attr("/", kChecksumPrefix + file);
+  for (const auto& [file, st] : info_.file_stats) writer_.remove_attr("/", kStatPrefix + file);
+  for (const auto& [file, sum] : c.checksums) writer_.set_attr("/", kChecksumPrefix + file, sum);
+  put_file_stats(c.file_stats);
 }
 
 }  // namespace tdiff

@@ -59,6 +59,8 @@ CaseInfo case_for_model(const std::string& model_dir);
 // dtype, and every value finite: a NaN or Inf weight is an InputError naming the tensor) and
 // fills the checksums and file records (reads every byte of the weights: slow for large models).
 void add_weight_checksums(CaseInfo& c);
+// The checksums and file records of `files` (paths), replacing those in `c`.
+void record_weight_files(CaseInfo& c, const std::vector<std::string>& files);
 
 // Prompts as token ids, with where each came from (for error messages).
 struct PromptSet {
@@ -100,6 +102,9 @@ class CaseUpdate {
   void put_env(const std::string& run_id, const EnvRecord& env);
   // New "stat:<file>" records (weight file name -> record; core/weight_files.h).
   void put_file_stats(const std::map<std::string, std::string>& stats);
+  // Replaces every weight file record ("sha256:" and "stat:") with those of `c` (golden
+  // --force: the new reference belongs to the weights it was computed from).
+  void put_weight_records(const CaseInfo& c);
   H5Writer& writer() { return writer_; }  // for /runs/<run-id>/...
   void commit() { writer_.commit(); }
 

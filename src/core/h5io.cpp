@@ -705,6 +705,18 @@ void H5Writer::remove(const std::string& path) {
     m.fail(fmt::format("cannot remove '{}'", p));
 }
 
+void H5Writer::remove_attr(const std::string& path, const std::string& name) {
+  Impl& m = *impl_;
+  m.check_open();
+  const std::string p = norm_path(path);
+  m.touch(p);
+  if (!path_exists(m.file.get(), p)) return;
+  Hid o(H5Oopen(m.file.get(), p.c_str(), H5P_DEFAULT));
+  if (!o.ok()) m.fail(fmt::format("cannot open '{}'", p));
+  if (H5Aexists(o.get(), name.c_str()) > 0 && H5Adelete(o.get(), name.c_str()) < 0)
+    m.fail(fmt::format("cannot remove attribute '{}' of '{}'", name, p));
+}
+
 void H5Writer::commit() {
   Impl& m = *impl_;
   m.check_open();
