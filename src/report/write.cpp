@@ -88,6 +88,7 @@ void move_into_place(const std::string& tmp, const std::string& dir,
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   // Same folder as the target, so that the rename never crosses file systems.
+  remove_stale_temps(path);
   const std::string tmp = temp_name(path);
   TempRegistration reg(tmp);
   try {
