@@ -122,6 +122,11 @@ TEST_F(Audit, CommandPrintsTheTableAndWritesReports) {
       if (line.starts_with(k.name + " ")) ++knob_lines;
   }
   EXPECT_EQ(knob_lines, static_cast<int>(knob_catalog().size()));
+  // Progress in a log (stderr is no terminal here): a line per knob, before the table.
+  const std::string first = fmt::format("audit: [1/{}] {}: ", knob_catalog().size(), knob_catalog().front().name);
+  const auto progress = table.find(first), table_start = table.find("\n" + knob_catalog().front().name + " ");
+  ASSERT_NE(progress, std::string::npos) << table;
+  EXPECT_LT(progress, table_start) << table;
   // CSV: a header and one row per knob.
   const std::string csv = read(fs::path(out) / "audit.csv");
   EXPECT_TRUE(csv.starts_with("knob,bad,good,touched_stages,selection,local_bad,local_good"));

@@ -64,6 +64,48 @@ TEST_F(CliBisect, NothingCrossesTheThresholdExitsZero) {
   EXPECT_NE(r.out.find("1 mixed run"), std::string::npos) << r.out;
 }
 
+// An inconclusive search still points somewhere: the stages that deviate most from the floor
+// on their own inputs, in every report, and a next command that runs.
+TEST_F(CliBisect, InconclusiveSearchRanksTheStagesAndSuggestsTheNextCommand) {
+  const CliResult r = run(fmt::format("bisect {} --set 'L02.attn.core:qk_accum=fp16' -o '{}'", c(), path("rep")));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("result    inconclusive: nothing crosses the threshold"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the largest local deviation from the floor is "), std::string::npos) << r.out;
+  const auto rank5 = r.out.find("\n   5  "), rank6 = r.out.find("\n   6  ");
+  EXPECT_NE(rank5, std::string::npos) << "five leads: " << r.out;
+  EXPECT_EQ(rank6, std::string::npos) << "no more than five: " << r.out;
+  const auto next = r.out.find("next      tdiff bisect ");
+  ASSERT_NE(next, std::string::npos) << r.out;
+  std::string cmd = r.out.substr(next + 16, r.out.find('\n', next) - next - 16);
+  EXPECT_NE(cmd.find(" --watch "), std::string::npos) << cmd;
+
+  const auto j = nlohmann::json::parse(slurp(path("rep/bisect.json")));
+  EXPECT_GE(j["inconclusive"]["leads"].size(), 5u);
+  EXPECT_EQ(j["inconclusive"]["next_command"].get<std::string>().rfind("tdiff bisect ", 0), 0u);
+  EXPECT_TRUE(std::filesystem::exists(path("rep/leads.csv")));
+  EXPECT_NE(slurp(path("rep/bisect.html")).find("Inconclusive: where to look"), std::string::npos);
+
+  // The suggested command is a valid command line (exit 0 or 1, never a usage error).
+  const CliResult again = run(cmd + " --no-reports");
+  EXPECT_TRUE(again.code == 0 || again.code == 1) << cmd << "\n" << again.out << again.err;
+}
+
+// The trace reaches a log as each mixed run ends, not at exit: in one stream for stdout and
+// stderr (as CI captures it), the first trace row comes before the progress of the work after it.
+TEST_F(CliBisect, TraceRowsReachALogAsTheyHappen) {
+  const std::string log = path("log.txt");
+  const int status = std::system(
+      fmt::format("'{}' bisect {} --set 'L02.attn.core:qk_accum=fp16' --no-reports >'{}' 2>&1", TDIFF_BIN, c(), log).c_str());
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const std::string out = slurp(log);
+  const auto floor = out.find("bisect: all-floor run"), row = out.find("   1  full"), isolating = out.find("bisect: [1/");
+  ASSERT_NE(floor, std::string::npos) << out;
+  ASSERT_NE(row, std::string::npos) << out;
+  ASSERT_NE(isolating, std::string::npos) << out;
+  EXPECT_LT(floor, row) << out;
+  EXPECT_LT(row, isolating) << "the row was held back until exit: " << out;
+}
+
 TEST_F(CliBisect, IsolateAndAttribute) {
   const CliResult iso = run(fmt::format("bisect {} --set 'L01.attn.q_a:matmul_input=fp8' --mode isolate -o '{}'", c(), path("iso")));
   EXPECT_EQ(iso.code, 1) << iso.out << iso.err;

@@ -15,6 +15,7 @@
 #include "core/h5io.h"
 #include "core/session.h"
 #include "core/synth.h"
+#include "diff/real_rows.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff {
@@ -26,36 +27,6 @@ struct StageError {
   double worst_rel = 0;  // max over real tokens of |ref - hf| / |hf| (L2 over the token's values)
   std::int64_t int_mismatches = 0, compared = 0;
 };
-
-// Rows of a tensor that belong to real tokens: [B,S,...] and [B*S,...] tensors by token,
-// compressed entries [B,n,...] by the row's own entry count.
-struct RowMap {
-  std::int64_t rows = 0, row_size = 0;
-  std::vector<bool> real;
-};
-
-RowMap real_rows(const Tensor& t, const Batch& b, std::int64_t rate) {
-  RowMap m;
-  const auto B = b.rows(), S = b.seq();
-  if (t.rank() >= 2 && t.dim(0) == B && t.dim(1) == S) {
-    m.rows = B * S;
-  } else if (t.dim(0) == B * S) {
-    m.rows = B * S;
-  } else {  // [B, n, ...]: compressed entries
-    m.rows = t.dim(0) * t.dim(1);
-  }
-  m.row_size = m.rows ? t.numel() / m.rows : 0;
-  m.real.resize(static_cast<std::size_t>(m.rows));
-  for (std::int64_t r = 0; r < m.rows; ++r) {
-    if (m.rows == B * S) {
-      m.real[static_cast<std::size_t>(r)] = b.mask.data<std::uint8_t>()[r] != 0;
-    } else {
-      const auto n = t.dim(1), row = r / n, w = r % n;
-      m.real[static_cast<std::size_t>(r)] = rate > 0 && w < b.length[static_cast<std::size_t>(row)] / rate;
-    }
-  }
-  return m;
-}
 
 // `case_file` and `hf_file` from the same model: preset `preset` cut to `layers` (0: all), seed 1.
 std::map<std::string, StageError> compare_with_hf(const std::string& case_file, const std::string& hf_file,
@@ -84,7 +55,7 @@ std::map<std::string, StageError> compare_with_hf(const std::string& case_file, 
     EXPECT_EQ(ours.shape(), hf.shape()) << key;
     if (ours.shape() != hf.shape()) continue;
     const std::string stage = key.substr(0, key.find('/'));
-    const RowMap rows = real_rows(ours, session.info.batch, rate_of[stage]);
+    const RealRows rows = real_rows(ours, session.info.batch, rate_of[stage]);
     StageError& e = errors[key];
     for (std::int64_t r = 0; r < rows.rows; ++r) {
       if (!rows.real[static_cast<std::size_t>(r)]) continue;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "diff/compare.h"
+#include "report/bisect_report.h"
 #include "report/report.h"
 
 namespace tdiff {
@@ -164,6 +165,44 @@ TEST(ReportFiles, WrittenAtomicallyIntoTheFolder) {
   EXPECT_EQ(report_dir(sample_info(), ""), "reports/tiny/run-1");
   EXPECT_EQ(report_dir(sample_info(), "x/y"), "x/y");
   std::filesystem::remove_all(dir.parent_path().parent_path());
+}
+
+}  // namespace
+}  // namespace tdiff
+
+namespace tdiff {
+namespace {
+
+BisectReport story_report(const std::string& run_first_fail, std::size_t run_index, bool culprit) {
+  BisectReport r;
+  r.watch.stage = "lm_head";
+  r.watch.tensor = "logits";
+  r.search.emplace();
+  if (culprit) r.search->culprits.push_back({40, "L01.attn.core", "attn.core", 7, 8});
+  r.run_first_fail = run_first_fail;
+  r.run_first_fail_index = run_index;
+  return r;
+}
+
+// `run`'s first divergence and `bisect`'s first culprit: one story told from both sides.
+TEST(BisectStory, SaysWhyTheRunsFirstFailAndTheCulpritDiffer) {
+  EXPECT_TRUE(divergence_story(story_report("L01.attn.core/o", 40, true)).empty()) << "they agree: nothing to explain";
+  EXPECT_TRUE(divergence_story(story_report("", 0, true)).empty()) << "no FAIL in the run";
+
+  const auto earlier = divergence_story(story_report("L00.moe.select/idx", 12, true));
+  ASSERT_EQ(earlier.size(), 2u);
+  EXPECT_NE(earlier[0].find("L00.moe.select/idx the first divergence"), std::string::npos) << earlier[0];
+  EXPECT_NE(earlier[1].find("L00.moe.select comes first, yet with every stage before L01.attn.core"), std::string::npos)
+      << earlier[1];
+
+  const auto later = divergence_story(story_report("lm_head/logits", 152, true));
+  ASSERT_EQ(later.size(), 2u);
+  EXPECT_NE(later[1].find("L01.attn.core comes first: its own output is within its thresholds"), std::string::npos)
+      << later[1];
+
+  const auto none = divergence_story(story_report("L00.moe.select/idx", 12, false));
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_NE(none[0].find("no split moves lm_head/logits beyond the gate"), std::string::npos) << none[0];
 }
 
 }  // namespace

@@ -103,6 +103,10 @@ Bisector::Bisector(CaseSession& session, Backend& candidate, Backend& reference,
                   session_.path);
 }
 
+void Bisector::say(const std::string& what, std::size_t done, std::size_t total) const {
+  if (opt_.on_progress) opt_.on_progress(what, done, total);
+}
+
 void Bisector::set_floor(Backend& floor) {
   floor_backend_ = &floor;
   floor_.reset();
@@ -134,6 +138,7 @@ MixedRunResult Bisector::run_split(Backend& backend, StageCache& cache, const st
 
 void Bisector::ensure_floor() {
   if (!floor_backend_ || floor_) return;
+  say("all-floor run", 0, 0);
   MixedRunResult r = run_split(*floor_backend_, floor_cache_, prefix_assignment(stage_count(), {}), true, floor_watched_);
   ++totals_.floor_runs;
   judge(r.diff, opt_.thresholds);
@@ -224,6 +229,7 @@ std::string Bisector::prefix_split(std::size_t prefix, const std::vector<std::si
 const Probe& Bisector::probe(std::string phase, const std::vector<bool>& on_candidate, std::string split,
                              std::size_t prefix, std::vector<std::size_t> pinned, std::string group, bool compare_all) {
   ensure_floor();
+  say(fmt::format("step {} {}: {}", trace_.size() + 1, phase, split), 0, 0);
   const double t0 = totals_.seconds;
   Outputs outputs;
   MixedRunResult r = run_split(candidate_, cache_, on_candidate, compare_all, outputs);
@@ -322,6 +328,7 @@ IsolationResult Bisector::isolate() {
   for (std::size_t i = 0; i < stage_count(); ++i) {
     const Stage& s = session_.stages[i];
     if (!h5_exists(session_.path, "/reference/" + s.name)) continue;
+    say(s.name, i + 1, stage_count());
     const std::vector<Tensor> in = reference_inputs(session_, s);
     std::vector<const Tensor*> ptrs;
     for (const auto& t : in) ptrs.push_back(&t);

@@ -168,6 +168,9 @@ struct BisectOptions {
   std::size_t max_culprits = 8;
   std::size_t cache_bytes = std::size_t{2} << 30;  // per stage cache (the candidate's and the floor's)
   std::function<void(const Probe&)> on_probe;  // after every mixed run
+  // Before each piece of work: ("all-floor run", 0, 0), ("step 3 search: 1-40 (...)", 0, 0),
+  // ("L01.attn.core", 12, 77) while isolating stage 12 of 77.
+  std::function<void(const std::string& what, std::size_t done, std::size_t total)> on_progress;
 };
 
 class Bisector {
@@ -213,6 +216,7 @@ class Bisector {
   std::vector<bool> prefix_assignment(std::size_t prefix, const std::vector<std::size_t>& pinned) const;
   std::string prefix_split(std::size_t prefix, const std::vector<std::size_t>& pinned) const;
   void ensure_floor();
+  void say(const std::string& what, std::size_t done, std::size_t total) const;  // opt_.on_progress
 
   CaseSession& session_;
   Backend& candidate_;

@@ -34,7 +34,9 @@ Policy CandidateOptions::make_policy(const CaseSession& session) const {
 }
 
 std::string CandidateOptions::flags() const {
-  std::string s = fmt::format(" --backend {} --policy {}", backend, shell_quote(policy));
+  // --model first: without it a reproduce line of a case whose model was given elsewhere fails.
+  std::string s = model_dir.empty() ? "" : " --model " + shell_quote(absolute_path(model_dir));
+  s += fmt::format(" --backend {} --policy {}", backend, shell_quote(policy));
   for (const auto& x : sets) s += " --set " + shell_quote(x);
   s += fmt::format(" --seed {}", seed);
   if (backend == "hip") s += " --hip-gemm " + hip_gemm;

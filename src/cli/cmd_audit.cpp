@@ -7,6 +7,7 @@
 #include "gates/audit.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cli/shell.h"
 #include "core/env_record.h"
 #include "core/error.h"
@@ -41,12 +42,10 @@ void run_audit_cmd(AuditCmd c) {
   opt.seed_a = c.cand.seed == 0 ? 1 : c.cand.seed;
   opt.seed_b = c.seed_b == 0 ? opt.seed_a + 1 : c.seed_b;
   if (opt.seed_b == opt.seed_a) input_error("audit: --seed and --seed-b must differ (run-to-run needs two seeds)");
-  const bool tty = isatty(2) != 0;
-  opt.progress = [&](const std::string& what) {
-    if (tty) fmt::print(stderr, "\r\033[Kaudit: {}", what);
-  };
+  StatusLine status("audit");
+  opt.progress = [&](const std::string& what) { status.show(what); };
   const AuditResult r = run_audit(session, base, opt);
-  if (tty) fmt::print(stderr, "\r\033[K");
+  status.clear();
 
   RunInfo info;
   info.case_name = std::filesystem::path(c.case_path).stem().string();

@@ -1,6 +1,5 @@
 // tdiff bisect: which candidate stage makes the watched output fail (bisect/bisect.h).
-#include <unistd.h>
-
+#include <cmath>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -9,6 +8,7 @@
 #include "bisect/bisect.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cli/report_options.h"
 #include "cli/shell.h"
 #include "core/env_record.h"
@@ -56,6 +56,43 @@ std::string flags(const BisectCmd& c) {
   return s;
 }
 
+// The all-candidate run's first FAIL, for the story across `run` and `bisect`.
+void note_first_fail(BisectReport& rep, const std::vector<Stage>& stages, const CompareResult& full) {
+  if (full.first_fail < 0) return;
+  const TensorDiff& d = full.rows[static_cast<std::size_t>(full.first_fail)];
+  rep.run_first_fail = d.key();
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    if (stages[i].name == d.stage) rep.run_first_fail_index = i;
+}
+
+// After an inconclusive search: watching the stage that deviates most makes the search name
+// it (or the earlier stage that feeds it) when its deviation is beyond the gate.
+void suggest_next(BisectReport& rep, const BisectCmd& c) {
+  if (rep.leads->ranked.empty()) return;
+  const IsolatedStage& top = rep.leads->ranked.front();
+  const double k = rep.watch_thresholds.floor_k;
+  BisectCmd next = c;
+  next.watch = top.worst.key();
+  next.report.run_id.clear();
+  rep.next_command = fmt::format("tdiff bisect {}{}{}", shell_quote(c.case_path), c.cand.flags(), flags(next));
+  if (rep.floor.empty())
+    rep.next_reason = fmt::format("bisect on {}, the stage with the largest local error, to find the stage its error "
+                                  "starts at; with a floor (--floor fixed) the ranking says which errors the formats do "
+                                  "not explain",
+                                  top.worst.key());
+  else if (top.score > k)
+    rep.next_reason = fmt::format("{} deviates from the floor on its own ({}, beyond floor_k = {:g}) but the "
+                                  "deviation does not reach {}: bisect on its output to confirm where it starts",
+                                  top.worst.key(),
+                                  std::isinf(top.score) ? "an error where the floor has none" : fmt::format("{:.3g}x", top.score),
+                                  k, rep.watch.key());
+  else
+    rep.next_reason = fmt::format("no stage deviates more than floor_k = {:g} times the floor even on its own inputs "
+                                  "(largest {:.3g}x, {}): the candidate's error is what its formats explain; to look "
+                                  "closer anyway, bisect on that stage's output",
+                                  k, top.score, top.worst.key());
+}
+
 void run_bisect(BisectCmd c) {
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (reference_stages(c.case_path).empty())
@@ -78,33 +115,52 @@ void run_bisect(BisectCmd c) {
   const auto tie = ref_attrs.find("tie_rule");
   RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));
 
-  BisectOptions bo;
-  bo.watch = c.watch;
-  bo.thresholds = thresholds;
-  bo.max_culprits = c.max_culprits;
-  const bool tty = isatty(2) != 0;
-  bo.on_probe = [&](const Probe& p) {
-    if (tty) fmt::print(stderr, "\r\033[Kbisect step {} {}: {} {}", p.step, p.phase, p.split, verdict_name(p.verdict()));
-  };
-  Bisector bisector(session, *candidate, reference, ctx, bo);
-  if (floor) bisector.set_floor(*floor);
-
   BisectReport rep;
   rep.mode = c.mode;
   rep.candidate = fmt::format("{} under {}", c.cand.backend, policy.describe());
   rep.floor = floor_label;
+  const bool color = want_color(stdout);
+  StatusLine status("bisect");
+  Bisector* live = nullptr;  // set below; the callbacks run only inside the bisector's calls
+  std::size_t notes_shown = 0;
+  BisectOptions bo;
+  bo.watch = c.watch;
+  bo.thresholds = thresholds;
+  bo.max_culprits = c.max_culprits;
+  bo.on_progress = [&](const std::string& what, std::size_t done, std::size_t total) { status.show(what, done, total); };
+  // The trace line by line as the search runs (flushed: CI logs read a pipe), head first.
+  bo.on_probe = [&](const Probe& p) {
+    status.clear();
+    if (rep.trace.empty()) {
+      rep.trace = {p};
+      rep.notes = live->notes();
+      rep.watch_thresholds = live->thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
+      print_bisect_head(stdout, rep);
+      notes_shown = rep.notes.size();
+    }
+    print_trace_row(stdout, rep, p, color);
+    std::fflush(stdout);
+  };
+  Bisector bisector(session, *candidate, reference, ctx, bo);
+  live = &bisector;
+  if (floor) bisector.set_floor(*floor);
+
   rep.watch = bisector.watch();
   rep.stages = bisector.stage_count();
   rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
   if (c.mode == "search") rep.search = bisector.search();
   else rep.isolation = bisector.isolate();
+  if (rep.search && !rep.search->full_fails) rep.leads = bisector.isolate();
   if (c.attribute)
     rep.attribution = bisector.attribute(c.attribute_by == "kind" ? Grouping::op_kind : Grouping::stage_class);
-  if (tty) fmt::print(stderr, "\r\033[K");
+  status.clear();
+  const bool streamed = !rep.trace.empty();
   rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);  // relaxed by the floor
   rep.trace = bisector.trace();
   rep.totals = bisector.totals();
   rep.notes = bisector.notes();
+  if (rep.search) note_first_fail(rep, session.stages, bisector.full_run());
+  if (rep.leads) suggest_next(rep, c);
 
   RunInfo& info = rep.info;
   info.case_name = std::filesystem::path(c.case_path).stem().string();
@@ -128,7 +184,12 @@ void run_bisect(BisectCmd c) {
     print_terminal(stdout, *run_diff, info, topt);
     fmt::print("\n");
   }
-  print_bisect_terminal(stdout, rep, want_color(stdout));
+  if (streamed) {
+    print_bisect_notes(stdout, rep, notes_shown);
+    print_bisect_body(stdout, rep, color);
+  } else {
+    print_bisect_terminal(stdout, rep, color);
+  }
   if (!c.report.no_reports) {
     const std::string dir = report_dir(info, c.report.out_dir);
     if (run_diff) {
@@ -138,7 +199,8 @@ void run_bisect(BisectCmd c) {
       rep.has_run_report = true;
     }
     write_bisect_reports(dir, rep);
-    fmt::print("reports   {}/bisect.html (and bisect.json, trace.csv{}{}{})\n", dir, rep.isolation ? ", isolation.csv" : "",
+    fmt::print("reports   {}/bisect.html (and bisect.json, trace.csv{}{}{}{})\n", dir, rep.isolation ? ", isolation.csv" : "",
+               rep.leads ? ", leads.csv" : "",
                rep.attribution ? ", attribution.csv" : "", rep.has_run_report ? ", report.html" : "");
   }
 
@@ -166,7 +228,8 @@ void setup_bisect(CLI::App& app) {
   auto* cmd = app.add_subcommand("bisect", "Find the candidate stage(s) that make the watched output fail");
   cmd->footer(
       "Examples:\n"
-      "  tdiff bisect case.h5 --set 'L02.attn.core:qk_accum=fp16'       # a fault on top of fixed: names L02.attn.core\n"
+      "  tdiff bisect case.h5 --policy fp32 --floor fp32 --set 'L02.attn.core:qk_accum=fp16'   # names L02.attn.core\n"
+      "  tdiff bisect case.h5 --set 'L02.attn.core:qk_accum=fp16'   # on fixed, random weights: inconclusive, ranks it first\n"
       "  tdiff bisect case.h5 --policy naive --attribute                 # culprits and the error share per operator class\n"
       "  tdiff bisect case.h5 --policy naive --mode isolate              # every stage on the reference's inputs, ranked\n"
       "  tdiff bisect case.h5 --set 'L01.moe.router:matmul_accum=fp16' --watch L02.moe.select/idx --floor none\n"
@@ -174,6 +237,8 @@ void setup_bisect(CLI::App& app) {
       "output FAIL names the first culprit; pinning culprits to the reference and searching again gives the culprit\n"
       "set. The watched output FAILs when its error exceeds floor_k (--threshold floor_k=3) times the error of the\n"
       "floor run (--floor, default the fixed policy on the same backend), in rmse or in the median token's rmse.\n"
+      "Inconclusive (no split fails): every stage is isolated on the reference's inputs, and the five that deviate most\n"
+      "from the floor are listed with the command to run next. Progress goes to stderr, the trace to stdout as it runs.\n"
       "Exit code: 0 nothing crosses the threshold, 1 a culprit found (isolate: a stage fails), 2 usage or input error.");
   cmd->add_option("case", c->case_path, "case file with a reference (tdiff golden)")->required();
   c->cand.add_to(cmd);

@@ -1,9 +1,13 @@
 // tdiff run: the candidate on the case's inputs, every stage compared with /reference.
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "bisect/bisect.h"
+#include "exec/candidate_dump.h"
 #include "exec/mixed_run.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
@@ -24,6 +28,7 @@ struct RunCmd {
   std::string case_path;
   std::string stages;
   std::string selections = "replay";
+  std::string dump, dump_group = "/";  // --candidate-dump: an external implementation's tensors
   CandidateOptions cand;
   ReportOptions report;
   WeightCheckOptions weights;
@@ -38,34 +43,139 @@ std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
   return keys;
 }
 
-// The run's record in the case: environment and verdict summary.
-void record_run(CaseUpdate& update, const RunCmd& c, const std::string& run_id, const EnvRecord& env,
-                const Policy& policy, const CompareResult& diff) {
-  update.put_env(run_id, env);
-  const std::string g = "/runs/" + run_id;
-  update.writer().set_attr(g, "backend", c.cand.backend);
-  update.writer().set_attr(g, "policy", policy.describe());
-  update.writer().set_attr(g, "selections", c.selections);
-  update.writer().set_attr(g, "verdict", verdict_name(diff.verdict));
-  update.writer().set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
-  update.writer().set_attr(g, "report_csv", render_csv(diff));
-  update.commit();
-}
-
 std::uint64_t seed_from(const std::string& run_id) {
   std::uint64_t h = 0;
   for (unsigned char ch : run_id) h = arith::mix64(h ^ ch);
   return h;
 }
 
+void print_first_divergence(const CompareResult& diff) {
+  if (diff.first_fail >= 0) {
+    const TensorDiff& d = diff.rows[static_cast<std::size_t>(diff.first_fail)];
+    fmt::print("first divergence: {} (cosine {:.6f}, max_abs {:.3g}, rel_l2 {:.3g}): {}\n", d.key(), d.metrics.cosine,
+               d.metrics.max_abs, d.metrics.rel_l2, d.reason);
+    fmt::print("  the first tensor whose own error crosses its thresholds; `tdiff bisect` names the first stage whose\n"
+               "  error makes the logits fail, which can be another one (its report says why)\n");
+  } else {
+    fmt::print("first divergence: none (no stage fails its thresholds)\n");
+  }
+}
+
+// The case update of a run, opened before the work: a case that cannot take the record fails
+// now, not after the reports (empty with --no-record).
+void open_record(const RunCmd& c, std::optional<CaseUpdate>& update) {
+  if (!c.no_record) update.emplace(c.case_path);
+}
+
+// The run's record in the case: environment and verdict summary (nothing with --no-record).
+void record_run(std::optional<CaseUpdate>& update, const std::string& run_id, const EnvRecord& env,
+                const std::vector<std::pair<std::string, std::string>>& attrs, const CompareResult& diff) {
+  if (!update) return;
+  update->put_env(run_id, env);
+  const std::string g = "/runs/" + run_id;
+  for (const auto& [k, v] : attrs) update->writer().set_attr(g, k, v);
+  update->writer().set_attr(g, "verdict", verdict_name(diff.verdict));
+  update->writer().set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
+  update->writer().set_attr(g, "report_csv", render_csv(diff));
+  update->commit();
+}
+
+// The stages a dump lacks, in one line (the report lists every missing tensor).
+void print_lacking(const CandidateDump& dump, std::size_t with_reference) {
+  if (!dump.extra.empty())
+    fmt::print("dump has {} tensor{} no stage produces, not compared: {}{}\n", dump.extra.size(),
+               dump.extra.size() == 1 ? "" : "s", dump.extra.front(), dump.extra.size() > 1 ? ", ..." : "");
+  const auto& l = dump.lacking_stages;
+  if (l.empty()) return;
+  std::vector<std::string> shown(l.begin(), l.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(l.size(), 6)));
+  fmt::print("dump lacks {} of {} stages with a reference: {}{}\n", l.size(), with_reference, fmt::join(shown, ", "),
+             l.size() > shown.size() ? ", ..." : "");
+}
+
+// An isolated dump (each stage on the reference's inputs): stages ranked by local error, as
+// `tdiff bisect --mode isolate --floor none` ranks tdiff's own backends.
+void print_local_ranking(const CompareResult& diff) {
+  std::vector<const TensorDiff*> rows;
+  for (const auto& d : diff.rows) rows.push_back(&d);
+  auto score = [](const TensorDiff* d) {
+    const bool exact = d->kind == TensorKind::exact || d->kind == TensorKind::routing;
+    return exact ? WatchedError::error_of(*d) : d->metrics.rel_l2;
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const TensorDiff* a, const TensorDiff* b) {
+    if (a->verdict != b->verdict) return a->verdict > b->verdict;
+    return score(a) > score(b);
+  });
+  fmt::print("isolated stages (each on the reference's inputs), ranked by local error (rel_l2; mismatch share for "
+             "selections):\n");
+  for (std::size_t i = 0; i < rows.size() && i < 10; ++i)
+    fmt::print("{:>4}  {:<40} {:>10.3g}  {}\n", i + 1, rows[i]->key(), score(rows[i]), verdict_name(rows[i]->verdict));
+}
+
+void run_dump(RunCmd c) {
+  if (reference_stages(c.case_path).empty())
+    input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  // The model is needed only for the routing bias that router flips are explained against; a
+  // case attached to a ticket may travel without it.
+  std::optional<CaseSession> session;
+  try {
+    session.emplace(open_session(c.case_path, c.cand.model_dir));
+  } catch (const InputError& e) {
+    if (!c.cand.model_dir.empty()) throw;
+    fmt::print("note: without the model ({}), router flips are not checked against the routing bias\n", e.what());
+  }
+  const WeightCheck checked = session ? c.weights.check(*session) : WeightCheck{};
+  std::optional<CaseUpdate> update;
+  open_record(c, update);
+  const std::vector<Stage> stages = session ? session->stages : build_stages(read_case(c.case_path).config);
+  const CandidateDump dump = open_candidate_dump(c.case_path, stages, c.dump, c.dump_group);
+  const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(stages));
+  const std::string run_id = c.report.run_id.empty() ? make_run_id("run") : c.report.run_id;
+  CompareOptions opt;
+  opt.stages = c.stages;
+  CompareResult diff = compare_candidate_dump(c.case_path, stages, dump, session ? session->weights.get() : nullptr, opt);
+  judge(diff, thresholds);
+
+  const auto engine = dump.env.find("engine");
+  const std::string what = fmt::format("{}{}", std::filesystem::path(c.dump).filename().string(),
+                                       engine == dump.env.end() ? "" : " (" + engine->second + ")");
+  RunInfo info;
+  info.case_name = std::filesystem::path(c.case_path).stem().string();
+  info.run_id = run_id;
+  info.title = fmt::format("tdiff run {}: dump {}{}", std::filesystem::path(c.case_path).filename().string(), what,
+                           dump.mode == "isolated" ? ", each stage isolated on the reference's inputs" : "");
+  info.command = fmt::format("tdiff run {} --candidate-dump {}{}{}{}", shell_quote(absolute_path(c.case_path)),
+                             shell_quote(absolute_path(c.dump)), c.dump_group == "/" ? "" : " --dump-group " + shell_quote(c.dump_group),
+                             c.cand.model_dir.empty() ? "" : " --model " + shell_quote(absolute_path(c.cand.model_dir)),
+                             c.report.flags()) +
+                 (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --run-id " + shell_quote(run_id);
+  EnvRecord env = capture_env("dump", "the dump's own", process_command_line());
+  env.extra["dump"] = absolute_path(c.dump) + ":" + c.dump_group;
+  env.extra["dump_mode"] = dump.mode;
+  for (const auto& [k, v] : dump.env) env.extra["dump." + k] = v;
+  if (session) env.extra["weights"] = c.weights.note(checked);
+  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  c.report.print(diff, info);
+  record_run(update, run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff);
+  c.report.write(diff, info);
+  print_lacking(dump, reference_stages(c.case_path).size());
+  const Tensor& mask = read_case(c.case_path).batch.mask;
+  std::int64_t real = 0;
+  for (auto m : mask.span<const std::uint8_t>()) real += m != 0;
+  if (real < mask.numel())
+    fmt::print("judged on real tokens only: {} of {} positions (padding is the implementation's own)\n", real, mask.numel());
+  if (dump.mode == "isolated") print_local_ranking(diff);
+  print_first_divergence(diff);
+  exit_code() = diff.verdict == Verdict::fail ? 1 : 0;
+}
+
 void run_run(RunCmd c) {
+  if (!c.dump.empty()) return run_dump(c);
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (reference_stages(c.case_path).empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   const WeightCheck checked = c.weights.check(session);
-  // Opened before the work: a case that cannot record the run fails now, not after the reports.
   std::optional<CaseUpdate> update;
-  if (!c.no_record) update.emplace(c.case_path);
+  open_record(c, update);
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = c.report.run_id.empty() ? make_run_id("run") : c.report.run_id;
@@ -104,20 +214,12 @@ void run_run(RunCmd c) {
   env.extra["weights"] = c.weights.note(checked);
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
   c.report.print(r.diff, info);
-  if (update) {
-    WeightCheckOptions::refresh(*update, checked);
-    record_run(*update, c, run_id, env, policy, r.diff);
-  }
+  if (update) WeightCheckOptions::refresh(*update, checked);
+  record_run(update, run_id, env, {{"backend", c.cand.backend}, {"policy", policy.describe()}, {"selections", c.selections}},
+             r.diff);
   c.report.write(r.diff, info);
 
-  if (r.diff.first_fail >= 0) {
-    const TensorDiff& d = r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)];
-    fmt::print("first divergence: {} (cosine {:.6f}, max_abs {:.3g}, rel_l2 {:.3g}): {}\n", d.key(), d.metrics.cosine,
-               d.metrics.max_abs, d.metrics.rel_l2, d.reason);
-  } else {
-    fmt::print("first divergence: none (no stage fails its thresholds)\n");
-  }
-
+  print_first_divergence(r.diff);
   exit_code() = r.diff.verdict == Verdict::fail ? 1 : 0;
 }
 
@@ -131,6 +233,7 @@ void setup_run(CLI::App& app) {
       "  tdiff run case.h5                                   # emu backend, fixed policy\n"
       "  tdiff run case.h5 --policy naive\n"
       "  tdiff run case.h5 --set 'L02.attn.core:softmax_stats=fp16' --threshold 'cosine_fail=0.999'\n"
+      "  tdiff run case.h5 --candidate-dump hf-bf16.h5          # an external implementation's dump as the candidate\n"
       "Exit code: 0 all stages pass (warnings allowed), 1 a stage fails, 2 usage or input error.");
   cmd->add_option("case", c->case_path, "case file with a reference (tdiff golden)")->required();
   cmd->add_option("--stages", c->stages, "compare only stages matching these globs (all stages still run)");
@@ -140,6 +243,13 @@ void setup_run(CLI::App& app) {
       ->check(CLI::IsMember({"replay", "free"}))
       ->capture_default_str();
   c->cand.add_to(cmd);
+  auto* dump = cmd->add_option("--candidate-dump", c->dump,
+                               "judge this dump (python/ capture, the tap of src/tap/tap.h) instead of running a backend")
+                   ->check(CLI::ExistingFile);
+  cmd->add_option("--dump-group", c->dump_group, "the dump's group holding <stage>/<tensor> datasets (default /)")
+      ->needs(dump);
+  for (const char* name : {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections"})
+    if (auto* o = cmd->get_option_no_throw(name)) dump->excludes(o);
   c->report.add_to(cmd);
   c->weights.add_to(cmd);
   cmd->add_flag("--no-record", c->no_record,

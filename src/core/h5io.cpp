@@ -490,6 +490,21 @@ Tensor h5_read(const std::string& file, const std::string& path) {
   return t;
 }
 
+H5DatasetInfo h5_dataset_info(const std::string& file, const std::string& path) {
+  Hid f = open_read(file);
+  const std::string p = norm_path(path);
+  Hid d = open_object(f.get(), file, p, "dataset");
+  if (H5Iget_type(d.get()) != H5I_DATASET) input_error("{}: '{}' is a group, not a dataset", file, p);
+  Hid ftype(H5Dget_type(d.get()));
+  const DType dtype = read_type(ftype.get(), dtype_attr(d.get()), file, p).first;
+  Hid space(H5Dget_space(d.get()));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0 || rank > kMaxRank) input_error("{}: dataset '{}' has rank {} (tdiff reads up to {})", file, p, rank, kMaxRank);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return {dtype, Shape(dims.begin(), dims.end())};
+}
+
 std::map<std::string, std::string> h5_read_attrs(const std::string& file, const std::string& path) {
   Hid f = open_read(file);
   Hid o = open_object(f.get(), file, path, "object");

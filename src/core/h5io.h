@@ -18,6 +18,12 @@ bool h5_exists(const std::string& file, const std::string& path);
 // bf16 is stored as uint16 with the attribute dtype="bf16" (HDF5 has no bf16 type).
 Tensor h5_read(const std::string& file, const std::string& path);
 std::map<std::string, std::string> h5_read_attrs(const std::string& file, const std::string& path);
+// A dataset's dtype and shape as h5_read would give them, without reading its data.
+struct H5DatasetInfo {
+  DType dtype;
+  Shape shape;
+};
+H5DatasetInfo h5_dataset_info(const std::string& file, const std::string& path);
 // The direct children of an HDF5 group, sorted.
 std::vector<std::string> h5_list_children(const std::string& file, const std::string& group);
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "exec/selection_scores.h"
 #include "exec/stage_cache.h"
 #include "core/error.h"
 #include "core/executor.h"
@@ -12,37 +13,6 @@
 
 namespace tdiff {
 
-namespace {
-
-// What a selection stage chooses on: the indexer's stored scores, or the router's scores
-// plus the routing bias (top-k layers; hash layers choose by token id and have none).
-struct SelectionScores {
-  std::string key;   // "<stage>/<tensor>" of the stored scores ("" when none)
-  std::string bias;  // weight added before the top-k ("" when none)
-};
-SelectionScores selection_scores(const Stage& s) {
-  if (s.kind == OpKind::idx_topk) return {tie_scores_key(s.name), ""};
-  if (s.kind == OpKind::moe_select && s.inputs.size() == 1) return {s.inputs[0].key(), s.weights.at(0)};
-  return {};
-}
-
-// score[t, e] + bias[e]: in float64 for the reference, and as the candidate's float32 top-k
-// adds them for the candidate (its comparison type may round further; that is what the
-// routing comparison must not excuse).
-Tensor add_routing_bias(const Tensor& scores, const Tensor& bias, bool as_float32, const std::string& what) {
-  const std::int64_t E = bias.numel();
-  if (scores.rank() == 0 || scores.dim(-1) != E)
-    input_error("{}: scores {} do not match the routing bias of {} experts", what, shape_str(scores.shape()), E);
-  Tensor out(DType::f64, scores.shape());
-  double* o = out.data<double>();
-  for (std::int64_t i = 0; i < scores.numel(); ++i) {
-    const double b = bias.value(i % E);
-    o[i] = as_float32 ? static_cast<double>(static_cast<float>(scores.value(i)) + static_cast<float>(b)) : scores.value(i) + b;
-  }
-  return out;
-}
-
-}  // namespace
 
 MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
                          const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
@@ -68,7 +38,7 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   std::set<std::string> score_keys;           // the stored scores some selection stage chooses on
   std::map<std::string, Tensor> cand_scores;  // this run's values of them
   for (const auto& s : stages)
-    if (const std::string k = selection_scores(s).key; !k.empty()) score_keys.insert(k);
+    if (const std::string k = selection_scores_key(s).key; !k.empty()) score_keys.insert(k);
   copt.replayed_selections = opt.replay_selections;
   hooks.replace = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
     if (!opt.replay_selections || !on_candidate[i] || !op_info(s.kind).selection) return false;
@@ -114,17 +84,17 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     if (!have_ref.count(s.name))
       input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session.path, s.name,
                   session.path);
-    const SelectionScores chosen_on = selection_scores(s);
+    const std::string chosen_on = selection_scores_key(s).key;
     Tensor scores, own_scores;
-    if (!chosen_on.key.empty()) {
-      const auto [score_stage, score_tensor] = split_key(chosen_on.key);
-      if (have_ref.count(score_stage)) scores = read_reference(session.path, score_stage, score_tensor);
-      if (const auto cs = cand_scores.find(chosen_on.key); cs != cand_scores.end()) own_scores = cs->second;
-      if (!chosen_on.bias.empty()) {
-        const Tensor& bias = ctx.weights.f64(chosen_on.bias);
-        if (scores.defined()) scores = add_routing_bias(scores, bias, false, session.path + ":/reference/" + chosen_on.key);
-        if (own_scores.defined()) own_scores = add_routing_bias(own_scores, bias, true, candidate.name() + " " + chosen_on.key);
-      }
+    if (!chosen_on.empty()) {
+      const auto [score_stage, score_tensor] = split_key(chosen_on);
+      Tensor ref_scores;
+      if (have_ref.count(score_stage)) ref_scores = read_reference(session.path, score_stage, score_tensor);
+      const auto cs = cand_scores.find(chosen_on);
+      ChoiceScores c = choice_scores(s, ref_scores, cs == cand_scores.end() ? Tensor() : cs->second, &ctx.weights,
+                                     session.path + ":/reference/" + chosen_on, candidate.name() + " " + chosen_on);
+      scores = std::move(c.ref);
+      own_scores = std::move(c.cand);
     }
     for (std::size_t k = 0; k < out.size(); ++k) {
       const Tensor ref = read_reference(session.path, s.name, s.outputs[k]);

@@ -206,7 +206,9 @@ AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptio
     side.r2r = run_to_run(side.full, b, session.stages);
   };
 
-  for (const KnobInfo& k : knobs) {
+  for (std::size_t ki = 0; ki < knobs.size(); ++ki) {
+    const KnobInfo& k = knobs[ki];
+    const std::string count = fmt::format("[{}/{}] ", ki + 1, knobs.size());
     AuditRow row;
     row.knob = k;
     row.selection = std::all_of(k.kinds.begin(), k.kinds.end(), is_selection);
@@ -216,10 +218,10 @@ AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptio
     good.add_set(k.name + "=" + k.good);
     row.bad.setting = k.bad;
     row.good.setting = k.good;
-    say(fmt::format("{}: {} stages in isolation", k.name, row.touched));
+    say(fmt::format("{}{}: {} stages in isolation", count, k.name, row.touched));
     row.bad.local = local(bad, k.kinds);
     row.good.local = local(good, k.kinds);
-    if (opt.full_runs) say(fmt::format("{}: full runs", k.name));
+    if (opt.full_runs) say(fmt::format("{}{}: full runs at {} and at {}", count, k.name, k.bad, k.good));
     full(bad, row.bad);
     full(good, row.good);
     // Full runs keep only what the report shows.

@@ -134,6 +134,8 @@ std::string culprit_section(const BisectReport& r) {
   return o;
 }
 
+std::string ranking_table(const BisectReport& r, const IsolationResult& iso, std::size_t top);
+
 std::string isolation_section(const BisectReport& r) {
   if (!r.isolation) return "";
   const bool floor = !r.floor.empty();
@@ -142,11 +144,38 @@ std::string isolation_section(const BisectReport& r) {
       "case), ranked by local error{}. {} stages in {:.2f} s, no reference recomputed.</p>\n",
       floor ? " relative to the floor candidate's local error of the same stage" : " (rel_l2)", r.isolation->ranked.size(),
       r.isolation->seconds);
+  return o + ranking_table(r, *r.isolation, r.isolation->ranked.size());
+}
+
+// A search that found nothing: where to look next.
+std::string leads_section(const BisectReport& r) {
+  if (!r.leads) return "";
+  std::string o = fmt::format(
+      "<h2>Inconclusive: where to look</h2>\n<p>No split crosses the threshold on <code>{}</code>. The stages whose "
+      "local error {} most, each run on the reference's own inputs (the {} largest of {}):</p>\n",
+      html_escape(r.watch.key()), r.floor.empty() ? "is largest (rel_l2)" : "exceeds the floor candidate's",
+      std::min<std::size_t>(5, r.leads->ranked.size()), r.leads->ranked.size());
+  o += ranking_table(r, *r.leads, 5);
+  if (!r.next_command.empty())
+    o += fmt::format("<p><b>Next.</b> {}</p>\n<pre>{}</pre>\n", html_escape(r.next_reason), html_escape(r.next_command));
+  return o;
+}
+
+std::string story_section(const BisectReport& r) {
+  std::string o;
+  for (const auto& line : divergence_story(r)) o += fmt::format("<p class=\"legend\">Why: {}</p>\n", html_escape(line));
+  return o;
+}
+
+std::string ranking_table(const BisectReport& r, const IsolationResult& iso, std::size_t top) {
+  const bool floor = !r.floor.empty();
+  std::string o;
   o += fmt::format("<table><thead><tr><th>rank</th><th>stage</th><th>tensor</th><th>cosine</th><th>rmse</th>{}<th>{}"
                    "</th><th>verdict</th><th>reason</th></tr></thead><tbody>\n",
                    floor ? "<th>floor error</th>" : "", floor ? "ratio" : "rel_l2");
-  int rank = 0;
-  for (const auto& s : r.isolation->ranked) {
+  std::size_t rank = 0;
+  for (const auto& s : iso.ranked) {
+    if (rank >= top) break;
     const TensorDiff& d = s.worst;
     o += fmt::format("<tr class=\"v{}\"><td class=\"num\">{}</td><td><code>{}</code></td><td><code>{}</code></td>",
                      verdict_name(d.verdict), ++rank, html_escape(s.stage), html_escape(d.tensor));
@@ -225,6 +254,7 @@ std::string render_bisect_html(const BisectReport& r) {
   if (r.has_run_report)
     o += "<p>The all-candidate run, every stage compared: <a href=\"report.html\">report.html</a>.</p>\n";
   o += culprit_section(r);
+  o += story_section(r);
   if (!r.trace.empty()) {
     o += "<h2>Search trace</h2>\n" + trace_plot(r);
     o += "<p class=\"legend\">One point per mixed run in step order. full: every stage up to the watched one on the "
@@ -235,6 +265,7 @@ std::string render_bisect_html(const BisectReport& r) {
     o += trace_table(r);
   }
   o += isolation_section(r);
+  o += leads_section(r);
   o += attribution_section(r);
   o += fmt::format("<h2>Reproduce</h2>\n<pre>{}</pre>\n", html_escape(r.info.command.empty() ? "(not recorded)" : r.info.command));
   o += "<h2>Environment</h2>\n<table class=\"env\"><tbody>\n";

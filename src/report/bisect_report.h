@@ -25,6 +25,14 @@ struct BisectReport {
   std::optional<SearchResult> search;
   std::optional<IsolationResult> isolation;
   std::optional<AttributionResult> attribution;
+  // A search that found nothing: the isolation ranking against the floor, so the run still
+  // points at the stages most worth a look, and the command to run next.
+  std::optional<IsolationResult> leads;
+  std::string next_command, next_reason;
+  // The all-candidate run's first FAIL tensor ("stage/tensor", "" if none): what `tdiff run`
+  // calls the first divergence, which need not be the first culprit (divergence_story).
+  std::string run_first_fail;
+  std::size_t run_first_fail_index = 0;  // its stage's index in the model
   BisectTotals totals;
   std::vector<std::string> notes;
   bool has_run_report = false;  // report.html of the all-candidate run sits beside bisect.html
@@ -37,7 +45,19 @@ struct BisectReport {
 std::string watch_rule(const BisectReport& r);
 std::string grouping_name(Grouping g);  // "operator class" | "operator kind"
 
+// Why the run's first divergence and the first culprit differ (empty when they agree): a
+// tensor can cross its own thresholds without moving the watched output beyond the floor,
+// and a stage within its own thresholds can start the error that later makes it fail.
+std::vector<std::string> divergence_story(const BisectReport& r);
+
 void print_bisect_terminal(std::FILE* out, const BisectReport& r, bool color = false);
+// The same in pieces, so the trace can be printed while the search runs: the head (with the
+// trace's column header once the first probe is in r.trace), one row per probe, the notes
+// added since `from`, and the rest (culprits, rankings, result, totals).
+void print_bisect_head(std::FILE* out, const BisectReport& r);
+void print_trace_row(std::FILE* out, const BisectReport& r, const Probe& p, bool color = false);
+void print_bisect_notes(std::FILE* out, const BisectReport& r, std::size_t from);
+void print_bisect_body(std::FILE* out, const BisectReport& r, bool color = false);
 std::string render_bisect_html(const BisectReport& r);
 std::string render_bisect_json(const BisectReport& r);
 // step,phase,prefix,pinned,group,split,tensor,error,companion_error,floor_error,ratio,cosine,max_abs,max_abs_scaled,

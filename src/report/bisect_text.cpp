@@ -56,6 +56,22 @@ nlohmann::json watched_json(const WatchedError& w) {
   return j;
 }
 
+nlohmann::json ranking_json(const IsolationResult& iso) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& s : iso.ranked) {
+    nlohmann::json e = {{"stage", s.stage}, {"class", s.cls}, {"stage_index", s.index + 1}, {"tensor", s.worst.tensor},
+                        {"verdict", verdict_name(s.worst.verdict)}, {"reason", s.worst.reason},
+                        {"rmse", number(s.worst.metrics.rmse)}, {"rel_l2", number(s.worst.metrics.rel_l2)},
+                        {"cosine", number(s.worst.metrics.cosine)}, {"score", number(s.score)}};
+    if (s.floor_error) e["floor_error"] = number(*s.floor_error);
+    rows.push_back(e);
+  }
+  return rows;
+}
+
+// A ratio to the floor: "1.71x", or what an infinite one means.
+std::string times(double ratio) { return std::isinf(ratio) ? "an error where the floor has none" : num(ratio, "{:.3g}") + "x"; }
+
 std::string fit(const std::string& s, std::size_t w) { return s.size() <= w ? s : s.substr(0, w - 1) + "~"; }
 
 }  // namespace
@@ -71,6 +87,13 @@ std::string BisectReport::outcome() const {
                        fails == 1 ? "s" : "", isolation->ranked.front().stage);
   }
   if (!search) return "no search";
+  if (!search->full_fails && leads && !leads->ranked.empty()) {
+    const IsolatedStage& top = leads->ranked.front();
+    return fmt::format("inconclusive: nothing crosses the threshold (the all-candidate run passes on {}); the largest "
+                       "local {} is {} ({})",
+                       watch.key(), floor.empty() ? "error" : "deviation from the floor", top.worst.key(),
+                       floor.empty() ? "rel_l2 " + num(top.score, "{:.3g}") : times(top.score));
+  }
   if (!search->full_fails) return "nothing crosses the threshold: the all-candidate run passes on " + watch.key();
   const auto& c = search->culprits;
   std::string s = fmt::format("first culprit {} ({}); culprit set {{{}}}", c.front().stage, c.front().cls, stage_list(c));
@@ -88,6 +111,33 @@ int BisectReport::exit_code() const {
   return search && !search->culprits.empty() ? 1 : 0;
 }
 
+std::vector<std::string> divergence_story(const BisectReport& r) {
+  if (!r.search || r.run_first_fail.empty()) return {};
+  const std::string f = r.run_first_fail, run_stage = f.substr(0, f.find('/'));
+  const std::string watch = r.watch.key();
+  if (r.search->culprits.empty())
+    return {fmt::format("the all-candidate run has FAIL rows (the first: {}), but no split moves {} beyond the gate: a "
+                        "tensor can cross its own thresholds while later stages damp its error (norms, softmax, "
+                        "routing that does not flip) or while the floor run has the same error",
+                        f, watch)};
+  const Culprit& c = r.search->culprits.front();
+  if (c.stage == run_stage) return {};
+  std::vector<std::string> lines = {
+      fmt::format("`tdiff run` calls {} the first divergence: the first tensor, in model order, whose own error crosses "
+                  "its thresholds; bisect names {}: the first stage whose candidate output makes {} fail the gate.",
+                  f, c.stage, watch)};
+  if (r.run_first_fail_index < c.index)
+    lines.push_back(fmt::format("{} comes first, yet with every stage before {} on the candidate ({} included) {} "
+                                "passes: its error stays local (damped by later norms, softmax or routing, or shared "
+                                "by the floor).",
+                                run_stage, c.stage, run_stage, watch));
+  else
+    lines.push_back(fmt::format("{} comes first: its own output is within its thresholds, yet its error grows "
+                                "downstream until {} fails.",
+                                c.stage, watch));
+  return lines;
+}
+
 std::string watch_rule(const BisectReport& r) {
   const Thresholds& t = r.watch_thresholds;
   std::string atol = t.floor_atol > 0 ? fmt::format(" + {:g}", t.floor_atol) : "";
@@ -102,30 +152,83 @@ std::string watch_rule(const BisectReport& r) {
       atol, r.floor);
 }
 
-void print_bisect_terminal(std::FILE* out, const BisectReport& r, bool color) {
-  auto paint = [&](Verdict v) {
-    const std::string n = verdict_name(v);
-    if (!color) return n;
-    return (v == Verdict::fail ? "\033[1;31m" : v == Verdict::warn ? "\033[33m" : "\033[32m") + n + "\033[0m";
-  };
+namespace {
+
+std::string paint(Verdict v, bool color) {
+  const std::string n = verdict_name(v);
+  if (!color) return n;
+  return (v == Verdict::fail ? "\033[1;31m" : v == Verdict::warn ? "\033[33m" : "\033[32m") + n + "\033[0m";
+}
+
+// The ranked isolation table: the first `top` rows, and every FAIL after them unless `only_top`.
+void print_ranking(std::FILE* out, const IsolationResult& iso, bool floor, std::size_t top, bool color,
+                   bool only_top = false) {
+  fmt::print(out, "{:>4}  {:<34} {:>9} {:>9} {:>10}  {}\n", "rank", "tensor", "cosine", "error", floor ? "ratio" : "rel_l2",
+             "verdict");
+  std::size_t shown = 0;
+  for (const auto& s : iso.ranked) {
+    if (shown >= top && (only_top || s.worst.verdict != Verdict::fail)) break;
+    ++shown;
+    const TensorDiff& d = s.worst;
+    fmt::print(out, "{:>4}  {:<34} {:>9} {:>9} {:>10}  {}\n", shown, fit(d.key(), 34),
+               exact(d) ? "exact" : report::cosine_text(d.metrics.cosine), exact(d) ? "" : num(d.metrics.rmse, "{:.2e}"),
+               num(s.score, "{:.3g}"), paint(d.verdict, color));
+    if (d.verdict == Verdict::fail) fmt::print(out, "{:6}{}\n", "", d.reason);
+  }
+}
+
+void print_attribution(std::FILE* out, const BisectReport& r, bool color) {
+  const AttributionResult& a = *r.attribution;
+  fmt::print(out, "\nattribution by {}: each alone on the candidate, the rest on the reference ({} {})\n",
+             grouping_name(a.by), r.watch.key(), exact(r.trace.front().watched.diff) ? "mismatch share" : "rmse");
+  fmt::print(out, "{:<24} {:>6} {:>10} {:>7} {:>9} {:>9}  {}\n", "class", "stages", "error", "share", "alone/all",
+             r.floor.empty() ? "" : "vs floor", "verdict");
+  for (const auto& c : a.rows)
+    fmt::print(out, "{:<24} {:>6} {:>10} {:>6.1f}% {:>9} {:>9}  {}\n", fit(c.group, 24), c.stages,
+               num(c.watched.error(), "{:.2e}"), 100 * c.share, num(c.vs_all, "{:.3g}"),
+               r.floor.empty() ? "" : num(c.watched.vs_floor(), "{:.3g}"), paint(c.watched.diff.verdict, color));
+  fmt::print(out, "all classes together: error {}; sqrt(sum of the classes' squared errors) is {} x that{}\n",
+             num(a.all_error, "{:.2e}"), num(a.quadrature, "{:.3g}"),
+             std::abs(a.quadrature - 1) > 0.25 ? " (the classes interact: near-tie routing flips, cancellation)" : "");
+}
+
+void print_totals(std::FILE* out, const BisectReport& r) {
+  const BisectTotals& t = r.totals;
+  std::string runs = fmt::format("{} mixed run{}", t.mixed_runs, t.mixed_runs == 1 ? "" : "s");
+  if (t.floor_runs) runs += fmt::format(" + {} floor run{} (the floor on the same splits)", t.floor_runs, t.floor_runs == 1 ? "" : "s");
+  if (t.isolated_runs) runs += fmt::format(", {} isolated stage runs", t.isolated_runs);
+  fmt::print(out, "runs      {}; stages computed {}, read from the case {}, from earlier runs {}; {:.2f} s\n", runs,
+             t.computed, t.reused, t.cached, t.seconds);
+}
+
+}  // namespace
+
+void print_bisect_head(std::FILE* out, const BisectReport& r) {
   fmt::print(out, "bisect    {}\n", r.candidate);
   fmt::print(out, "watch     {} (stage {} of the model: {} stages can matter)\n", r.watch.key(), r.watch.index + 1, r.stages);
   fmt::print(out, "rule      {}\n", watch_rule(r));
-  for (const auto& n : r.notes) fmt::print(out, "note      {}\n", n);
-  if (!r.trace.empty()) {
-    const bool floor = !r.floor.empty();
-    fmt::print(out, "\n{:>4}  {:<6}  {:<52} {:>9} {:>9} {:>8}  {}\n", "step", "phase", "stages on the candidate", "error",
-               floor ? "floor" : "", floor ? "ratio" : "", "verdict");
-    for (const auto& p : r.trace) {
-      const WatchedError& w = p.watched;
-      fmt::print(out, "{:>4}  {:<6}  {:<52} {:>9} {:>9} {:>8}  {}\n", p.step, p.phase, fit(p.split, 52),
-                 exact(w.diff) ? fmt::format("{:.2g}%", 100 * w.error()) : num(w.error(), "{:.2e}"),
-                 !floor ? "" : exact(w.diff) ? fmt::format("{:.2g}%", 100 * w.budget_base()) : num(w.budget_base(), "{:.2e}"),
-                 floor ? num(w.vs_floor(), "{:.4g}") : "",
-                 paint(p.verdict()));
-      if (p.verdict() == Verdict::fail && !w.diff.reason.empty()) fmt::print(out, "{:14}{}\n", "", w.diff.reason);
-    }
-  }
+  print_bisect_notes(out, r, 0);
+  if (r.trace.empty()) return;
+  const bool floor = !r.floor.empty();
+  fmt::print(out, "\n{:>4}  {:<6}  {:<52} {:>9} {:>9} {:>8}  {}\n", "step", "phase", "stages on the candidate", "error",
+             floor ? "floor" : "", floor ? "ratio" : "", "verdict");
+}
+
+void print_bisect_notes(std::FILE* out, const BisectReport& r, std::size_t from) {
+  for (std::size_t i = from; i < r.notes.size(); ++i) fmt::print(out, "note      {}\n", r.notes[i]);
+}
+
+void print_trace_row(std::FILE* out, const BisectReport& r, const Probe& p, bool color) {
+  const bool floor = !r.floor.empty();
+  const WatchedError& w = p.watched;
+  fmt::print(out, "{:>4}  {:<6}  {:<52} {:>9} {:>9} {:>8}  {}\n", p.step, p.phase, fit(p.split, 52),
+             exact(w.diff) ? fmt::format("{:.2g}%", 100 * w.error()) : num(w.error(), "{:.2e}"),
+             !floor ? "" : exact(w.diff) ? fmt::format("{:.2g}%", 100 * w.budget_base()) : num(w.budget_base(), "{:.2e}"),
+             floor ? num(w.vs_floor(), "{:.4g}") : "", paint(p.verdict(), color));
+  if (p.verdict() == Verdict::fail && !w.diff.reason.empty()) fmt::print(out, "{:14}{}\n", "", w.diff.reason);
+}
+
+void print_bisect_body(std::FILE* out, const BisectReport& r, bool color) {
   if (r.search)
     for (const auto& c : r.search->culprits)
       fmt::print(out, "\nculprit   {} ({}, stage {}): {} -> {}", c.stage, c.cls, c.index + 1,
@@ -135,40 +238,29 @@ void print_bisect_terminal(std::FILE* out, const BisectReport& r, bool color) {
   if (r.isolation) {
     fmt::print(out, "\nisolation: every stage on the reference's own inputs, ranked by local error ({} stages)\n",
                r.isolation->ranked.size());
-    fmt::print(out, "{:>4}  {:<34} {:>9} {:>9} {:>10}  {}\n", "rank", "tensor", "cosine", "error", r.floor.empty() ? "rel_l2" : "ratio", "verdict");
-    std::size_t shown = 0;
-    for (const auto& s : r.isolation->ranked) {
-      if (shown >= 10 && s.worst.verdict != Verdict::fail) break;
-      ++shown;
-      const TensorDiff& d = s.worst;
-      fmt::print(out, "{:>4}  {:<34} {:>9} {:>9} {:>10}  {}\n", shown, fit(d.key(), 34),
-                 exact(d) ? "exact" : report::cosine_text(d.metrics.cosine),
-                 exact(d) ? "" : num(d.metrics.rmse, "{:.2e}"), num(s.score, "{:.3g}"), paint(d.verdict));
-      if (d.verdict == Verdict::fail) fmt::print(out, "{:6}{}\n", "", d.reason);
-    }
+    print_ranking(out, *r.isolation, !r.floor.empty(), 10, color);
   }
-  if (r.attribution) {
-    const AttributionResult& a = *r.attribution;
-    fmt::print(out, "\nattribution by {}: each alone on the candidate, the rest on the reference ({} {})\n",
-               grouping_name(a.by), r.watch.key(), exact(r.trace.front().watched.diff) ? "mismatch share" : "rmse");
-    fmt::print(out, "{:<24} {:>6} {:>10} {:>7} {:>9} {:>9}  {}\n", "class", "stages", "error", "share", "alone/all",
-               r.floor.empty() ? "" : "vs floor", "verdict");
-    for (const auto& c : a.rows)
-      fmt::print(out, "{:<24} {:>6} {:>10} {:>6.1f}% {:>9} {:>9}  {}\n", fit(c.group, 24), c.stages,
-                 num(c.watched.error(), "{:.2e}"), 100 * c.share, num(c.vs_all, "{:.3g}"),
-                 r.floor.empty() ? "" : num(c.watched.vs_floor(), "{:.3g}"), paint(c.watched.diff.verdict));
-    fmt::print(out, "all classes together: error {}; sqrt(sum of the classes' squared errors) is {} x that{}\n",
-               num(a.all_error, "{:.2e}"), num(a.quadrature, "{:.3g}"),
-               std::abs(a.quadrature - 1) > 0.25 ? " (the classes interact: near-tie routing flips, cancellation)" : "");
+  if (r.leads) {
+    fmt::print(out, "\ninconclusive: no split crosses the threshold on {}. The stages whose local error {} most, each "
+               "on the reference's own inputs:\n",
+               r.watch.key(), r.floor.empty() ? "is largest (rel_l2)" : "exceeds the floor candidate's");
+    print_ranking(out, *r.leads, !r.floor.empty(), 5, color, true);
+    std::size_t fails = 0;
+    for (std::size_t i = 5; i < r.leads->ranked.size(); ++i) fails += r.leads->ranked[i].worst.verdict == Verdict::fail;
+    if (fails) fmt::print(out, "      ... and {} more stage{} FAIL on their own inputs (leads.csv)\n", fails, fails == 1 ? "" : "s");
   }
+  if (r.attribution) print_attribution(out, r, color);
   fmt::print(out, "\nresult    {}\n", r.outcome());
-  const BisectTotals& t = r.totals;
-  std::string runs = fmt::format("{} mixed run{}", t.mixed_runs, t.mixed_runs == 1 ? "" : "s");
-  if (t.floor_runs) runs += fmt::format(" + {} floor run{} (the floor on the same splits)", t.floor_runs, t.floor_runs == 1 ? "" : "s");
-  if (t.isolated_runs) runs += fmt::format(", {} isolated stage runs", t.isolated_runs);
-  fmt::print(out, "runs      {}; stages computed {}, read from the case {}, from earlier runs {}; {:.2f} s\n", runs,
-             t.computed, t.reused, t.cached, t.seconds);
+  for (const auto& line : divergence_story(r)) fmt::print(out, "why       {}\n", line);
+  if (!r.next_command.empty()) fmt::print(out, "next      {}\n          {}\n", r.next_command, r.next_reason);
+  print_totals(out, r);
   if (!r.info.command.empty()) fmt::print(out, "reproduce {}\n", r.info.command);
+}
+
+void print_bisect_terminal(std::FILE* out, const BisectReport& r, bool color) {
+  print_bisect_head(out, r);
+  for (const auto& p : r.trace) print_trace_row(out, r, p, color);
+  print_bisect_body(out, r, color);
 }
 
 std::string render_trace_csv(const BisectReport& r) {
@@ -251,18 +343,11 @@ std::string render_bisect_json(const BisectReport& r) {
     j["search"] = {{"full_fails", r.search->full_fails}, {"culprits", c}, {"passes_after", r.search->passes_after},
                    {"capped", r.search->capped}};
   }
-  if (r.isolation) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& s : r.isolation->ranked) {
-      nlohmann::json e = {{"stage", s.stage}, {"class", s.cls}, {"stage_index", s.index + 1}, {"tensor", s.worst.tensor},
-                          {"verdict", verdict_name(s.worst.verdict)}, {"reason", s.worst.reason},
-                          {"rmse", number(s.worst.metrics.rmse)}, {"rel_l2", number(s.worst.metrics.rel_l2)},
-                          {"cosine", number(s.worst.metrics.cosine)}, {"score", number(s.score)}};
-      if (s.floor_error) e["floor_error"] = number(*s.floor_error);
-      rows.push_back(e);
-    }
-    j["isolation"] = {{"ranked", rows}, {"seconds", r.isolation->seconds}};
-  }
+  if (r.isolation) j["isolation"] = {{"ranked", ranking_json(*r.isolation)}, {"seconds", r.isolation->seconds}};
+  if (r.leads) j["inconclusive"] = {{"leads", ranking_json(*r.leads)}, {"next_command", r.next_command},
+                                     {"next_reason", r.next_reason}};
+  j["run_first_fail"] = r.run_first_fail;
+  j["why"] = divergence_story(r);
   if (r.attribution) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& c : r.attribution->rows)
@@ -280,6 +365,7 @@ std::vector<std::string> write_bisect_reports(const std::string& dir, const Bise
   std::vector<std::pair<std::string, std::string>> files = {
       {"bisect.html", render_bisect_html(r)}, {"bisect.json", render_bisect_json(r)}, {"trace.csv", render_trace_csv(r)}};
   if (r.isolation) files.emplace_back("isolation.csv", render_isolation_csv(*r.isolation));
+  if (r.leads) files.emplace_back("leads.csv", render_isolation_csv(*r.leads));
   if (r.attribution) files.emplace_back("attribution.csv", render_attribution_csv(*r.attribution));
   return write_report_files(dir, files);
 }

@@ -168,7 +168,9 @@ std::string summary_cards(const CompareResult& r) {
     const auto& f = r.rows[static_cast<std::size_t>(r.first_fail)];
     o += fmt::format(
         "<div class=\"card\"><div class=\"k\">first failing stage</div><div class=\"v\"><a href=\"#row-{}\"><code>{}"
-        "</code></a><br><span class=\"sub\">{}</span></div></div>\n",
+        "</code></a><br><span class=\"sub\">{}</span><br><span class=\"sub\">The first tensor whose own error crosses "
+        "its thresholds. <code>tdiff bisect</code> names the first stage whose error makes the logits fail, which can "
+        "be another one.</span></div></div>\n",
         r.first_fail, html_escape(f.key()), html_escape(f.reason));
   } else {
     o += "<div class=\"card\"><div class=\"k\">first failing stage</div><div class=\"v\">none</div></div>\n";

@@ -1,0 +1,139 @@
+#include "exec/candidate_dump.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/case_file.h"
+#include "core/h5io.h"
+#include "diff/real_rows.h"
+#include "exec/selection_scores.h"
+
+namespace tdiff {
+
+namespace {
+
+Shape squeezed(const Shape& s) {
+  Shape out;
+  for (auto d : s)
+    if (d != 1) out.push_back(d);
+  return out;
+}
+
+bool is_integer(DType t) { return t == DType::i64 || t == DType::i32 || t == DType::u8; }
+
+// Whether a dump dtype can hold what the reference stores (selection indices must stay
+// integers: a float index would compare as a value, not as a choice).
+bool holds(DType ref, DType cand) {
+  if (is_float(ref)) return is_float(cand);
+  if (ref == DType::boolean) return cand == DType::boolean || is_integer(cand);
+  return is_integer(cand);
+}
+
+std::string dataset_path(const std::string& group, const std::string& key) {
+  return (group == "/" || group.empty() ? "" : group) + "/" + key;
+}
+
+void check_tensor(const std::string& case_path, const CandidateDump& d, const std::string& key) {
+  const H5DatasetInfo ref = h5_dataset_info(case_path, "/reference/" + key);
+  const H5DatasetInfo cand = h5_dataset_info(d.path, dataset_path(d.group, key));
+  if (!holds(ref.dtype, cand.dtype))
+    input_error("{}: {} is {} where the reference holds {} ({})", d.path, key, dtype_name(cand.dtype),
+                dtype_name(ref.dtype), is_float(ref.dtype) ? "values" : "indices or flags");
+  if (squeezed(ref.shape) != squeezed(cand.shape))
+    input_error("{}: {} has shape {} where the reference has {}", d.path, key, shape_str(cand.shape), shape_str(ref.shape));
+}
+
+}  // namespace
+
+CandidateDump open_candidate_dump(const std::string& case_path, const std::vector<Stage>& stages, const std::string& path,
+                                  const std::string& group) {
+  CandidateDump d;
+  d.path = path;
+  d.group = group.empty() ? "/" : group;
+  const auto attrs = h5_read_attrs(path, d.group);
+  if (auto it = attrs.find("tdiff_dump_mode"); it != attrs.end()) d.mode = it->second;
+  if (d.mode != "run" && d.mode != "isolated")
+    input_error("{}: tdiff_dump_mode '{}' is not 'run' or 'isolated'", path, d.mode);
+  for (const auto& [k, v] : attrs)
+    if (k.rfind("env.", 0) == 0) d.env[k.substr(4)] = v;
+
+  std::map<std::string, const Stage*> by_name;
+  for (const auto& s : stages) by_name[s.name] = &s;
+  d.keys = list_keys(path, d.group);
+  if (d.keys.empty()) input_error("{}: no tensors under {}", path, d.group);
+  std::set<std::string> covered;
+  for (const auto& key : d.keys) {
+    const auto [stage, tensor] = split_key(key);
+    const auto it = by_name.find(stage);
+    if (it == by_name.end())
+      input_error("{}: {} is not an output of a stage of this model (`tdiff info {} --stages` lists them)", path, key,
+                  case_path);
+    const auto& outs = it->second->outputs;
+    if (std::find(outs.begin(), outs.end(), tensor) == outs.end()) {
+      d.extra.push_back(key);  // a capture's helper tensor (e.g. idx_sorted): listed, not compared
+      continue;
+    }
+    if (!h5_exists(case_path, "/reference/" + key))
+      input_error("{}: {} has no reference in {} (run `tdiff golden {}`)", path, key, case_path, case_path);
+    check_tensor(case_path, d, key);
+    covered.insert(stage);
+  }
+  for (const auto& s : stages)
+    if (!covered.count(s.name) && h5_exists(case_path, "/reference/" + s.name)) d.lacking_stages.push_back(s.name);
+  std::erase_if(d.keys, [&](const std::string& k) { return std::find(d.extra.begin(), d.extra.end(), k) != d.extra.end(); });
+  if (d.keys.empty()) input_error("{}: none of its {} tensors is a stage output of this model", path, d.extra.size());
+  return d;
+}
+
+CompareResult compare_candidate_dump(const std::string& case_path, const std::vector<Stage>& stages,
+                                     const CandidateDump& dump, WeightStore* weights, CompareOptions opt) {
+  for (const auto& s : stages) opt.stage_order.push_back(s.name);
+  CompareResult r;
+  r.label_ref = case_path + ":/reference";
+  r.label_cand = dump.path + ":" + dump.group;
+  // Model order, and each stage's tensors in its outputs' order, as a backend's run lists them.
+  const std::vector<std::string> stored = list_keys(case_path, "/reference");
+  const std::set<std::string> in_ref(stored.begin(), stored.end()), in_dump(dump.keys.begin(), dump.keys.end());
+  std::vector<std::string> common;
+  for (const auto& s : stages)
+    for (const auto& t : s.outputs) {
+      const std::string key = s.name + "/" + t;
+      if (!in_ref.count(key) || (!opt.stages.empty() && !stage_matches(opt.stages, s.name, t))) continue;
+      (in_dump.count(key) ? common : r.only_ref).push_back(key);
+    }
+  if (common.empty() && r.only_ref.empty())
+    input_error("--stages '{}' matches no tensor of {}:/reference", opt.stages, case_path);
+  auto read_cand = [&](const std::string& key, const Shape& shape) {
+    return h5_read(dump.path, dataset_path(dump.group, key)).reshaped(shape);  // size-1 dimensions only (checked)
+  };
+  std::map<std::string, const Stage*> stage_of;
+  for (const auto& s : stages) stage_of[s.name] = &s;
+  const CaseInfo info = read_case(case_path);
+  // Padding positions are the implementation's own business: only real rows are judged.
+  auto real = [&](const Stage& s, const Tensor& t) {
+    return keep_real_rows(t, real_rows(t, info.batch, info.config.rate(s.layer_type)));
+  };
+  for (const auto& key : common) {
+    const Stage& s = *stage_of.at(split_key(key).first);
+    const Tensor full_ref = h5_read(case_path, "/reference/" + key);
+    const Tensor ref = real(s, full_ref), cand = real(s, read_cand(key, full_ref.shape()));
+    const std::string sk = selection_scores_key(s).key;
+    ChoiceScores scores;
+    if (!sk.empty() && in_ref.count(sk)) {
+      const Tensor ref_scores = h5_read(case_path, "/reference/" + sk);
+      scores = choice_scores(s, real(s, ref_scores),
+                             in_dump.count(sk) ? real(s, read_cand(sk, ref_scores.shape())) : Tensor(), weights,
+                             case_path + ":/reference/" + sk, dump.path + " " + sk);
+    }
+    r.rows.push_back(diff_tensor(key, ref, cand, opt, scores.ref.defined() ? &scores.ref : nullptr,
+                                 scores.cand.defined() ? &scores.cand : nullptr));
+  }
+  return r;
+}
+
+}  // namespace tdiff

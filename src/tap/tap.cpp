@@ -1,0 +1,128 @@
+// The tdiff tap (tap.h): tensors under stage names into a candidate dump, through the same
+// HDF5 writer, and so the same storage rules, as tdiff's own files (core/h5io.h).
+#include "tap/tap.h"
+
+#include <cctype>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/h5io.h"
+#include "core/tensor.h"
+
+struct tdiff_tap {
+  std::string path;
+  std::unique_ptr<tdiff::H5Writer> writer;
+  std::set<std::string> names;
+  bool failed = false;  // after an error the dump is incomplete: nothing more is written
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+// Dump names: "<stage>/<tensor>", each part of letters, digits, '.', '_' and '-' (what the
+// stage list uses), so no name can escape the dump's layout or collide with an attribute.
+void check_name(const std::string& name) {
+  const auto slash = name.find('/');
+  auto part_ok = [](const std::string& s) {
+    if (s.empty()) return false;
+    for (unsigned char ch : s)
+      if (!std::isalnum(ch) && ch != '.' && ch != '_' && ch != '-') return false;
+    return true;
+  };
+  if (slash == std::string::npos || !part_ok(name.substr(0, slash)) || !part_ok(name.substr(slash + 1)))
+    tdiff::input_error("'{}' is not a tensor name of the form <stage>/<tensor> (e.g. L03.attn.core/o)", name);
+}
+
+tdiff::Tensor copy_tensor(const char* dtype, const int64_t* shape, int ndim, const void* data) {
+  const auto dt = tdiff::parse_dtype(dtype ? dtype : "");
+  if (!dt) tdiff::input_error("dtype '{}' is not one of f64, f32, f16, bf16, f8_e4m3, i64, i32, u8, bool", dtype ? dtype : "(null)");
+  if (ndim < 0 || ndim > 8 || (ndim > 0 && !shape)) tdiff::input_error("a rank of {} (0 to 8 allowed)", ndim);
+  tdiff::Shape s(shape, shape + ndim);
+  for (auto d : s)
+    if (d < 0) tdiff::input_error("a negative dimension in shape {}", tdiff::shape_str(s));
+  tdiff::Tensor t(*dt, s);  // checks the element count against overflow
+  if (t.nbytes() && !data) tdiff::input_error("no data for a tensor of shape {}", tdiff::shape_str(s));
+  if (t.nbytes()) std::memcpy(t.raw(), data, t.nbytes());
+  return t;
+}
+
+int null_tap(const char* what) {
+  last_error = fmt::format("tdiff tap: {} on a null tap (did tdiff_tap_open fail?)", what);
+  return -1;
+}
+
+// Runs `f`, turning any error into -1 and tdiff_tap_error()'s message; `tap` (if given) is
+// marked failed.
+template <class F>
+int guarded(tdiff_tap* tap, const char* what, F&& f) {
+  try {
+    if (tap && tap->failed) tdiff::input_error("an earlier error: the dump is incomplete");
+    f();
+    last_error.clear();
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = fmt::format("tdiff tap{}{}: {}: {}", tap ? " " : "", tap ? tap->path : "", what, e.what());
+    if (tap) tap->failed = true;
+    return -1;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+tdiff_tap* tdiff_tap_open(const char* path, const char* mode) {
+  auto tap = std::make_unique<tdiff_tap>();
+  const int rc = guarded(nullptr, "open", [&] {
+    if (!path || !*path) tdiff::input_error("no path");
+    const std::string m = mode ? mode : "";
+    if (m != "run" && m != "isolated") tdiff::input_error("mode '{}' is not 'run' or 'isolated'", m);
+    tap->path = path;
+    tap->writer = std::make_unique<tdiff::H5Writer>(tap->path);
+    tap->writer->set_attr("/", "tdiff_dump", "candidate");
+    tap->writer->set_attr("/", "tdiff_dump_mode", m);
+  });
+  return rc == 0 ? tap.release() : nullptr;
+}
+
+int tdiff_tap_attr(tdiff_tap* tap, const char* key, const char* value) {
+  if (!tap) return null_tap("attr");
+  return guarded(tap, "attr", [&] {
+    const std::string k = key ? key : "";
+    if (k.empty() || k.rfind("tdiff_", 0) == 0) tdiff::input_error("attribute name '{}' (empty or reserved)", k);
+    tap->writer->set_attr("/", "env." + k, value ? value : "");
+  });
+}
+
+int tdiff_tap_write(tdiff_tap* tap, const char* name, const char* dtype, const int64_t* shape, int ndim, const void* data) {
+  if (!tap) return null_tap("write");
+  const std::string n = name ? name : "";
+  return guarded(tap, n.empty() ? "write" : n.c_str(), [&] {
+    check_name(n);
+    if (!tap->names.insert(n).second) tdiff::input_error("written twice");
+    tap->writer->write("/" + n, copy_tensor(dtype, shape, ndim, data));
+  });
+}
+
+int tdiff_tap_close(tdiff_tap* tap) {
+  if (!tap) return null_tap("close");
+  std::unique_ptr<tdiff_tap> owned(tap);
+  if (tap->failed) {
+    last_error = fmt::format("tdiff tap {}: not written: an earlier write failed", tap->path);
+    return -1;
+  }
+  return guarded(tap, "close", [&] { tap->writer->commit(); });
+}
+
+void tdiff_tap_discard(tdiff_tap* tap) { delete tap; }  // ~H5Writer removes the temporary file
+
+const char* tdiff_tap_error(void) { return last_error.c_str(); }
+
+}  // extern "C"

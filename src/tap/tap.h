@@ -1,0 +1,51 @@
+/* The tdiff tap: an inference engine writes its intermediate tensors under tdiff's stage
+ * names into a candidate dump, which `tdiff run case.h5 --candidate-dump DUMP` judges stage
+ * by stage against the case's float64 reference (the same report as for tdiff's own
+ * backends). A C interface, so that engines in any language can call it; tap.hpp wraps it
+ * for C++.
+ *
+ *   tdiff_tap* tap = tdiff_tap_open("dump.h5", "run");
+ *   tdiff_tap_attr(tap, "engine", "my-engine 0.3 (ROCm 6.2, gfx90a)");
+ *   int64_t shape[3] = {1, 128, 4096};
+ *   tdiff_tap_write(tap, "L03.attn.core/o", "bf16", shape, 3, device_copy);
+ *   if (tdiff_tap_close(tap) != 0) fprintf(stderr, "%s\n", tdiff_tap_error());
+ *
+ * Names are "<stage>/<tensor>" as `tdiff info CASE --stages` lists them; dtypes are f64, f32,
+ * f16 and bf16 (raw 16-bit patterns), f8_e4m3 (raw bytes), i64, i32, u8 and bool (one byte
+ * each); data is row-major.
+ * The dump is written to a temporary file and renamed into place by tdiff_tap_close, so a
+ * crashed engine leaves no half-written dump. Functions return 0 on success and -1 on error,
+ * with the reason in tdiff_tap_error() (per thread); a tap with an error writes nothing more.
+ */
+#ifndef TDIFF_TAP_H
+#define TDIFF_TAP_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tdiff_tap tdiff_tap;
+
+/* mode: "run" (every stage on the engine's own inputs, as in a normal forward) or "isolated"
+ * (each stage run on the reference's inputs from the case: local errors, ranked by tdiff).
+ * Returns NULL on error. */
+tdiff_tap* tdiff_tap_open(const char* path, const char* mode);
+/* An entry of the dump's environment record (engine, version, device, dtype, ...). */
+int tdiff_tap_attr(tdiff_tap* tap, const char* key, const char* value);
+/* One tensor, copied before the call returns. Each name may be written once. */
+int tdiff_tap_write(tdiff_tap* tap, const char* name, const char* dtype, const int64_t* shape, int ndim,
+                    const void* data);
+/* Renames the dump into place and frees the tap (also after an error, then writing nothing). */
+int tdiff_tap_close(tdiff_tap* tap);
+/* Frees the tap and removes its temporary file: the dump is not written. */
+void tdiff_tap_discard(tdiff_tap* tap);
+/* The last error of this thread ("" if none). */
+const char* tdiff_tap_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TDIFF_TAP_H */

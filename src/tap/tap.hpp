@@ -1,0 +1,69 @@
+#pragma once
+// The tdiff tap for C++ engines (tap.h has the C interface and the rules): a dump that is
+// committed when close() is called and discarded if the Tap is destroyed before that (an
+// exception unwinding through the engine leaves no dump). Errors throw std::runtime_error.
+//
+//   tdiff::Tap tap("dump.h5");
+//   tap.attr("engine", "my-engine 0.3");
+//   tap.write("L03.attn.core/o", host_values, {1, 128, 4096});        // float, double, int32/64
+//   tap.write_raw("L03.attn.core/o", "bf16", bits, {1, 128, 4096});   // 16-bit patterns
+//   tap.close();
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tap/tap.h"
+
+namespace tdiff {
+
+class Tap {
+ public:
+  explicit Tap(const std::string& path, const std::string& mode = "run") : tap_(tdiff_tap_open(path.c_str(), mode.c_str())) {
+    if (!tap_) throw std::runtime_error(tdiff_tap_error());
+  }
+  ~Tap() {
+    if (tap_) tdiff_tap_discard(tap_);
+  }
+  Tap(const Tap&) = delete;
+  Tap& operator=(const Tap&) = delete;
+
+  void attr(const std::string& key, const std::string& value) { check(tdiff_tap_attr(tap_, key.c_str(), value.c_str())); }
+
+  template <class T>
+  void write(const std::string& name, const T* data, const std::vector<std::int64_t>& shape) {
+    write_raw(name, dtype_name<T>(), data, shape);
+  }
+  template <class T>
+  void write(const std::string& name, const std::vector<T>& data, const std::vector<std::int64_t>& shape) {
+    write(name, data.data(), shape);
+  }
+  void write_raw(const std::string& name, const std::string& dtype, const void* data, const std::vector<std::int64_t>& shape) {
+    check(tdiff_tap_write(tap_, name.c_str(), dtype.c_str(), shape.data(), static_cast<int>(shape.size()), data));
+  }
+
+  void close() {
+    tdiff_tap* t = tap_;
+    tap_ = nullptr;
+    check(tdiff_tap_close(t));
+  }
+
+ private:
+  template <class T> static const char* dtype_name() {
+    if constexpr (std::is_same_v<T, double>) return "f64";
+    else if constexpr (std::is_same_v<T, float>) return "f32";
+    else if constexpr (std::is_same_v<T, std::int64_t>) return "i64";
+    else if constexpr (std::is_same_v<T, std::int32_t>) return "i32";
+    else if constexpr (std::is_same_v<T, std::uint8_t>) return "u8";
+    else if constexpr (std::is_same_v<T, bool>) return "bool";
+    else static_assert(!sizeof(T), "tdiff::Tap::write: use write_raw for f16/bf16 bit patterns");
+  }
+  static void check(int rc) {
+    if (rc != 0) throw std::runtime_error(tdiff_tap_error());
+  }
+  tdiff_tap* tap_;
+};
+
+}  // namespace tdiff
