@@ -188,7 +188,7 @@ TEST_F(CaseFile, TokenFileErrorsNameFileAndLine) {
   const std::string bad = path("bad.txt");
   std::ofstream(bad) << "1 2 3\n\n4 x5 6\n";
   EXPECT_EQ(input_error_of([&] { read_token_file(bad, 50); }),
-            bad + ":3: 'x5' is not a token id (expected integers separated by spaces)");
+            bad + ":3:3: not a token id (expected integers separated by spaces)");
   std::ofstream(bad) << "1 2 3\n4 50 6\n";
   EXPECT_EQ(input_error_of([&] { read_token_file(bad, 50); }), bad + ":2: token id 50 is outside the vocabulary 0..49");
   std::ofstream(bad) << "1 -2\n";

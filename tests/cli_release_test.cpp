@@ -157,13 +157,14 @@ TEST_F(CliReleaseTest, RowsAndExpertsOnDemandEqualTheWholeTensor) {
 TEST_F(CliReleaseTest, NanCodeNamesTheTensor) {
   const std::string rel = path("rel");
   ASSERT_EQ(run(fmt::format("synth --preset tiny --format release --seed 3 -o '{}'", rel)).code, 0);
-  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 1 --len 16 --seed 5 -o '{}'", rel, path("c.h5"))).code, 0);
   patch_byte(rel, "layers.0.attn.wq_a.weight", 5, 0x7F);  // an E4M3 NaN code
-  const Result r = run(fmt::format("golden '{}'", path("c.h5")));
+  // case new reads every weight (weights changed after it are the checksum's business).
+  const Result r = run(fmt::format("case new --model '{}' --random-prompts 1 --len 16 --seed 5 -o '{}'", rel, path("c.h5")));
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_EQ(testing::count_lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("layers.0.attn.wq_a.weight"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("NaN code"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("c.h5")));
 }
 
 TEST_F(CliReleaseTest, BadScaleShapeNamesTheScale) {

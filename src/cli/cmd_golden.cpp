@@ -4,6 +4,7 @@
 
 #include "cli/command.h"
 #include "cli/progress.h"
+#include "cli/weight_check.h"
 #include "core/env_record.h"
 #include "core/error.h"
 #include "core/executor.h"
@@ -25,12 +26,14 @@ struct GoldenOptions {
   std::string tie_rule = "lowest-index";
   bool verify = false;
   double tolerance = 1e-12;
+  WeightCheckOptions weights;
 };
 
 // --verify: recompute every stage from the stored inputs and report how far this build's
 // reference is from the stored one; the case is not changed. Exit 1 beyond the tolerance.
 void verify_golden(const GoldenOptions& o) {
   CaseSession session = open_session(o.case_path, o.model_dir);
+  o.weights.check(session);
   if (reference_stages(o.case_path).empty())
     input_error("{}: no reference to verify (run `tdiff golden {}` first)", o.case_path, o.case_path);
   const auto attrs = h5_read_attrs(o.case_path, "/reference");
@@ -67,6 +70,7 @@ void verify_golden(const GoldenOptions& o) {
 void run_golden(const GoldenOptions& o) {
   CaseSession session = open_session(o.case_path, o.model_dir);
   if (!o.stages.empty()) select_stages(o.stages, session.stages);  // an unknown pattern is an input error
+  const WeightCheck checked = o.weights.check(session);  // a reference of another model is worse than none
   RunContext ctx = session.context(parse_tie_rule(o.tie_rule));
   refcpu::RefCpuBackend ref;
   TensorMap env;
@@ -91,7 +95,16 @@ void run_golden(const GoldenOptions& o) {
   rec.extra["blas"] = refcpu::blas_core();
   rec.extra["stages"] = o.stages.empty() ? "*" : o.stages;
   add_case_facts(rec, o.case_path, session.info.checksums);
+  rec.extra["weights"] = o.weights.note(checked);
   update.put_env(run_id, rec);
+  WeightCheckOptions::refresh(update, checked);
+  if (!checked.changed.empty()) {
+    // --force: the new reference is of these weights, so the case now records them (else a
+    // later run on the old weights would pass the check against a reference of the new ones).
+    CaseInfo now;
+    record_weight_files(now, session.weights->files().files());
+    update.put_weight_records(now);
+  }
   update.writer().set_attr("/reference", "tie_rule", o.tie_rule);
   update.writer().set_attr("/reference", "env", run_id);
   update.commit();
@@ -118,6 +131,7 @@ void setup_golden(CLI::App& app) {
   cmd->add_flag("--verify", o->verify,
                  "recompute every stage from the stored reference's inputs and report how far this build is from it "
                  "(the case is not changed; exit 1 beyond --tolerance)");
+  o->weights.add_to(cmd);
   cmd->add_option("--tolerance", o->tolerance, "--verify: largest relative L2 of a float tensor (default 1e-12)")
       ->check(CLI::PositiveNumber);
   cmd->callback([o] {

@@ -16,6 +16,7 @@
 #include "cli/progress.h"
 #include "cli/report_options.h"
 #include "cli/shell.h"
+#include "cli/weight_check.h"
 #include "core/env_record.h"
 #include "core/error.h"
 #include "core/h5io.h"
@@ -39,6 +40,8 @@ struct RunCmd {
   std::string dump, dump_group = "/";  // --candidate-dump: an external implementation's tensors
   CandidateOptions cand;
   ReportOptions report;
+  WeightCheckOptions weights;
+  bool no_record = false;
 };
 
 // Keys of every stage output, for checking threshold patterns.
@@ -84,16 +87,23 @@ void print_first_divergence(const CompareResult& diff) {
   }
 }
 
-// The run's record in the case: environment and verdict summary.
-void record_run(CaseUpdate& update, const std::string& run_id, const EnvRecord& env,
+// The case update of a run, opened before the work: a case that cannot take the record fails
+// now, not after the reports (empty with --no-record).
+void open_record(const RunCmd& c, std::optional<CaseUpdate>& update) {
+  if (!c.no_record) update.emplace(c.case_path);
+}
+
+// The run's record in the case: environment and verdict summary (nothing with --no-record).
+void record_run(std::optional<CaseUpdate>& update, const std::string& run_id, const EnvRecord& env,
                 const std::vector<std::pair<std::string, std::string>>& attrs, const CompareResult& diff) {
-  update.put_env(run_id, env);
+  if (!update) return;
+  update->put_env(run_id, env);
   const std::string g = "/runs/" + run_id;
-  for (const auto& [k, v] : attrs) update.writer().set_attr(g, k, v);
-  update.writer().set_attr(g, "verdict", verdict_name(diff.verdict));
-  update.writer().set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
-  update.writer().set_attr(g, "report_csv", render_csv(diff));
-  update.commit();
+  for (const auto& [k, v] : attrs) update->writer().set_attr(g, k, v);
+  update->writer().set_attr(g, "verdict", verdict_name(diff.verdict));
+  update->writer().set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
+  update->writer().set_attr(g, "report_csv", render_csv(diff));
+  update->commit();
 }
 
 // The stages a dump lacks, in one line (the report lists every missing tensor).
@@ -139,6 +149,9 @@ void run_dump(RunCmd c) {
     if (!c.cand.model_dir.empty()) throw;
     fmt::print("note: without the model ({}), router flips are not checked against the routing bias\n", e.what());
   }
+  const WeightCheck checked = session ? c.weights.check(*session) : WeightCheck{};
+  std::optional<CaseUpdate> update;
+  open_record(c, update);
   const std::vector<Stage> stages = session ? session->stages : build_stages(read_case(c.case_path).config);
   const CandidateDump dump = open_candidate_dump(c.case_path, stages, c.dump, c.dump_group);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(stages));
@@ -166,8 +179,11 @@ void run_dump(RunCmd c) {
   env.extra["dump"] = absolute_path(c.dump) + ":" + c.dump_group;
   env.extra["dump_mode"] = dump.mode;
   for (const auto& [k, v] : dump.env) env.extra["dump." + k] = v;
+  if (session) env.extra["weights"] = c.weights.note(checked);
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
-  c.report.emit(diff, info);
+  c.report.print(diff, info);
+  record_run(update, run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff);
+  c.report.write(diff, info);
   print_lacking(dump, reference_stages(c.case_path).size());
   const Tensor& mask = read_case(c.case_path).batch.mask;
   std::int64_t real = 0;
@@ -176,23 +192,26 @@ void run_dump(RunCmd c) {
     fmt::print("judged on real tokens only: {} of {} positions (padding is the implementation's own)\n", real, mask.numel());
   if (dump.mode == "isolated") print_local_ranking(diff);
   print_first_divergence(diff);
-  CaseUpdate update(c.case_path);
-  record_run(update, run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff);
   exit_code() = diff.verdict == Verdict::fail ? 1 : 0;
 }
 
 // --save / --save-to: where the candidate's outputs of the compared stages go, as they come,
 // under /runs/<run-id>/<stage>/<tensor> (what `tdiff compare --group-b /runs/<run-id>` reads).
 // Null when not saving; `own` holds the writer of a --save-to file.
-H5Writer* save_sink(const RunCmd& c, CaseUpdate& update, std::unique_ptr<H5Writer>& own, const std::string& run_id) {
-  update.writer().remove("/runs/" + run_id);  // a run id used again keeps nothing of the old run
+H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, std::unique_ptr<H5Writer>& own,
+                    const std::string& run_id) {
+  if (update) update->writer().remove("/runs/" + run_id);  // a run id used again keeps nothing of the old run
   if (c.save_to.empty() && !c.save) return nullptr;
   if (!c.save_to.empty() && std::filesystem::exists(c.save_to) && std::filesystem::equivalent(c.save_to, c.case_path))
     input_error("--save-to {}: that is the case file (use --save to keep the tensors in it)", c.save_to);
   if (!c.save_to.empty())  // an existing file gains this run, as a case does
     own = std::make_unique<H5Writer>(c.save_to, std::filesystem::exists(c.save_to) ? c.save_to : "");
-  if (own) own->remove("/runs/" + run_id);
-  return own ? own.get() : &update.writer();
+  if (own) {
+    own->remove("/runs/" + run_id);
+    return own.get();
+  }
+  if (!update) input_error("--save keeps the tensors in the case, which --no-record leaves untouched (use --save-to FILE)");
+  return &update->writer();
 }
 
 void run_run(RunCmd c) {
@@ -200,6 +219,9 @@ void run_run(RunCmd c) {
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (reference_stages(c.case_path).empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  const WeightCheck checked = c.weights.check(session);
+  std::optional<CaseUpdate> update;
+  open_record(c, update);
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = c.report.run_id.empty() ? make_run_id("run") : c.report.run_id;
@@ -207,8 +229,7 @@ void run_run(RunCmd c) {
   auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
   refcpu::RefCpuBackend reference;
 
-  CaseUpdate update(c.case_path);  // opened first: --save writes into it during the run
-  std::unique_ptr<H5Writer> save_file;
+  std::unique_ptr<H5Writer> save_file;  // --save writes into the case update, opened above, during the run
   H5Writer* sink = save_sink(c, update, save_file, run_id);
 
   Progress progress(fmt::format("run {}", c.cand.backend), session.stages.size());
@@ -240,15 +261,14 @@ void run_run(RunCmd c) {
                            r.replayed ? ", selections replayed from the reference" : "");
   info.command = fmt::format("tdiff run {}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), c.report.flags()) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
-                 " --run-id " + shell_quote(run_id);
+                 " --run-id " + shell_quote(run_id) + (checked.changed.empty() ? "" : " --force");
   EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, candidate.get());
   add_case_facts(env, c.case_path, session.info.checksums);
   env.extra["seed"] = std::to_string(c.cand.seed);
+  env.extra["weights"] = c.weights.note(checked);
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
   add_model_stats(session, c, info);
-  c.report.emit(r.diff, info);
-
-  print_first_divergence(r.diff);
+  c.report.print(r.diff, info);
   if (save_file) {
     for (const auto& [k, v] : std::map<std::string, std::string>{{"case", absolute_path(c.case_path)}, {"backend", c.cand.backend},
                                                                  {"policy", policy.describe()}, {"selections", c.selections}})
@@ -256,8 +276,12 @@ void run_run(RunCmd c) {
     save_file->commit();
   }
   if (sink) fmt::print("saved       candidate tensors under {}:/runs/{}\n", c.save_to.empty() ? c.case_path : c.save_to, run_id);
+  if (update) WeightCheckOptions::refresh(*update, checked);
   record_run(update, run_id, env, {{"backend", c.cand.backend}, {"policy", policy.describe()}, {"selections", c.selections}},
              r.diff);
+  c.report.write(r.diff, info);
+
+  print_first_divergence(r.diff);
   exit_code() = r.diff.verdict == Verdict::fail ? 1 : 0;
 }
 
@@ -296,6 +320,9 @@ void setup_run(CLI::App& app) {
        {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to", "--stats"})
     if (auto* o = cmd->get_option_no_throw(name)) dump->excludes(o);
   c->report.add_to(cmd);
+  c->weights.add_to(cmd);
+  cmd->add_flag("--no-record", c->no_record,
+                "leave the case file untouched (no /env and /runs record of this run; a read-only case can be run)");
   cmd->callback([c] { run_run(*c); });
 }
 

@@ -7,6 +7,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/runtime_env.h"
+#include "core/temp_files.h"
 #include "core/version.h"
 
 namespace tdiff::cli {
@@ -19,6 +20,7 @@ int& exit_code() {
 int main(int argc, char** argv) {
   using namespace tdiff;
   reexec_with_runtime_env(argv);  // OMP_WAIT_POLICY, OPENBLAS_CORETYPE (core/runtime_env.h)
+  install_temp_cleanup();         // SIGINT/SIGTERM remove the temporary files (core/temp_files.h)
   CLI::App app{"tdiff: does the GPU port still compute the same model, and if not, which operator broke it?"};
   app.set_version_flag("--version", std::string("tdiff ") + TDIFF_VERSION + " (" + TDIFF_GIT_COMMIT + ")");
   app.require_subcommand(1);

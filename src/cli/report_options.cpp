@@ -30,10 +30,18 @@ std::string ReportOptions::flags() const {
 }
 
 void ReportOptions::emit(const CompareResult& r, const RunInfo& info) const {
+  print(r, info);
+  write(r, info);
+}
+
+void ReportOptions::print(const CompareResult& r, const RunInfo& info) const {
   TerminalOptions topt;
   topt.color = want_color(stdout);
   topt.all_rows = all_rows;
   print_terminal(stdout, r, info, topt);
+}
+
+void ReportOptions::write(const CompareResult& r, const RunInfo& info) const {
   if (no_reports) return;
   const std::string dir = report_dir(info, out_dir);
   write_reports(dir, r, info);

@@ -25,6 +25,10 @@ struct ReportOptions {
   std::string flags() const;
   // Prints the terminal table and writes the report files (unless --no-reports).
   void emit(const CompareResult& r, const RunInfo& info) const;
+  // emit in two steps, for a command that records into its case in between (run: a case that
+  // cannot be updated fails before any report is written).
+  void print(const CompareResult& r, const RunInfo& info) const;
+  void write(const CompareResult& r, const RunInfo& info) const;
 };
 
 }  // namespace tdiff::cli

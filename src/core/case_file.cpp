@@ -15,6 +15,7 @@
 #include "core/safetensors.h"
 #include "core/stage_graph.h"
 #include "core/version.h"
+#include "core/weight_files.h"
 #include "core/weights.h"
 
 namespace tdiff {
@@ -24,6 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kChecksumPrefix = "sha256:";
+constexpr const char* kStatPrefix = "stat:";
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n");
@@ -88,6 +90,7 @@ void write_case(H5Writer& w, const CaseInfo& info) {
   w.set_attr("/", "model_path", info.model_path);
   w.set_attr("/", "seed", std::to_string(info.seed));
   for (const auto& [file, sum] : info.checksums) w.set_attr("/", kChecksumPrefix + file, sum);
+  for (const auto& [file, st] : info.file_stats) w.set_attr("/", kStatPrefix + file, st);
   w.write("/inputs/ids", info.batch.ids);
   w.write("/inputs/mask", info.batch.mask.to(DType::boolean));
   w.write("/inputs/pos", info.batch.pos);
@@ -113,8 +116,10 @@ CaseInfo read_case(const std::string& path) {
   c.model_path = attr(root, path, "model_path");
   const std::string seed = attr(root, path, "seed");
   c.seed = static_cast<std::uint64_t>(parse_int(seed, path, "seed"));
-  for (const auto& [name, value] : root)
+  for (const auto& [name, value] : root) {
     if (name.rfind(kChecksumPrefix, 0) == 0) c.checksums[name.substr(std::string(kChecksumPrefix).size())] = value;
+    if (name.rfind(kStatPrefix, 0) == 0) c.file_stats[name.substr(std::string(kStatPrefix).size())] = value;
+  }
 
   Tensor ids = h5_read(path, "/inputs/ids");
   Tensor mask = h5_read(path, "/inputs/mask");
@@ -156,9 +161,20 @@ CaseInfo case_for_model(const std::string& model_dir) {
 }
 
 void add_weight_checksums(CaseInfo& c) {
-  const WeightStore weights(c.model_path, c.config);
+  WeightStore weights(c.model_path, c.config);
+  record_weight_files(c, weights.files().files());
+  // golden would refuse a NaN or Inf weight only when it reaches that stage: say so now.
+  weights.check_all_finite();
+}
+
+void record_weight_files(CaseInfo& c, const std::vector<std::string>& files) {
   c.checksums.clear();
-  for (const auto& file : weights.files().files()) c.checksums[fs::path(file).filename().string()] = file_sha256(file);
+  c.file_stats.clear();
+  for (const auto& file : files) {
+    const std::string name = fs::path(file).filename().string();
+    c.file_stats[name] = weight_file_stat(file);  // before the hash: a later change moves the time
+    c.checksums[name] = file_sha256(file);
+  }
 }
 
 PromptSet read_token_file(const std::string& path, std::int64_t vocab_size) {
@@ -173,16 +189,19 @@ PromptSet read_token_file(const std::string& path, std::int64_t vocab_size) {
     const std::string text = trim(line);
     if (text.empty()) continue;
     std::vector<std::int64_t> ids;
-    std::istringstream words(text);
-    std::string w;
-    while (words >> w) {
+    for (std::size_t b = line.find_first_not_of(" \t\r"); b != std::string::npos; b = line.find_first_not_of(" \t\r", b)) {
+      const std::size_t e = std::min(line.find_first_of(" \t\r", b), line.size());
+      const std::string w = line.substr(b, e - b);
       std::int64_t v = 0;
       auto [end, err] = std::from_chars(w.data(), w.data() + w.size(), v);
+      // The column, not the word: a token file may be anything (suite.toml names it), and an
+      // error message must not show a file's contents.
       if (err != std::errc() || end != w.data() + w.size())
-        input_error("{}:{}: '{}' is not a token id (expected integers separated by spaces)", path, no, w);
+        input_error("{}:{}:{}: not a token id (expected integers separated by spaces)", path, no, b + 1);
       if (v < 0 || v >= vocab_size)
         input_error("{}:{}: token id {} is outside the vocabulary 0..{}", path, no, v, vocab_size - 1);
       ids.push_back(v);
+      b = e;
     }
     p.ids.push_back(std::move(ids));
     p.lines.push_back(text);
@@ -285,6 +304,17 @@ void CaseUpdate::put_env(const std::string& run_id, const EnvRecord& env) {
   const std::string group = "/env/" + run_id;
   writer_.remove(group);  // a record is replaced whole, never merged
   for (const auto& [k, v] : env.to_attrs()) writer_.set_attr(group, k, v);
+}
+
+void CaseUpdate::put_file_stats(const std::map<std::string, std::string>& stats) {
+  for (const auto& [file, record] : stats) writer_.set_attr("/", kStatPrefix + file, record);
+}
+
+void CaseUpdate::put_weight_records(const CaseInfo& c) {
+  for (const auto& [file, sum] : info_.checksums) writer_.remove_attr("/", kChecksumPrefix + file);
+  for (const auto& [file, st] : info_.file_stats) writer_.remove_attr("/", kStatPrefix + file);
+  for (const auto& [file, sum] : c.checksums) writer_.set_attr("/", kChecksumPrefix + file, sum);
+  put_file_stats(c.file_stats);
 }
 
 }  // namespace tdiff

@@ -3,7 +3,8 @@
 // HDF5 file. Layout, format_version 1 (every attribute a UTF-8 string):
 //   /                             format_version="1", tdiff_version, tdiff_commit,
 //                                 model_config (config.json text), model_path (absolute),
-//                                 seed, and "sha256:<file>" for every weight file
+//                                 seed, and "sha256:<file>" and "stat:<file>" for every weight
+//                                 file (core/weight_files.h)
 //   /inputs/ids    [B,S] i64      token ids; padding positions hold 0
 //   /inputs/mask   [B,S] bool     1 = real token (padding is never implicit)
 //   /inputs/pos    [B,S] i64      position from the row's first real token (derived from the
@@ -33,6 +34,9 @@ struct CaseInfo {
   std::string config_text;  // config.json as read
   std::string model_path;   // absolute
   std::map<std::string, std::string> checksums;  // weight file name -> sha256 (hex)
+  // weight file name -> "size=... mtime_ns=... fingerprint=..." (core/weight_files.h), for the
+  // cheap check golden and run make; absent in cases made before it existed.
+  std::map<std::string, std::string> file_stats;
   std::uint64_t seed = 0;
   Batch batch;
   std::int64_t pad_to = 0;  // requested --pad-to (0: pad to the longest prompt)
@@ -52,8 +56,11 @@ void create_case(const std::string& path, const CaseInfo& info);
 // Reads `model_dir`/config.json: fills config, config_text and model_path (cheap).
 CaseInfo case_for_model(const std::string& model_dir);
 // Checks every weight of the model folder against the config (WeightStore: presence, shape,
-// dtype) and fills the checksums (reads every byte of the weights: slow for large models).
+// dtype, and every value finite: a NaN or Inf weight is an InputError naming the tensor) and
+// fills the checksums and file records (reads every byte of the weights: slow for large models).
 void add_weight_checksums(CaseInfo& c);
+// The checksums and file records of `files` (paths), replacing those in `c`.
+void record_weight_files(CaseInfo& c, const std::vector<std::string>& files);
 
 // Prompts as token ids, with where each came from (for error messages).
 struct PromptSet {
@@ -83,7 +90,9 @@ std::map<std::string, EnvRecord> read_env_records(const std::string& path);
 std::vector<std::string> case_runs(const std::string& path);
 
 // An atomic update of an existing case file: changes go to a copy that replaces the file on
-// commit(); dropping the object without commit() leaves the case untouched.
+// commit(); dropping the object without commit() leaves the case untouched. The constructor
+// fails (InputError) when the case cannot be updated: a read-only file, a folder that may not
+// be written, a full disk; commands open it before their work, so nothing is lost to it.
 class CaseUpdate {
  public:
   explicit CaseUpdate(const std::string& path);  // checks that `path` is a valid case
@@ -91,6 +100,11 @@ class CaseUpdate {
   void clear_reference();
   void put_reference(const std::string& stage, const std::string& tensor, const Tensor& t);
   void put_env(const std::string& run_id, const EnvRecord& env);
+  // New "stat:<file>" records (weight file name -> record; core/weight_files.h).
+  void put_file_stats(const std::map<std::string, std::string>& stats);
+  // Replaces every weight file record ("sha256:" and "stat:") with those of `c` (golden
+  // --force: the new reference belongs to the weights it was computed from).
+  void put_weight_records(const CaseInfo& c);
   H5Writer& writer() { return writer_; }  // for /runs/<run-id>/...
   void commit() { writer_.commit(); }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -14,11 +15,13 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <hdf5.h>
 
 #include "core/error.h"
+#include "core/temp_files.h"
 
 // Storage of tdiff dtypes (every file type little-endian, readable by h5py and h5dump):
 //   f64, f32        IEEE float
@@ -58,7 +61,16 @@ std::string h5_detail() {
         return 0;
       },
       &out);
-  return out.empty() ? "HDF5 error" : out;
+  if (out.empty()) return "HDF5 error";
+  // A failed file write carries the system's message inside a multi-line dump of its
+  // arguments ("... errno = 28, error message = 'No space left on device', buf = ..."): keep it.
+  const std::string key = "error message = '";
+  if (auto at = out.find(key); at != std::string::npos) {
+    const auto end = out.find('\'', at + key.size());
+    if (end != std::string::npos) return out.substr(at + key.size(), end - at - key.size());
+  }
+  std::replace(out.begin(), out.end(), '\n', ' ');  // the error must stay one line
+  return out;
 }
 
 // Closes an HDF5 identifier of any kind when it goes out of scope.
@@ -129,6 +141,8 @@ Hid open_read(const std::string& file) {
   std::error_code ec;
   if (!fs::exists(file, ec)) input_error("{}: no such file", file);
   if (fs::is_directory(file, ec)) input_error("{}: is a folder, not an HDF5 file", file);
+  // HDF5 says "not an HDF5 file" for a file it may not open; say what is wrong instead.
+  if (::access(file.c_str(), R_OK) != 0) input_error("{}: cannot read the file ({})", file, std::strerror(errno));
   if (H5Fis_hdf5(file.c_str()) <= 0) input_error("{}: not an HDF5 file", file);
   Hid f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!f.ok()) input_error("{}: cannot open the HDF5 file, it is truncated or damaged ({})", file, h5_detail());
@@ -509,6 +523,15 @@ struct H5Writer::Impl {
   Hid file, src;
   std::set<std::string> pending;  // top-level names of `src` not copied yet
   bool committed = false;
+  TempRegistration reg;  // removes `tmp` on SIGINT/SIGTERM
+
+  // Also when the constructor fails: a temporary HDF5 created and could not finish is removed.
+  ~Impl() {
+    file.reset();
+    src.reset();
+    std::error_code ec;
+    if (!committed && !tmp.empty()) fs::remove(tmp, ec);
+  }
 
   [[noreturn]] void fail(const std::string& what) { input_error("{}: {} ({})", path, what, h5_detail()); }
 
@@ -544,6 +567,42 @@ struct H5Writer::Impl {
   }
 };
 
+namespace {
+// A file without any write permission is the user saying "do not change this": tdiff refuses
+// to replace it (rename would succeed in a writable folder, and root ignores the mode).
+void refuse_read_only(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // a new file
+  const bool denied = ::access(path.c_str(), W_OK) != 0 && errno == EACCES;  // EROFS: said when creating
+  if ((st.st_mode & 0222) == 0 || denied)
+    input_error("{}: the file is read-only (mode {:04o}); tdiff does not replace a read-only file (make it writable "
+                "to allow it)", path, st.st_mode & 07777);
+}
+
+// Creates the (empty) temporary file with open(2), so that a full disk or a folder that
+// may not be written gets the system's own reason, before HDF5 touches it.
+void create_temp_file(const std::string& path, const std::string& tmp) {
+  const int fd = ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    std::error_code ec;
+    input_error("{}: cannot create a temporary file in '{}' ({})", path,
+                fs::absolute(tmp, ec).parent_path().string(), std::strerror(errno));
+  }
+  ::close(fd);
+}
+
+// The replaced file's mode (and, for root, its owner) carry over to its replacement.
+void keep_permissions(const std::string& path, const std::string& tmp) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;
+  if (::chmod(tmp.c_str(), st.st_mode & 07777) != 0)
+    input_error("{}: cannot give the new file the old one's mode {:04o} ({})", path, st.st_mode & 07777,
+                std::strerror(errno));
+  if (::geteuid() == 0 && ::chown(tmp.c_str(), st.st_uid, st.st_gid) != 0)
+    input_error("{}: cannot give the new file the old one's owner ({})", path, std::strerror(errno));
+}
+}  // namespace
+
 H5Writer::H5Writer(const std::string& path, const std::string& copy_from) : impl_(new Impl) {
   quiet_hdf5();
   std::unique_ptr<Impl> guard(impl_);
@@ -552,42 +611,39 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from) : impl
   const fs::path dir = fs::path(path).parent_path();
   std::error_code ec;
   if (!dir.empty() && !fs::is_directory(dir, ec)) input_error("{}: folder '{}' does not exist", path, dir.string());
-  std::random_device rd;
-  m.tmp = fmt::format("{}.tmp-{}-{:08x}", path, ::getpid(), rd());
+  refuse_read_only(path);
+  remove_stale_temps(path);  // what an earlier tdiff killed by SIGKILL left beside it
   if (!copy_from.empty()) {
     m.source = copy_from;
     m.src = open_read(copy_from);
   }
+  m.tmp = temp_name(path);
+  m.reg = TempRegistration(m.tmp);
+  create_temp_file(path, m.tmp);
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS));
   // The 1.8 file format: compact new-style headers, yet readable by every h5py and h5dump
   // still in use.
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
-  m.file = Hid(H5Fcreate(m.tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()));
+  m.file = Hid(H5Fcreate(m.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
   if (!m.file.ok()) input_error("{}: cannot create the temporary file {} ({})", path, m.tmp, h5_detail());
   if (m.src.ok()) {
     Hid root(H5Gopen2(m.src.get(), "/", H5P_DEFAULT));
     for (auto& name : child_names(root.get())) m.pending.insert(name);
+    // The copy must fit: said now, before the caller's work (run computes, then records).
+    std::uintmax_t copy = 0;
+    for (const auto& name : m.pending) copy += storage_bytes(m.src.get(), name.c_str());
+    m.ensure_space(copy, "rewrite the case file");
     Hid dst_root(H5Gopen2(m.file.get(), "/", H5P_DEFAULT));
     try {
       copy_attrs(root.get(), dst_root.get());
     } catch (const std::runtime_error& e) {
-      m.file.reset();
-      fs::remove(m.tmp, ec);
       input_error("{}: cannot copy the root attributes ({})", copy_from, e.what());
     }
   }
   guard.release();
 }
 
-H5Writer::~H5Writer() {
-  impl_->file.reset();
-  impl_->src.reset();
-  if (!impl_->committed) {
-    std::error_code ec;
-    fs::remove(impl_->tmp, ec);
-  }
-  delete impl_;
-}
+H5Writer::~H5Writer() { delete impl_; }
 
 void H5Writer::write(const std::string& path, const Tensor& t) {
   Impl& m = *impl_;
@@ -664,6 +720,18 @@ void H5Writer::remove(const std::string& path) {
     m.fail(fmt::format("cannot remove '{}'", p));
 }
 
+void H5Writer::remove_attr(const std::string& path, const std::string& name) {
+  Impl& m = *impl_;
+  m.check_open();
+  const std::string p = norm_path(path);
+  m.touch(p);
+  if (!path_exists(m.file.get(), p)) return;
+  Hid o(H5Oopen(m.file.get(), p.c_str(), H5P_DEFAULT));
+  if (!o.ok()) m.fail(fmt::format("cannot open '{}'", p));
+  if (H5Aexists(o.get(), name.c_str()) > 0 && H5Adelete(o.get(), name.c_str()) < 0)
+    m.fail(fmt::format("cannot remove attribute '{}' of '{}'", name, p));
+}
+
 void H5Writer::commit() {
   Impl& m = *impl_;
   m.check_open();
@@ -676,10 +744,12 @@ void H5Writer::commit() {
     ::fsync(fd);
     ::close(fd);
   }
+  keep_permissions(m.path, m.tmp);
   std::error_code ec;
   fs::rename(m.tmp, m.path, ec);
   if (ec) input_error("{}: cannot rename {} onto it ({})", m.path, m.tmp, ec.message());
   m.committed = true;
+  m.reg.reset();
 }
 
 }  // namespace tdiff

@@ -42,6 +42,7 @@ class H5Writer {
   void write(const std::string& path, const Tensor& t);
   void set_attr(const std::string& path, const std::string& name, const std::string& value);
   void remove(const std::string& path);  // a dataset or group, if present
+  void remove_attr(const std::string& path, const std::string& name);  // if present
   void commit();
 
  private:

@@ -234,6 +234,11 @@ ModelWeights::ModelWeights(const std::string& dir) : dir_(dir) {
     std::set<std::string> shard_names;
     for (auto& [name, f] : wm->items()) {
       if (!f.is_string()) input_error("{}: weight_map entry for tensor '{}' is not a file name", ipath, name);
+      // Shards lie in the model folder: a name with a folder in it could point anywhere.
+      const fs::path fp(f.get<std::string>());
+      if (fp.empty() || fp.has_parent_path() || fp == "." || fp == "..")
+        input_error("{}: weight_map entry for tensor '{}' is \"{}\", not a file name in the model folder", ipath, name,
+                    f.get<std::string>());
       name_to_file[name] = f.get<std::string>();
       shard_names.insert(f.get<std::string>());
     }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -231,6 +232,28 @@ void WeightStore::trim() {
       if (it->second.used < oldest->second.used) oldest = it;
     bytes_ -= oldest->second.tensor.nbytes();
     cache_.erase(oldest);
+  }
+}
+
+void WeightStore::check_all_finite() {
+  constexpr std::int64_t kBlockElems = std::int64_t{1} << 22;  // 32 MiB of float64 per block
+  for (const auto& [name, spec] : specs_) {
+    if (spec.integer) continue;
+    const Shape& s = spec.shape;
+    if (s.size() == 2 || s.size() == 3) {
+      const std::int64_t R = s[s.size() - 2], C = s.back(), E = s.size() == 3 ? s[0] : 1;
+      const std::int64_t step = std::max<std::int64_t>(1, kBlockElems / std::max<std::int64_t>(C, 1));
+      std::vector<double> buf(static_cast<std::size_t>(std::min(step, R) * C));
+      for (std::int64_t e = 0; e < E; ++e)
+        for (std::int64_t r0 = 0; r0 < R; r0 += step) {
+          const std::int64_t r1 = std::min(R, r0 + step);
+          if (s.size() == 2) rows_f64(name, r0, r1, buf.data());  // both check the values
+          else expert_rows_f64(name, e, r0, r1, buf.data());
+        }
+    } else {
+      f64(name);  // vectors: converted and checked whole
+      trim();
+    }
   }
 }
 

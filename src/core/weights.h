@@ -64,6 +64,10 @@ class WeightStore {
   // The executor calls it between stages, when no stage holds a reference: a float64 copy of a
   // V4-Flash-sized layer is ~52 GB, so a 2-layer model would not fit in memory otherwise.
   void trim();
+  // Reads every float parameter once, in blocks of rows (memory stays bounded at real widths),
+  // and throws InputError naming the first that holds a NaN or Inf (case new: a case is not
+  // made from weights the reference would refuse at their stage).
+  void check_all_finite();
   // Budget in bytes: TDIFF_WEIGHT_CACHE_GB if set, else 2 GiB (a real-width layer's weights
   // other than its routed experts, which are converted one expert at a time, are 1.1 GB).
   std::size_t budget() const { return budget_; }

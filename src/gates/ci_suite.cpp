@@ -44,6 +44,19 @@ std::string sha256_hex(const std::string& data) {
   return hex;
 }
 
+// A file a suite names must lie in the suite's folder (symbolic links followed): a suite is
+// shared like a case, and must not make tdiff read /etc/passwd.
+std::string inside_suite(const std::string& suite_file, const std::string& dir, const char* key, const std::string& value) {
+  const fs::path p = (fs::path(dir) / value).lexically_normal();
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(p, ec), root = fs::weakly_canonical(fs::absolute(dir), ec);
+  const auto rel = real.lexically_relative(root);
+  if (fs::path(value).is_absolute() || rel.empty() || *rel.begin() == "..")
+    input_error("{}: {} = \"{}\" is outside the suite's folder {} (files a suite names must lie in its folder)",
+                suite_file, key, value, root.string());
+  return p.string();
+}
+
 // Typed access to suite.toml with errors naming the file and line.
 struct TomlReader {
   std::string path;
@@ -104,9 +117,9 @@ Suite load_suite(const std::string& path) {
   s.dir = fs::path(fpath).parent_path().string();
   s.name = rd.str(doc, "name", "the suite", false, fs::path(s.dir).filename().string());
   s.description = rd.str(doc, "description", "the suite", false);
-  s.tokens_file = (fs::path(s.dir) / rd.str(doc, "tokens", "the suite", true)).lexically_normal().string();
+  s.tokens_file = inside_suite(fpath, s.dir, "tokens", rd.str(doc, "tokens", "the suite", true));
   const std::string thr = rd.str(doc, "thresholds", "the suite", false);
-  if (!thr.empty()) s.thresholds_file = (fs::path(s.dir) / thr).lexically_normal().string();
+  if (!thr.empty()) s.thresholds_file = inside_suite(fpath, s.dir, "thresholds", thr);
   s.repeat = static_cast<int>(rd.integer(doc, "repeat", "the suite", false, 2, 1, 100));  // as --repeat
   const std::string selections = rd.str(doc, "selections", "the suite", false, "replay");
   if (selections != "replay" && selections != "free")

@@ -1,0 +1,42 @@
+#include "cli/weight_check.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace tdiff::cli {
+
+void WeightCheckOptions::add_to(CLI::App* cmd) {
+  cmd->add_flag("--force", force,
+                "go on when the model's weight files differ from what the case records (a warning, and the run's "
+                "environment record says it was forced)");
+  cmd->add_option("--verify-weights", verify,
+                  "quick: size, time and a fingerprint of each weight file (the whole file is hashed only when its "
+                  "time changed); full: SHA-256 of every file")
+      ->check(CLI::IsMember({"quick", "full"}))
+      ->capture_default_str();
+}
+
+WeightCheck WeightCheckOptions::check(const CaseSession& s) const {
+  WeightCheck c = check_weight_files(s.weights->files().files(), s.info.checksums, s.info.file_stats, verify == "full");
+  if (c.changed.empty()) return c;
+  const std::string more = c.changed.size() > 1 ? fmt::format(" (and {} more)", c.changed.size() - 1) : "";
+  if (!force)
+    input_error("{}: the model's weights changed since the case was made: {}{}; pass --force to run anyway", s.path,
+                c.changed.front(), more);
+  fmt::print(stderr, "tdiff: warning: {}: the model's weights changed since the case was made: {}{}; going on (--force)\n",
+             s.path, c.changed.front(), more);
+  return c;
+}
+
+std::string WeightCheckOptions::note(const WeightCheck& c) const {
+  if (!c.recorded) return "not recorded in the case";
+  if (!c.changed.empty()) return fmt::format("forced: {}", fmt::join(c.changed, "; "));
+  return fmt::format("{}: {} files match ({} hashed whole, {:.1f} GB; {:.2f} s)", verify, c.files, c.hashed_files,
+                     static_cast<double>(c.hashed_bytes) / 1e9, c.seconds);
+}
+
+void WeightCheckOptions::refresh(CaseUpdate& u, const WeightCheck& c) { u.put_file_stats(c.refreshed); }
+
+}  // namespace tdiff::cli
