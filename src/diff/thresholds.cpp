@@ -173,28 +173,38 @@ void ThresholdPolicy::check_patterns(const std::vector<std::string>& stages) con
     }
 }
 
+// A selection tensor: its tokens with another choice (see JudgeInput::routing).
+static void judge_routing(Verdicts& v, const RoutingMetrics& routing, const Thresholds& t) {
+  // Without replay every untied flip counts; with replay only the flips the candidate's
+  // own scores do not explain (top-k faults), the others are a WARN (a note under the
+  // tolerance rule).
+  const RoutingMetrics& r = routing;
+  const std::int64_t differ = r.tokens - r.equal_tokens - r.tie_tokens;
+  const std::int64_t unexplained = differ - r.explained_tokens;
+  const std::string right =
+      r.explained_tokens == differ ? "all" : fmt::format("{} of {}", r.explained_tokens, differ);
+  if (r.judged_share() <= t.mismatch_fail) {
+    // Under the tolerance rule, replayed flips that the candidate's own scores explain are
+    // what its formats explain (the scores are judged at their own stage): a note, not a WARN.
+    const bool expected = t.tolerance != 0.0 && r.replayed && unexplained == 0;
+    if (r.mismatch_share > t.mismatch_warn)
+      v.add(expected ? Verdict::pass : Verdict::warn,
+            fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{})",
+                        100 * r.mismatch_share, right, r.replayed ? ", replayed" : ""));
+  } else if (r.replayed)
+    v.add(Verdict::fail, fmt::format("{:.3g}% tokens chose ids their own scores rank lower ({} of {} differing)",
+                                     100 * r.unexplained_share, unexplained, differ));
+  else
+    v.add(Verdict::fail, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores)",
+                                     100 * r.mismatch_share, right));
+}
+
 Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   Verdicts v;
   const TensorMetrics& m = *in.metrics;
   if (in.exact) {
     if (in.routing) {
-      // Without replay every untied flip counts; with replay only the flips the candidate's
-      // own scores do not explain (top-k faults), the others are reported as a WARN.
-      const RoutingMetrics& r = *in.routing;
-      const std::int64_t differ = r.tokens - r.equal_tokens - r.tie_tokens;
-      const std::int64_t unexplained = differ - r.explained_tokens;
-      const std::string right =
-          r.explained_tokens == differ ? "all" : fmt::format("{} of {}", r.explained_tokens, differ);
-      if (r.judged_share() <= t.mismatch_fail) {
-        if (r.mismatch_share > t.mismatch_warn)
-          v.add(Verdict::warn, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{})",
-                                           100 * r.mismatch_share, right, r.replayed ? ", replayed" : ""));
-      } else if (r.replayed)
-        v.add(Verdict::fail, fmt::format("{:.3g}% tokens chose ids their own scores rank lower ({} of {} differing)",
-                                         100 * r.unexplained_share, unexplained, differ));
-      else
-        v.add(Verdict::fail, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores)",
-                                         100 * r.mismatch_share, right));
+      judge_routing(v, *in.routing, t);
       return v.result();
     }
     const double share = m.count ? static_cast<double>(m.n_diff) / static_cast<double>(m.count) : 0.0;
