@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "emu/arith.h"
 #include "refcpu/refcpu_backend.h"
+#include "report/summary.h"
 
 namespace tdiff::cli {
 
@@ -84,8 +85,14 @@ void run_run(RunCmd c) {
 
   if (r.diff.first_fail >= 0) {
     const TensorDiff& d = r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)];
-    fmt::print("first divergence: {} (cosine {:.6f}, max_abs {:.3g}, rel_l2 {:.3g}): {}\n", d.key(), d.metrics.cosine,
-               d.metrics.max_abs, d.metrics.rel_l2, d.reason);
+    // Integer selections: agreement only (a distance between expert ids means nothing).
+    const std::string numbers =
+        d.kind == TensorKind::routing || d.kind == TensorKind::exact
+            ? report::error_text(d)
+            : fmt::format("cosine {:.6f}, rel_l2 {:.3g}, expected {}", d.metrics.cosine, d.metrics.rel_l2,
+                          report::expected_text(d));
+    const std::string where = report::where_text(r.diff, d);
+    fmt::print("first divergence: {} ({}): {}{}\n", d.key(), numbers, d.reason, where.empty() ? "" : "; at " + where);
   } else {
     fmt::print("first divergence: none (no stage fails its thresholds)\n");
   }

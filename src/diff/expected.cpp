@@ -13,6 +13,30 @@ namespace tdiff {
 
 namespace {
 
+// The formats the port stores in: the storage format most of its stages use and the stream
+// format most of its stream stages use (the coarser one on a tie).
+struct PortFormats {
+  DType storage = DType::f32, stream = DType::f32;
+};
+PortFormats port_formats(const std::vector<Stage>& stages, const Policy& policy) {
+  std::map<DType, int> storage, stream;
+  for (const Stage& s : stages) {
+    const OutStore store = op_info(s.kind).store;
+    if (store == OutStore::exact) continue;
+    const Numerics n = policy.resolve(s.name);
+    ++storage[n.storage];
+    if (store == OutStore::stream) ++stream[n.stream];
+  }
+  auto most = [](const std::map<DType, int>& counts) {
+    DType best = DType::f32;
+    int best_n = -1;
+    for (const auto& [t, k] : counts)
+      if (k > best_n || (k == best_n && unit_roundoff(t) > unit_roundoff(best))) best = t, best_n = k;
+    return best;
+  };
+  return {most(storage), most(stream)};
+}
+
 bool reduces_over_weights(const OpInfo& op) {
   return op.gemm || op.kind == OpKind::router || op.kind == OpKind::lm_head || op.kind == OpKind::hc_mix ||
          op.kind == OpKind::rms_norm;
@@ -22,7 +46,7 @@ bool reduces_over_weights(const OpInfo& op) {
 // accumulation of n terms; on the float64 reference every format is float64.
 // `angle`: the largest RoPE angle p w of a table (w <= 1, p below the row's length), whose
 // float32 rounding moves cos and sin by up to u |p w| absolute; 0 for other kinds.
-ExpectedError local_part(const Stage& s, const Numerics& num, std::int64_t n, double angle, bool on_candidate) {
+ExpectedError local_part(const Stage& s, const PortFormats& num, std::int64_t n, double angle, bool on_candidate) {
   const OpInfo& op = op_info(s.kind);
   ExpectedError e;
   e.n_acc = n;
@@ -48,6 +72,22 @@ double inherited_from(const TensorRef& in, const ExpectedSetup& setup, const std
   if (auto it = measured.find(in.key()); it != measured.end()) return it->second;
   if (auto it = modelled.find(in.key()); it != modelled.end()) return it->second;
   return 0.0;  // integer outputs and stages the run did not reach
+}
+
+// The candidate reads its float inputs in the format their producer stores them in (the
+// port's storage or stream format, or float32): an input that comes from the float64
+// reference (isolation, or a producer run on the reference in a mixed run) is rounded once
+// on the way in; 0 for inputs the candidate itself stored (their rounding is in their E).
+double read_rounding(const TensorRef& in, const ExpectedSetup& setup, const std::map<std::string, std::size_t>& index,
+                     const PortFormats& port) {
+  const auto it = index.find(in.stage);
+  if (it == index.end()) return 0.0;  // the case inputs: integer ids, mask, positions
+  const OutStore store = op_info(setup.session->stages[it->second].kind).store;
+  if (store == OutStore::exact) return 0.0;
+  const bool from_reference =
+      setup.inputs == StageInputs::reference || (setup.on_candidate && !(*setup.on_candidate)[it->second]);
+  if (!from_reference) return 0.0;
+  return unit_roundoff(store == OutStore::stream ? port.stream : store == OutStore::storage ? port.storage : DType::f32);
 }
 
 }  // namespace
@@ -87,17 +127,21 @@ void set_expected(CompareResult& r, const ExpectedSetup& setup) {
     if (row.kind == TensorKind::values || row.kind == TensorKind::logits) measured[row.key()] = row.metrics.rel_l2;
   }
   const auto& stages = setup.session->stages;
+  const PortFormats port = port_formats(stages, *setup.policy);
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < stages.size(); ++i) index[stages[i].name] = i;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const Stage& s = stages[i];
     if (!op_info(s.kind).compute()) continue;
     const bool on_candidate = !setup.on_candidate || (*setup.on_candidate)[i];
     const double angle = s.kind == OpKind::rope_table ? static_cast<double>(setup.session->info.batch.seq()) : 0.0;
     ExpectedError e =
-        local_part(s, setup.policy->resolve(s.name), accumulation_length(s, *setup.session), angle, on_candidate);
+        local_part(s, port, accumulation_length(s, *setup.session), angle, on_candidate);
     double in2 = 0;
     for (const auto& in : s.inputs) {
       const double x = inherited_from(in, setup, measured, modelled);
-      in2 += x * x;
+      const double u = on_candidate ? read_rounding(in, setup, index, port) : 0.0;
+      in2 += x * x + u * u / 3.0;
     }
     e.inherited = std::sqrt(in2);
     e.rel = std::sqrt(e.local * e.local + in2);

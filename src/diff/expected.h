@@ -20,12 +20,17 @@
 //   E(t)^2     = local(s)^2 + sum over the float inputs i of E_in(i)^2
 //     E_in     the relative error the input carries: its measured rel_l2 where this run
 //              compared it, else its own E (modelled), and 0 where the stage read the
-//              reference's tensors (isolation) or integer ids
+//              reference's tensors (isolation) or integer ids; an input from the float64
+//              reference (isolation, a mixed run's reference stage) adds u_read^2 / 3, its
+//              rounding into the format the candidate reads it in (its producer's)
 //   elem(t)    = E(t) sqrt(2 ln n_t): the largest of n_t errors of rms E (Gaussian tail), which
 //              err_rel (metrics.h) is judged against
 //
-// Only the formats a policy stores values in (storage, stream) enter: they are the port's
-// design. Every other knob of the fault catalog (accumulators, softmax statistics, operand
+// Only the formats the port stores values in enter: the storage format most of its stages
+// use and the stream format most of its stream stages use (a preset's, or a policy's global
+// setting). They are the port's design; a stage whose override stores differently from the
+// rest is judged against the port's format, so a stage that alone stores in 16 bits on a
+// float32 port is a finding. Every other knob of the fault catalog (accumulators, softmax statistics, operand
 // types such as fp8, top-k comparison, ...) names an arithmetic defect whose error is what
 // tdiff exists to show, so the model takes its arithmetic at the correct setting (float32) and
 // a fault's extra error stands out against it. Stages run on the reference in a mixed run are

@@ -231,7 +231,8 @@ std::string selection_plot(const CompareResult& r, const std::vector<report::Sta
   }
   p.y_lo = std::max(0.0, lo - std::max(100 - lo, 0.5) * 0.25), p.y_hi = 100;
   p.tick = [](double y) { return fmt::format("{:.4g}%", y); };
-  add_lines(p, fail, fail_v, "FAIL above {:g}% differing", "fail");
+  // The rule reads the flips it judges (replayed: only those the candidate's own scores rank lower).
+  add_lines(p, fail, fail_v, "FAIL above {:g}% judged flips", "fail");
   mark_first_divergence(p, r, shown);
   return report::svg_plot(p);
 }
