@@ -482,11 +482,16 @@ std::string render_html(const CompareResult& r, const RunInfo& info) {
   o += fmt::format("<h2>Reproduce</h2>\n<pre>{}</pre>\n", html_escape(info.command.empty() ? "(not recorded)" : info.command));
   const Thresholds& t = r.thresholds;
   const char* max_abs_name = t.max_abs_scaled != 0 ? "max_abs_scaled" : "max_abs";
+  const std::string tolerance =
+      t.tolerance != 0 ? fmt::format("the error above {:g}x (FAIL) or {:g}x (WARN) the expected error where the "
+                                     "candidate's formats give one, else ",
+                                     t.expected_fail, t.expected_warn)
+                       : "";
   o += fmt::format(
-      "<p class=\"legend\">Default thresholds: FAIL when cosine &lt; {:g}, {} &ge; {:g} or a NaN/Inf the "
-      "reference lacks; WARN when {} &ge; {:g}; integer tensors FAIL above {:g}% mismatches, WARN above {:g}%. "
+      "<p class=\"legend\">Default thresholds: FAIL when cosine &lt; {:g}, a NaN/Inf the reference lacks, {}{} "
+      "&ge; {:g} (WARN &ge; {:g}); integer tensors FAIL above {:g}% mismatches, WARN above {:g}%. "
       "Per-stage rules of a thresholds file show in each row's reason.</p>\n",
-      t.cosine_fail, max_abs_name, t.max_abs_fail, max_abs_name, t.max_abs_warn, 100 * t.mismatch_fail,
+      t.cosine_fail, html_escape(tolerance), max_abs_name, t.max_abs_fail, t.max_abs_warn, 100 * t.mismatch_fail,
       100 * t.mismatch_warn);
   o += "<h2>Environment</h2>\n<table class=\"env\"><tbody>\n";
   for (const auto& [k, v] : info.env)
