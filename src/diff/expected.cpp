@@ -69,7 +69,7 @@ ExpectedError local_part(const Stage& s, const PortFormats& num, std::int64_t n,
 double inherited_from(const TensorRef& in, const ExpectedSetup& setup, const std::map<std::string, double>& measured,
                       const std::map<std::string, double>& modelled) {
   if (setup.inputs == StageInputs::reference || in.stage == "inputs") return 0.0;
-  if (auto it = measured.find(in.key()); it != measured.end()) return it->second;
+  if (auto it = measured.find(in.key()); setup.measured_inputs && it != measured.end()) return it->second;
   if (auto it = modelled.find(in.key()); it != modelled.end()) return it->second;
   return 0.0;  // integer outputs and stages the run did not reach
 }

@@ -54,6 +54,10 @@ struct ExpectedSetup {
   const Policy* policy = nullptr;                   // the candidate's
   StageInputs inputs = StageInputs::run;
   const std::vector<bool>* on_candidate = nullptr;  // mixed runs: the stages the candidate ran (null: all)
+  // false: inputs carry their modelled E even where the run measured them, so an output is
+  // judged end to end against the error the formats explain along the whole path (a bisect's
+  // watched output); true: against what its own stage adds to its inputs' measured errors.
+  bool measured_inputs = true;
 };
 
 double unit_roundoff(DType t);
