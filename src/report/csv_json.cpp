@@ -3,6 +3,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -26,6 +27,10 @@ std::string full(double v) { return report::num(v, "{}"); }
 std::string opt_num(bool has, double v) { return has ? full(v) : ""; }
 
 bool integer_tensor(const TensorDiff& d) { return d.kind == TensorKind::routing || d.kind == TensorKind::exact; }
+// A distance between values or where it peaks (cosine, max_abs, argmax_*): meaningless between ids.
+bool distance_field(const char* name, const MetricValue& v) {
+  return std::holds_alternative<double>(v) || std::string_view(name).starts_with("argmax");
+}
 
 // One report.csv column: its header name and its text for a row.
 struct Column {
@@ -73,7 +78,7 @@ const std::vector<Column>& csv_columns() {
           c.push_back({f.csv, [f](const TensorDiff& d, const CompareResult&) {
                          // Distances between ids mean nothing: integer tensors keep only their counts.
                          const MetricValue v = f.value(d.metrics);
-                         return integer_tensor(d) && std::holds_alternative<double>(v) ? std::string() : csv_text(v);
+                         return integer_tensor(d) && distance_field(f.name, v) ? std::string() : csv_text(v);
                        }});
     };
     metrics(true);
@@ -109,7 +114,7 @@ nlohmann::json fields_json(const Stats& s, std::span<const MetricField<Stats>> f
           [&](auto v) {
             if constexpr (std::is_same_v<decltype(v), double>) {
               if (!counts_only) j[f.name] = number(v);
-            } else {
+            } else if (!counts_only || !distance_field(f.name, f.value(s))) {
               j[f.name] = v;
             }
           },
