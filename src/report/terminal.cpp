@@ -13,7 +13,7 @@ namespace tdiff {
 
 namespace {
 
-constexpr int kStageW = 26, kTensorW = 8;
+constexpr int kStageW = 22, kTensorW = 8;  // the longest stage name: L42.attn.idx.weights
 
 std::string fit(const std::string& s, std::size_t w) {
   if (s.size() <= w) return s;
