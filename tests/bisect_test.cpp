@@ -141,6 +141,14 @@ class BisectTiny : public ::testing::Test {
     return o;
   }
 
+  // The isolation row of `stage` under `policy`, judged without a floor (thresholds alone).
+  static IsolatedStage isolated(const Policy& policy, const std::string& stage) {
+    const Outcome o = bisect(policy, Mode::isolate, "logits", "");
+    for (const auto& r : o.isolation->ranked)
+      if (r.stage == stage) return r;
+    throw std::logic_error("no isolation row for " + stage);
+  }
+
   static std::size_t index_of(const std::string& stage) {
     const auto& st = session_->stages;
     for (std::size_t i = 0; i < st.size(); ++i)
@@ -241,6 +249,12 @@ TEST_F(BisectTiny, EveryCatalogKnobOnAnFp32BaseIsNamedExactly) {
     EXPECT_TRUE(o.search->passes_after) << set << "\n" << o.dump();
     EXPECT_LE(o.totals.mixed_runs, max_runs) << set << "\n" << o.dump();
     found.push_back(fmt::format("{}@{}({})", knob.name, stage, o.totals.mixed_runs));
+    // Issue 18: the named fault also FAILs its own stage on the reference's inputs, judged by
+    // the tolerance rule alone (no floor): its error is beyond what fp32 formats explain.
+    const IsolatedStage& iso = isolated(fixed_with({set}, "fp32"), stage);
+    EXPECT_EQ(iso.worst.verdict, Verdict::fail) << set << " passes its stage in isolation: " << iso.worst.reason;
+    std::printf("%-18s %-25s isolated: %s %s\n", knob.name.c_str(), stage.c_str(), verdict_name(iso.worst.verdict),
+                iso.worst.reason.c_str());
   }
   std::printf("fp32 base, found exactly (mixed runs): %s\ncrosses nothing: %s\n",
               fmt::format("{}", fmt::join(found, " ")).c_str(), fmt::format("{}", fmt::join(below, " ")).c_str());
@@ -345,6 +359,19 @@ TEST_F(BisectTiny, FixedPassesTheDefaultThresholdsOnEveryStageInIsolation) {
   }
   EXPECT_GT(worst, 1e-4);  // bf16 stores: a real error, not a copy of the reference
   std::printf("fixed, isolated: worst stage rel_l2 %.3g\n", worst);
+}
+
+// The control of the fp32-base isolation check above: fp32 alone, on the reference's inputs,
+// stays within what its formats explain at every stage (no floor), so a FAIL there is the fault's.
+TEST_F(BisectTiny, Fp32StaysWithinItsExpectedErrorOnEveryStageInIsolation) {
+  const Outcome o = bisect(Policy::preset("fp32"), Mode::isolate, "logits", "");
+  double worst = 0;
+  for (const auto& r : o.isolation->ranked) {
+    EXPECT_EQ(r.worst.verdict, Verdict::pass) << r.stage << ": " << r.worst.reason;
+    if (!std::isnan(r.worst.tolerance_ratio)) worst = std::max(worst, r.worst.tolerance_ratio);
+  }
+  EXPECT_GT(worst, 0.0);  // every float stage was judged against an expected error
+  std::printf("fp32, isolated: highest error / expected %.3g\n", worst);
 }
 
 TEST_F(BisectTiny, IsolationRanksTheFaultyStageFirst) {

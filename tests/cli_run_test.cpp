@@ -38,7 +38,8 @@ TEST_F(CliRun, GoldenThenRunPassesUnderFp32AndFailsUnderNaive) {
 
   const CliResult naive = run(fmt::format("run '{}' --policy naive --no-reports", path("c.h5")));
   EXPECT_EQ(naive.code, 1) << naive.err;
-  EXPECT_NE(naive.out.find("first divergence: L"), std::string::npos) << naive.out;
+  // The first stage naive breaks beyond what its fp16 formats explain: RoPE tables from fp16 angles.
+  EXPECT_NE(naive.out.find("first divergence: rope.main"), std::string::npos) << naive.out;
   // Both runs are recorded in the case.
   const std::string info = run(fmt::format("info '{}'", path("c.h5"))).out;
   EXPECT_NE(info.find("policy fp32"), std::string::npos) << info;
@@ -114,8 +115,8 @@ TEST_F(CliRun, BadInputsExitTwoWithOneLine) {
 
 // Selection replay (the default) on a tiny model whose expert and indexer scores sit close
 // together: fixed flips some choices on bf16 noise alone. Replayed, later stages get the
-// reference's choices, the flips are reported (WARN) and the run passes the default
-// thresholds; followed (--selections free), one flipped token moves its activations by O(1)
+// reference's choices, the flips are reported (a note on a PASS: the candidate's own scores
+// explain them) and the run passes the default thresholds; followed (--selections free), one flipped token moves its activations by O(1)
 // and the run fails. A top-k that compares in bf16 picks ids its own float32 scores rank
 // lower: replay or not, that fails at a moe.select.
 TEST_F(CliRun, ReplayedSelectionsPassFixedAndStillCatchATopkFault) {
@@ -133,7 +134,7 @@ TEST_F(CliRun, ReplayedSelectionsPassFixedAndStillCatchATopkFault) {
   int flipped = 0;  // selection rows that differ, every flip right on the candidate's own scores
   for (std::istringstream in(rows); std::getline(in, line_);)
     if (line_.find(".moe.select,") != std::string::npos || line_.find(".attn.idx.topk,") != std::string::npos)
-      flipped += line_.find(",WARN,") != std::string::npos && line_.find("all right on the candidate's own scores") != std::string::npos;
+      flipped += line_.find(",PASS,") != std::string::npos && line_.find("all right on the candidate's own scores") != std::string::npos;
   EXPECT_GE(flipped, 2) << rows;
 
   const CliResult free = run(fmt::format("run '{}' --selections free --no-reports", c));

@@ -132,6 +132,27 @@ TEST(DiffMetrics, HandComputedTinyExample) {
   EXPECT_EQ(m.n_diff, 2);
 }
 
+// err_rel = max |d_i| / (|r_i| + rms(r)), its first element and both values there; an
+// all-zero reference with a difference is infinitely far, with none no error.
+TEST(DiffMetrics, ErrRelHandComputed) {
+  // r = (3, 4), rms sqrt(12.5) = 3.536; d = (1, -1): 1 / (3 + 3.536) beats 1 / (4 + 3.536).
+  Tensor r(DType::f64, {2}), c(DType::f64, {2});
+  r.data<double>()[0] = 3, r.data<double>()[1] = 4;
+  c.data<double>()[0] = 4, c.data<double>()[1] = 3;
+  const TensorMetrics m = tensor_metrics(r, c);
+  EXPECT_DOUBLE_EQ(m.err_rel, 1.0 / (3.0 + std::sqrt(12.5)));
+  EXPECT_EQ(m.argmax_err_rel, 0);
+  EXPECT_EQ(m.ref_at_err, 3.0);
+  EXPECT_EQ(m.cand_at_err, 4.0);
+  Tensor z(DType::f64, {3}), zc(DType::f64, {3});
+  for (int i = 0; i < 3; ++i) z.data<double>()[i] = zc.data<double>()[i] = 0;
+  EXPECT_EQ(tensor_metrics(z, zc).err_rel, 0.0);
+  zc.data<double>()[2] = 1e-9;
+  const TensorMetrics far = tensor_metrics(z, zc);
+  EXPECT_TRUE(std::isinf(far.err_rel));
+  EXPECT_EQ(far.argmax_err_rel, 2);
+}
+
 // On a tensor of order 1 (rms(r) <= 1): below |r| = 1 the absolute error, above it the
 // relative one. On a larger tensor, relative to rms(r) where |r| is below it. Values exact in
 // binary.

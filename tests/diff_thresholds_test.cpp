@@ -199,14 +199,68 @@ TEST(DiffVerdicts, ReplayedSelectionsFailOnlyOnUnexplainedFlips) {
   auto judged = [&] { return judge_tensor({.metrics = &m, .routing = &rt, .exact = true}, Thresholds{}); };
   EXPECT_EQ(judged().verdict, Verdict::fail);
   rt.replayed = true;
+  // Explained and replayed: what the formats explain, a note on a PASS under the tolerance
+  // rule (the default) and a WARN under the max_abs rules (tolerance 0).
   const Judgement j = judged();
-  EXPECT_EQ(j.verdict, Verdict::warn);
+  EXPECT_EQ(j.verdict, Verdict::pass);
   EXPECT_NE(j.reason.find("all right on the candidate's own scores, replayed"), std::string::npos) << j.reason;
+  Thresholds paper;
+  set_threshold(paper, "tolerance", 0);
+  EXPECT_EQ(judge_tensor({.metrics = &m, .routing = &rt, .exact = true}, paper).verdict, Verdict::warn);
   rt.explained_tokens = 3, rt.unexplained_share = 0.02;
   EXPECT_EQ(judged().verdict, Verdict::fail);
   EXPECT_NE(judged().reason.find("rank lower (2 of 5 differing)"), std::string::npos) << judged().reason;
   rt.explained_tokens = 4, rt.unexplained_share = 0.01;  // 1% is not above 1%
   EXPECT_EQ(judged().verdict, Verdict::warn);
+}
+
+// The tolerance rule: the ratio of the error to what the formats explain, rel_l2 / E and
+// err_rel / E_elem, the larger deciding; WARN above 4x, FAIL above 8x; the max_abs rules
+// only for tensors without an expected error.
+TEST(DiffVerdicts, ToleranceRuleJudgesTheRatioToTheExpectedError) {
+  ExpectedError e;
+  e.rel = 1e-3, e.elem = 4e-3, e.format = "bf16";
+  TensorMetrics m = metrics(0.99999, 0.5);  // a max_abs the paper's rule would FAIL
+  auto judged = [&](double rel_l2, double err_rel) {
+    m.rel_l2 = rel_l2, m.err_rel = err_rel;
+    return judge_tensor({.metrics = &m, .expected = &e}, Thresholds{});
+  };
+  EXPECT_EQ(judged(3.9e-3, 1e-3).verdict, Verdict::pass);
+  EXPECT_EQ(judged(4.1e-3, 1e-3).verdict, Verdict::warn);
+  const Judgement fail = judged(8.5e-3, 1e-3);
+  EXPECT_EQ(fail.verdict, Verdict::fail);
+  EXPECT_NE(fail.reason.find("rel_l2 0.0085 = 8.5x the 0.001 expected (bf16) > 8x"), std::string::npos) << fail.reason;
+  const Judgement elem = judged(1e-3, 0.04);  // one element far beyond: err_rel 10x E_elem
+  EXPECT_EQ(elem.verdict, Verdict::fail);
+  EXPECT_NE(elem.reason.find("err_rel 0.04"), std::string::npos) << elem.reason;
+  EXPECT_DOUBLE_EQ(expected_ratio(m, e), 10.0);
+  // Without an expected error, or with tolerance 0, the max_abs rules judge: max_abs 0.5 FAILs.
+  EXPECT_EQ(judge_tensor({.metrics = &m}, Thresholds{}).verdict, Verdict::fail);
+  m.err_rel = 1e-3;
+  Thresholds off;
+  set_threshold(off, "tolerance", 0);
+  EXPECT_EQ(judge_tensor({.metrics = &m, .expected = &e}, off).verdict, Verdict::fail);
+  // cosine and new NaN/Inf still FAIL within the tolerance.
+  TensorMetrics bad = metrics(0.98, 0.0);
+  EXPECT_EQ(judge_tensor({.metrics = &bad, .expected = &e}, Thresholds{}).verdict, Verdict::fail);
+  EXPECT_THROW(set_threshold(off, "tolerance", 0.5), InputError);
+}
+
+TEST(DiffVerdicts, NamedThresholdSets) {
+  EXPECT_EQ(load_thresholds("precision").defaults.tolerance, 1.0);
+  const ThresholdPolicy paper = load_thresholds("paper");
+  EXPECT_EQ(paper.defaults.tolerance, 0.0);
+  EXPECT_EQ(paper.defaults.max_abs_scaled, 0.0);
+  EXPECT_EQ(paper.defaults.max_abs_fail, 0.1);
+  const ThresholdPolicy scaled = load_thresholds("scaled");
+  EXPECT_EQ(scaled.defaults.tolerance, 0.0);
+  EXPECT_EQ(scaled.defaults.max_abs_scaled, 1.0);
+  try {
+    load_thresholds("papr");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& err) {
+    EXPECT_NE(std::string(err.what()).find("named sets: precision, scaled, paper"), std::string::npos) << err.what();
+  }
 }
 
 TEST(DiffVerdicts, NoiseFloorGate) {

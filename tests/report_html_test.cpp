@@ -113,8 +113,12 @@ TEST_F(ReportHtml, SelfContained) {
     rest.erase(p, 26);
   EXPECT_EQ(rest.find("http://"), std::string::npos);
   EXPECT_NE(html_.find("<svg"), std::string::npos);
-  EXPECT_NE(html_.find("FAIL below 0.99"), std::string::npos);
-  EXPECT_NE(html_.find("<th>max_abs</th><th>max_abs_scaled</th>"), std::string::npos);
+  EXPECT_NE(html_.find("FAIL below cosine 0.99"), std::string::npos);
+  EXPECT_NE(html_.find("<th>max_abs</th><th>err_rel</th>"), std::string::npos);
+  EXPECT_NE(html_.find("<th>expected</th><th>x</th><th>largest error at</th>"), std::string::npos);
+  EXPECT_NE(html_.find("selection agreement per selection stage"), std::string::npos);
+  EXPECT_NE(html_.find("1 - cosine per stage, log10 scale"), std::string::npos);
+  EXPECT_NE(html_.find("class=\"marker\""), std::string::npos);  // the first divergence
   EXPECT_NE(html_.find("--group-a /reference"), std::string::npos);
   EXPECT_NE(html_.find("Test CPU &lt;fast&gt;"), std::string::npos);
   EXPECT_NE(html_.find("Worst tokens"), std::string::npos);
@@ -133,14 +137,15 @@ TEST(ReportHtmlThresholds, PlotsDrawEachStagesOwnLines) {
   EXPECT_EQ(r.thresholds.cosine_fail, 0.99);  // the defaults
   RunInfo info;
   const std::string html = render_html(r, info);
-  EXPECT_NE(html.find("FAIL below 0.99"), std::string::npos);
-  EXPECT_NE(html.find("FAIL below 0.9<"), std::string::npos);
+  EXPECT_NE(html.find("FAIL below cosine 0.99"), std::string::npos);
+  EXPECT_NE(html.find("FAIL below cosine 0.9<"), std::string::npos);
   EXPECT_NE(html.find("FAIL at 0.5<"), std::string::npos);
   EXPECT_NE(html.find("FAIL at 0.1<"), std::string::npos);
   std::size_t lines = 0;
   for (auto at = html.find("class=\"thr fail\""); at != std::string::npos; at = html.find("class=\"thr fail\"", at + 1))
     ++lines;
-  EXPECT_EQ(lines, 6u);  // per plot: before L01, L01, after L01
+  // Per value plot: before L01, L01, after L01; and the selection plot's one line.
+  EXPECT_EQ(lines, 7u);
 }
 
 TEST_F(ReportHtml, LoadsInHeadlessChromiumWithoutConsoleErrors) {

@@ -90,6 +90,42 @@ TEST(ReportJson, ParsesAndKeepsNonFiniteValuesAsText) {
   EXPECT_GE(m["argmax_abs_scaled"].get<std::int64_t>(), 0);
 }
 
+// Integer selections get agreement metrics only: no cosine or max-abs over expert ids; float
+// rows carry the expected error and where their largest error is.
+TEST(ReportCsvJson, SelectionsKeepCountsOnlyAndFloatsTheirLargestError) {
+  Tensor idx(DType::i64, {4, 2}), idx_c(DType::i64, {4, 2});
+  for (std::int64_t i = 0; i < 8; ++i) idx.data<std::int64_t>()[i] = idx_c.data<std::int64_t>()[i] = i % 3;
+  idx_c.data<std::int64_t>()[5] = 7;
+  CompareResult r = compare_maps({{"L02.moe.select/idx", idx}, {"L02.attn_norm/h", ramp({2, 2, 4}, 0)}},
+                                 {{"L02.moe.select/idx", idx_c}, {"L02.attn_norm/h", ramp({2, 2, 4}, 0.01)}});
+  r.seq = 2;
+  ExpectedError e;
+  e.rel = 1e-3, e.elem = 4e-3, e.format = "bf16";
+  for (auto& row : r.rows)
+    if (row.kind == TensorKind::values) row.expected = e;
+  judge(r, ThresholdPolicy{});
+  const auto j = nlohmann::json::parse(render_json(r, sample_info()));
+  for (const auto& row : j["rows"]) {
+    if (row["stage"] == "L02.moe.select") {
+      EXPECT_FALSE(row["metrics"].contains("cosine")) << row.dump();
+      EXPECT_FALSE(row["metrics"].contains("max_abs")) << row.dump();
+      EXPECT_FALSE(row["metrics"].contains("argmax_abs")) << row.dump();
+      EXPECT_EQ(row["metrics"]["n_diff"], 1);
+      EXPECT_FALSE(row.contains("expected"));
+    } else {
+      EXPECT_DOUBLE_EQ(row["expected"]["rel"].get<double>(), 1e-3);
+      EXPECT_GT(row["expected"]["ratio"].get<double>(), 1.0);
+      EXPECT_TRUE(row["largest_error"]["at"].contains("token")) << row.dump();
+      EXPECT_TRUE(row["largest_error"]["at"].contains("ch")) << row.dump();
+    }
+  }
+  const auto lines = lines_of(render_csv(r));
+  ASSERT_EQ(lines.size(), 3u);
+  const std::string& sel = lines[1].starts_with("L02.moe.select") ? lines[1] : lines[2];
+  EXPECT_EQ(sel.rfind("L02.moe.select,idx,,,,,", 0), 0u) << sel;  // no cosine, max_abs, rmse, rel_l2
+  EXPECT_NE(lines[0].find(",expected,expected_elem,expected_ratio,expected_format,err_at,"), std::string::npos);
+}
+
 TEST(ReportJunit, OneTestcasePerStage) {
   const std::string x = render_junit(sample_run(), sample_info());
   auto count = [&](const std::string& what) {

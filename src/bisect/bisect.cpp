@@ -12,6 +12,7 @@
 #include "bisect/isolate.h"
 #include "core/case_file.h"
 #include "core/error.h"
+#include "diff/expected.h"
 
 namespace tdiff {
 
@@ -63,6 +64,9 @@ std::vector<std::string> relax_for_floor(ThresholdPolicy& policy, const CompareR
       if (m.cosine < t.cosine_warn) rule.values.emplace_back("cosine_warn", -1.0);
       if (judged_max_abs(m, t) >= t.max_abs_warn) rule.values.emplace_back("max_abs_warn", kInf);
       if (m.rel_l2 >= t.rel_l2_warn) rule.values.emplace_back("rel_l2_warn", kInf);
+      const double ratio = row.expected ? expected_ratio(m, *row.expected) : 0.0;
+      if (ratio > t.expected_fail) rule.values.emplace_back("expected_fail", kInf);
+      if (ratio > t.expected_warn) rule.values.emplace_back("expected_warn", kInf);
       if (row.logits && row.logits->top1_agree < t.top1_fail) rule.values.emplace_back("top1_fail", 0.0);
       if (row.logits && row.logits->kl_max >= t.kl_fail) rule.values.emplace_back("kl_fail", kInf);
       if (row.logits && row.logits->kl_max >= t.kl_warn) rule.values.emplace_back("kl_warn", kInf);
@@ -123,6 +127,7 @@ MixedRunResult Bisector::run_split(Backend& backend, StageCache& cache, const st
   mo.end = stage_count();
   mo.cache = &cache;
   mo.compare = compare_all ? "" : watch_.stage;
+  mo.end_to_end = true;  // the watched output's question: does the whole path stay within its formats?
   mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
     if (s.name != watch_.stage) return;
     for (std::size_t k = 0; k < out.size(); ++k)
@@ -325,6 +330,7 @@ IsolationResult Bisector::isolate() {
   for (const auto& s : session_.stages) copt.stage_order.push_back(s.name);
   res.diff.label_ref = session_.path + ":/reference";
   res.diff.label_cand = candidate_.name() + " (isolated stages)";
+  res.diff.seq = session_.info.batch.seq();
   for (std::size_t i = 0; i < stage_count(); ++i) {
     const Stage& s = session_.stages[i];
     if (!h5_exists(session_.path, "/reference/" + s.name)) continue;
@@ -344,6 +350,10 @@ IsolationResult Bisector::isolate() {
       if (floor_backend_) floor.rows.push_back(diff_tensor(key, ref, out_floor[k], copt, scores));
     }
   }
+  if (const Policy* policy = candidate_.numerics())
+    set_expected(res.diff, {&session_, policy, StageInputs::reference, nullptr});
+  if (floor_backend_ && floor_backend_->numerics())
+    set_expected(floor, {&session_, floor_backend_->numerics(), StageInputs::reference, nullptr});
   ThresholdPolicy local = opt_.thresholds;
   if (floor_backend_) relax_for_floor(local, floor);
   judge(res.diff, local, floor_backend_ ? &floor : nullptr);

@@ -25,6 +25,7 @@
 #include "gates/model_stats.h"
 #include "report/stats_report.h"
 #include "refcpu/refcpu_backend.h"
+#include "report/summary.h"
 
 namespace tdiff::cli {
 
@@ -78,8 +79,14 @@ std::uint64_t seed_from(const std::string& run_id) {
 void print_first_divergence(const CompareResult& diff) {
   if (diff.first_fail >= 0) {
     const TensorDiff& d = diff.rows[static_cast<std::size_t>(diff.first_fail)];
-    fmt::print("first divergence: {} (cosine {:.6f}, max_abs {:.3g}, rel_l2 {:.3g}): {}\n", d.key(), d.metrics.cosine,
-               d.metrics.max_abs, d.metrics.rel_l2, d.reason);
+    // Integer selections: agreement only (a distance between expert ids means nothing).
+    const std::string numbers =
+        d.kind == TensorKind::routing || d.kind == TensorKind::exact
+            ? report::error_text(d)
+            : fmt::format("cosine {:.6f}, rel_l2 {:.3g}, expected {}", d.metrics.cosine, d.metrics.rel_l2,
+                          report::expected_text(d));
+    const std::string where = report::where_text(diff, d);
+    fmt::print("first divergence: {} ({}): {}{}\n", d.key(), numbers, d.reason, where.empty() ? "" : "; at " + where);
     fmt::print("  the first tensor whose own error crosses its thresholds; `tdiff bisect` names the first stage whose\n"
                "  error makes the logits fail, which can be another one (its report says why)\n");
   } else {

@@ -7,7 +7,9 @@
 namespace tdiff::cli {
 
 void ReportOptions::add_to(CLI::App* cmd) {
-  cmd->add_option("--thresholds", thresholds, "thresholds file (TOML: [default] and [[rule]] stages = glob)");
+  cmd->add_option("--thresholds", thresholds,
+                  "thresholds file (TOML: [default] and [[rule]] stages = glob), or a named set: precision (default: "
+                  "errors against what the candidate's formats explain), scaled, paper (the paper's absolute bounds)");
   cmd->add_option("--threshold", overrides, "override 'KEY=VALUE' or 'GLOB:KEY=VALUE[,KEY=VALUE]' (repeatable)");
   cmd->add_option("-o,--out", out_dir, "report folder (default reports/<case>/<run-id>)");
   cmd->add_option("--run-id", run_id, "run id (default: time-based)");
@@ -24,7 +26,8 @@ ThresholdPolicy ReportOptions::make_thresholds(const std::vector<std::string>& k
 
 std::string ReportOptions::flags() const {
   std::string s;
-  if (!thresholds.empty()) s += " --thresholds " + shell_quote(absolute_path(thresholds));
+  if (!thresholds.empty())
+    s += " --thresholds " + shell_quote(named_thresholds(thresholds) ? thresholds : absolute_path(thresholds));
   for (const auto& o : overrides) s += " --threshold " + shell_quote(o);
   return s;
 }

@@ -39,6 +39,8 @@ struct RunContext {
   TieRule tie_rule = TieRule::lowest_index;
 };
 
+class Policy;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -60,6 +62,9 @@ class Backend {
   // Facts about the device for the run's environment record (GPU name and arch, driver and
   // runtime versions, ...); empty for CPU backends.
   virtual std::map<std::string, std::string> environment() const { return {}; }
+  // The numerics policy the backend computes under (emu, hip): the tolerance model
+  // (diff/expected.h) derives each tensor's expected error from it. Null for the reference.
+  virtual const Policy* numerics() const { return nullptr; }
 };
 
 }  // namespace tdiff

@@ -19,6 +19,10 @@
 //     selected_ids  [B,S,k]    the entry ids a query selected, -1 padded
 //   gemm       a GEMM whose operands and sums follow matmul_input / matmul_accum
 //   split_k    sums split-K or expert partials, in an order the reduction knob picks
+//   store      where a correct kernel rounds its outputs (the tolerance model, diff/expected.h):
+//              in the policy's storage format, in its stream format, kept in float32 (the
+//              router, softmax-like maps, scores and logits, when their knobs are right), or
+//              not at all (integer outputs)
 //   gpu_test   the file of tests/gpu that checks its kernels ("" none yet); that file names
 //              the kind in its "// covers:" line
 // Compute kinds (the `storage` knob's) are those whose outputs are floating point: every
@@ -77,6 +81,8 @@ enum class TensorKind : std::uint8_t {
   exact,    // other integer/boolean tensors (masks): exact comparison
 };
 
+enum class OutStore { storage, stream, f32, exact };
+
 enum class RowLayout { tokens, flat_tokens, entries, query_key, query_entry, selected_ids };
 
 struct OpInfo {
@@ -88,6 +94,7 @@ struct OpInfo {
   RowLayout layout;
   bool gemm;
   bool split_k;
+  OutStore store;
   const char* gpu_test;
 
   bool compute() const { return output == TensorKind::values || output == TensorKind::logits; }

@@ -221,6 +221,9 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
       in.floor = &it->second->metrics;
       row.floor_rmse = it->second->metrics.rmse;
     }
+    in.expected = row.expected ? &*row.expected : nullptr;
+    row.tolerance_ratio = in.expected && !in.exact ? expected_ratio(row.metrics, *in.expected)
+                                                   : std::numeric_limits<double>::quiet_NaN();
     row.thresholds = policy.for_tensor(row.stage, row.tensor);
     const Judgement j = row.shape_cand ? Judgement{Verdict::fail, fmt::format("shape mismatch: reference {} vs candidate {}",
                                                                              shape_str(row.shape), shape_str(*row.shape_cand))}

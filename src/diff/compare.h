@@ -6,6 +6,7 @@
 //   CompareResult r = compare_files("case.h5", "/reference", "dump.h5", "/", opts);
 //   judge(r, load_thresholds("thresholds.toml"));
 //   // r.verdict, r.rows[i].verdict, r.first_fail ...
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,6 +36,10 @@ struct TensorDiff {
   std::string reason;
   std::optional<double> floor_rmse;  // the noise-floor run's rmse, when one was given
   Thresholds thresholds;             // what the row was judged against (its rules applied)
+  // The error the candidate's formats explain (set_expected, diff/expected.h) and, set by
+  // judge(), how many times it the row's error is (expected_ratio; NaN without one).
+  std::optional<ExpectedError> expected;
+  double tolerance_ratio = std::numeric_limits<double>::quiet_NaN();
 
   std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }
 };
@@ -48,6 +53,7 @@ struct CompareResult {
   Verdict verdict = Verdict::pass;
   int first_fail = -1;
   Thresholds thresholds;  // the policy's defaults (each row carries its own)
+  std::int64_t seq = 0;   // the case's tokens per batch row, to locate elements (diff/location.h); 0: unknown
 };
 
 struct CompareOptions {

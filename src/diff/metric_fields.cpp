@@ -13,13 +13,14 @@ constexpr unsigned kFiles = kShowFiles, kLead = kShowFiles | kShowLead | kShowTa
 
 // cosine, max_abs, rmse and rel_l2 lead report.csv (stable for users' scripts); the CSV lists
 // the lead fields first, then the verdict, then the others in this order.
-constexpr std::array<MetricField<T>, 20> kTensor{{
+constexpr std::array<MetricField<T>, 24> kTensor{{
     {"cosine", "cosine", &T::cosine, kLead},
     {"max_abs", "max_abs", &T::max_abs, kLead},
-    {"max_abs_scaled", "max_abs_scaled", &T::max_abs_scaled, kTable},
+    {"max_abs_scaled", "max_abs_scaled", &T::max_abs_scaled, kFiles},
+    {"err_rel", "err_rel", &T::err_rel, kTable},
     {"rmse", "rmse", &T::rmse, kLead},
     {"rel_l2", "rel_l2", &T::rel_l2, kLead},
-    {"max_rel", "max_rel", &T::max_rel, kTable},
+    {"max_rel", "max_rel", &T::max_rel, kFiles},
     {"ref_rms", "ref_rms", &T::ref_rms, kTable},
     {"max_abs_ref", "max_abs_ref", &T::max_abs_ref, kFiles},
     {"count", "count", &T::count, kFiles},
@@ -32,6 +33,9 @@ constexpr std::array<MetricField<T>, 20> kTensor{{
     {"new_nonfinite", "new_nonfinite", &T::new_nonfinite, kFiles},
     {"argmax_abs", "argmax_abs", &T::argmax_abs, kFiles},
     {"argmax_abs_scaled", "argmax_abs_scaled", &T::argmax_abs_scaled, kFiles},
+    {"argmax_err_rel", "argmax_err_rel", &T::argmax_err_rel, kFiles},
+    {"ref_at_err", "ref_at_err", &T::ref_at_err, kFiles},
+    {"cand_at_err", "cand_at_err", &T::cand_at_err, kFiles},
     // What a verdict's reason quotes (how max_abs_scaled was scaled); in no report.
     {"ref_at_max_abs_scaled", nullptr, &T::ref_at_max_abs_scaled, 0},
     {"max_abs_scale", nullptr, &T::max_abs_scale, 0},

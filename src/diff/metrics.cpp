@@ -181,6 +181,28 @@ double chunk_scaled_max(const Tensor& ref, const Tensor& cand, std::int64_t begi
   return m;
 }
 
+// err_rel's maximum over one chunk and its first element (-1: none), skipping non-finite
+// pairs; a plain loop, as it runs once per tensor after rms(r) is known.
+struct ErrMax {
+  double value = 0;
+  std::int64_t at = -1;
+};
+ErrMax chunk_err_max(const Tensor& ref, const Tensor& cand, std::int64_t begin, std::int64_t n, double rms,
+                     std::vector<double>& buf_r, std::vector<double>& buf_c) {
+  ErrMax m;
+  std::visit(
+      [&](auto r, auto c) {
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double a = static_cast<double>(r[i]), b = static_cast<double>(c[i]);
+          if (!std::isfinite(a) || !std::isfinite(b)) continue;
+          const double d = std::fabs(b - a), e = d == 0.0 ? 0.0 : d / (std::fabs(a) + rms);
+          if (e > m.value || m.at < 0) m = {e, begin + i};
+        }
+      },
+      chunk_elems(ref, begin, n, buf_r), chunk_elems(cand, begin, n, buf_c));
+  return m;
+}
+
 void check_shapes(const Tensor& ref, const Tensor& cand, const char* what) {
   if (ref.shape() != cand.shape())
     input_error("{}: shape mismatch, reference {} vs candidate {}", what, shape_str(ref.shape()),
@@ -199,6 +221,25 @@ void for_each_chunk(std::int64_t n, F&& f) {
 #pragma omp for schedule(static)
     for (std::int64_t k = 0; k < nchunks; ++k) f(k, k * kChunk, std::min(kChunk, n - k * kChunk), buf_r, buf_c);
   }
+}
+
+// err_rel = max |d_i| / (|r_i| + rms(r)) and where it is; a zero reference with a nonzero
+// difference is infinitely far (0/0 elements, both zero, count as no error).
+void set_err_rel(const Tensor& ref, const Tensor& cand, TensorMetrics& m) {
+  const std::int64_t n = ref.numel(), nchunks = (n + kChunk - 1) / kChunk;
+  std::vector<ErrMax> parts(static_cast<std::size_t>(nchunks));
+  for_each_chunk(n, [&](std::int64_t k, std::int64_t begin, std::int64_t len, std::vector<double>& buf_r,
+                        std::vector<double>& buf_c) {
+    parts[static_cast<std::size_t>(k)] = chunk_err_max(ref, cand, begin, len, m.ref_rms, buf_r, buf_c);
+  });
+  ErrMax best;
+  for (const ErrMax& p : parts)
+    if (p.at >= 0 && (p.value > best.value || best.at < 0)) best = p;
+  if (best.at < 0) return;
+  m.err_rel = best.value;
+  m.argmax_err_rel = best.at;
+  m.ref_at_err = ref.value(best.at);
+  m.cand_at_err = cand.value(best.at);
 }
 
 }  // namespace
@@ -265,6 +306,8 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
         t.max_abs_scaled = scaled[static_cast<std::size_t>(k)], worst_scaled_chunk = k;
     m.max_abs_scaled = t.max_abs_scaled;
   }
+
+  set_err_rel(ref, cand, m);
 
   // The first elements reaching max_abs and max_abs_scaled, found by rescanning only the
   // chunks that hold them.

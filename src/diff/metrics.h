@@ -13,6 +13,11 @@
 //             |x| = 26 is 0.125), and a sum of large terms can land near zero (the
 //             hyper-connection collapse of four streams), so neither |d| alone nor |d|/|r_i|
 //             reads rounding noise as noise; this is what the max_abs rules judge by default
+//   err_rel = max |d_i| / (|r_i| + rms(r)): each element's error against what a relative
+//             tolerance explains there plus what the tensor's scale explains anywhere (the
+//             atol + rtol·|r| of Composable Kernel's checks, with atol = rtol·rms(r)); the
+//             tolerance rule (thresholds.h) reads it beside rel_l2. argmax_err_rel is its
+//             element, ref_at_err / cand_at_err the two values there (a report's "where")
 //   max_rel = max |d| / max(|r_i|, rel_floor): the floor keeps near-zero reference values
 //             (whose relative error is pure noise) from dominating; default 1e-3, absolute
 //   new_nonfinite = positions where c is NaN/Inf and r is not the same non-finite value:
@@ -45,6 +50,9 @@ struct TensorMetrics {
   std::int64_t argmax_abs_scaled = -1;  // flat index of the first element reaching max_abs_scaled
   double ref_at_max_abs_scaled = 0.0;   // |r| there, so a verdict can say what was scaled by what
   double max_abs_scale = 1.0;           // s = max(1, ref_rms), the floor of that scale
+  double err_rel = 0.0;                 // max |d_i| / (|r_i| + rms(r))
+  std::int64_t argmax_err_rel = -1;     // its first element (flat index)
+  double ref_at_err = 0.0, cand_at_err = 0.0;  // r and c there
   double rmse = 0.0;
   double rel_l2 = 0.0;
   double max_rel = 0.0;

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -41,6 +42,9 @@ constexpr std::array kFields{
     Field{"mismatch_warn", &Thresholds::mismatch_warn, 0, 1},
     Field{"floor_k", &Thresholds::floor_k},
     Field{"floor_atol", &Thresholds::floor_atol},
+    Field{"tolerance", &Thresholds::tolerance, 0, 1, false},
+    Field{"expected_warn", &Thresholds::expected_warn},
+    Field{"expected_fail", &Thresholds::expected_fail},
 };
 
 // Collects the reasons of the most severe level reached.
@@ -75,7 +79,28 @@ void judge_max_abs(Verdicts& v, Verdict level, const TensorMetrics& m, const Thr
                              m.max_abs_scaled * m.ref_at_max_abs_scaled, m.ref_at_max_abs_scaled, threshold));
 }
 
+// The tolerance rule: the error against what the candidate's formats explain.
+void judge_expected(Verdicts& v, const TensorMetrics& m, const ExpectedError& e, const Thresholds& t) {
+  const double ratio = expected_ratio(m, e);
+  const Verdict level = ratio > t.expected_fail ? Verdict::fail : ratio > t.expected_warn ? Verdict::warn : Verdict::pass;
+  if (level == Verdict::pass) return;
+  const double limit = level == Verdict::fail ? t.expected_fail : t.expected_warn;
+  if (m.rel_l2 / e.rel >= m.err_rel / e.elem)
+    v.add(level, fmt::format("rel_l2 {:.3g} = {:.3g}x the {:.3g} expected ({}) > {:g}x", m.rel_l2, ratio, e.rel,
+                             e.format, limit));
+  else
+    v.add(level, fmt::format("err_rel {:.3g} at element {} = {:.3g}x the {:.3g} expected ({}) > {:g}x", m.err_rel,
+                             m.argmax_err_rel, ratio, e.elem, e.format, limit));
+}
+
 }  // namespace
+
+double expected_ratio(const TensorMetrics& m, const ExpectedError& e) {
+  // Both parts of E are > 0 by construction (no format is exact); a zero stays harmless.
+  const double a = e.rel > 0 ? m.rel_l2 / e.rel : (m.rel_l2 > 0 ? kOff : 0.0);
+  const double b = e.elem > 0 ? m.err_rel / e.elem : (m.err_rel > 0 ? kOff : 0.0);
+  return std::max(a, b);
+}
 
 const char* verdict_name(Verdict v) {
   switch (v) {
@@ -98,6 +123,9 @@ void set_threshold(Thresholds& t, std::string_view key, double value) {
       if (std::isnan(value)) input_error("threshold {} is NaN", key);
       if (f.member == &Thresholds::max_abs_scaled && value != 0.0 && value != 1.0)
         input_error("threshold max_abs_scaled is a switch: 1 (judge |d| / max(1, rms(r), |r|)) or 0 (plain |d|), not {:g}",
+                    value);
+      if (f.member == &Thresholds::tolerance && value != 0.0 && value != 1.0)
+        input_error("threshold tolerance is a switch: 1 (judge against the expected error) or 0 (max_abs rules), not {:g}",
                     value);
       if (value < f.lo || (value > f.hi && !(f.off_allowed && value == kOff)))
         input_error("threshold {} = {:g} is outside [{:g}, {:g}]{}", key, value, f.lo, f.hi,
@@ -145,28 +173,38 @@ void ThresholdPolicy::check_patterns(const std::vector<std::string>& stages) con
     }
 }
 
+// A selection tensor: its tokens with another choice (see JudgeInput::routing).
+static void judge_routing(Verdicts& v, const RoutingMetrics& routing, const Thresholds& t) {
+  // Without replay every untied flip counts; with replay only the flips the candidate's
+  // own scores do not explain (top-k faults), the others are a WARN (a note under the
+  // tolerance rule).
+  const RoutingMetrics& r = routing;
+  const std::int64_t differ = r.tokens - r.equal_tokens - r.tie_tokens;
+  const std::int64_t unexplained = differ - r.explained_tokens;
+  const std::string right =
+      r.explained_tokens == differ ? "all" : fmt::format("{} of {}", r.explained_tokens, differ);
+  if (r.judged_share() <= t.mismatch_fail) {
+    // Under the tolerance rule, replayed flips that the candidate's own scores explain are
+    // what its formats explain (the scores are judged at their own stage): a note, not a WARN.
+    const bool expected = t.tolerance != 0.0 && r.replayed && unexplained == 0;
+    if (r.mismatch_share > t.mismatch_warn)
+      v.add(expected ? Verdict::pass : Verdict::warn,
+            fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{})",
+                        100 * r.mismatch_share, right, r.replayed ? ", replayed" : ""));
+  } else if (r.replayed)
+    v.add(Verdict::fail, fmt::format("{:.3g}% tokens chose ids their own scores rank lower ({} of {} differing)",
+                                     100 * r.unexplained_share, unexplained, differ));
+  else
+    v.add(Verdict::fail, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores)",
+                                     100 * r.mismatch_share, right));
+}
+
 Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   Verdicts v;
   const TensorMetrics& m = *in.metrics;
   if (in.exact) {
     if (in.routing) {
-      // Without replay every untied flip counts; with replay only the flips the candidate's
-      // own scores do not explain (top-k faults), the others are reported as a WARN.
-      const RoutingMetrics& r = *in.routing;
-      const std::int64_t differ = r.tokens - r.equal_tokens - r.tie_tokens;
-      const std::int64_t unexplained = differ - r.explained_tokens;
-      const std::string right =
-          r.explained_tokens == differ ? "all" : fmt::format("{} of {}", r.explained_tokens, differ);
-      if (r.judged_share() <= t.mismatch_fail) {
-        if (r.mismatch_share > t.mismatch_warn)
-          v.add(Verdict::warn, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{})",
-                                           100 * r.mismatch_share, right, r.replayed ? ", replayed" : ""));
-      } else if (r.replayed)
-        v.add(Verdict::fail, fmt::format("{:.3g}% tokens chose ids their own scores rank lower ({} of {} differing)",
-                                         100 * r.unexplained_share, unexplained, differ));
-      else
-        v.add(Verdict::fail, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores)",
-                                         100 * r.mismatch_share, right));
+      judge_routing(v, *in.routing, t);
       return v.result();
     }
     const double share = m.count ? static_cast<double>(m.n_diff) / static_cast<double>(m.count) : 0.0;
@@ -176,7 +214,9 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   }
   if (m.new_nonfinite > 0) v.add(Verdict::fail, fmt::format("{} NaN/Inf not in the reference", m.new_nonfinite));
   if (m.cosine < t.cosine_fail) v.add(Verdict::fail, fmt::format("cosine {:.6g} < {:g}", m.cosine, t.cosine_fail));
-  judge_max_abs(v, Verdict::fail, m, t, t.max_abs_fail);
+  const bool tolerance = t.tolerance != 0.0 && in.expected;
+  if (tolerance) judge_expected(v, m, *in.expected, t);
+  else judge_max_abs(v, Verdict::fail, m, t, t.max_abs_fail);
   if (m.rel_l2 >= t.rel_l2_fail) v.add(Verdict::fail, fmt::format("rel_l2 {:.3g} >= {:g}", m.rel_l2, t.rel_l2_fail));
   if (in.logits) {
     const LogitsMetrics& l = *in.logits;
@@ -190,7 +230,7 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
       v.add(Verdict::fail, fmt::format("rmse {:.3g} > {:g} x floor {:.3g}", m.rmse, t.floor_k, in.floor->rmse));
   }
   if (m.cosine < t.cosine_warn) v.add(Verdict::warn, fmt::format("cosine {:.6g} < {:g}", m.cosine, t.cosine_warn));
-  judge_max_abs(v, Verdict::warn, m, t, t.max_abs_warn);
+  if (!tolerance) judge_max_abs(v, Verdict::warn, m, t, t.max_abs_warn);
   if (m.rel_l2 >= t.rel_l2_warn) v.add(Verdict::warn, fmt::format("rel_l2 {:.3g} >= {:g}", m.rel_l2, t.rel_l2_warn));
   return v.result();
 }

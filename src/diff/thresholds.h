@@ -16,6 +16,14 @@
 // of such streams that lands near zero keeps their absolute error, so a correct bf16 path
 // would FAIL on rounding alone. On tensors of order 1 (rms(r) <= 1) and where |r| <= 1 both
 // rules are the same absolute bound.
+// The tolerance rule (tolerance = 1, the default): a tensor with an expected error (the error
+// its candidate's formats explain, diff/expected.h) is judged by the ratio of its error to it,
+//   ratio = max(rel_l2 / E.rel, err_rel / E.elem)
+//   FAIL  ratio > expected_fail (8: three mantissa bits beyond what the formats explain)
+//   WARN  ratio > expected_warn (4: two bits)
+// and the max_abs rules judge only tensors without one (a compare of two dumps). tolerance = 0
+// gives back the max_abs rules everywhere (`--thresholds paper`: with max_abs_scaled = 0, the
+// paper's absolute bounds).
 // Integer and boolean tensors (selection indices, masks) are compared exactly. Their
 // mismatch share is the share of differing tokens for routing tensors (ties excluded, see
 // metrics.h) and of differing elements otherwise:
@@ -23,6 +31,7 @@
 // Routing tensors of a run that replayed the selections FAIL on their unexplained share
 // instead (RoutingMetrics::judged_share): explained flips changed nothing downstream.
 // "off" values are the ones that can never trigger (cosine -1, the others +inf).
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,11 +58,14 @@ struct Thresholds {
   double mismatch_warn = 0.0;
   double floor_k = 3.0;
   double floor_atol = 0.0;
+  double tolerance = 1.0;      // a switch: 1 judge against the expected error where known, 0 never
+  double expected_warn = 4.0;  // ratio to the expected error
+  double expected_fail = 8.0;
   Thresholds();
 };
 
 // Sets one field by its name (the names above); InputError for an unknown name, NaN, or a
-// switch (max_abs_scaled) set to anything but 0 or 1.
+// switch (max_abs_scaled, tolerance) set to anything but 0 or 1.
 void set_threshold(Thresholds& t, std::string_view key, double value);
 std::vector<std::string> threshold_keys();
 
@@ -81,7 +93,11 @@ struct ThresholdPolicy {
 //   stages = "L0[2-4].attn.*"     # a glob or a list of globs
 //   cosine_fail = 0.999
 // Unknown keys, wrong types and parse errors are InputErrors naming the file.
+// A name instead of a path picks a built-in set: `precision` (the defaults: the tolerance rule),
+// `scaled` (max_abs_scaled rules everywhere, tolerance 0) or `paper` (the correctness paper's
+// absolute bounds: tolerance 0, max_abs_scaled 0).
 ThresholdPolicy load_thresholds(const std::string& path);
+std::optional<ThresholdPolicy> named_thresholds(const std::string& name);
 // Command-line overrides, appended as the last rules: "PATTERN:key=value[,key=value...]",
 // or "key=value[,...]" for every stage (a rule for "*", so it wins over the file's rules).
 void add_threshold_override(ThresholdPolicy& p, const std::string& spec);
@@ -90,6 +106,19 @@ bool stage_matches(const std::string& pattern, const std::string& stage, const s
 
 // The number the max_abs_fail / max_abs_warn rules compare: max_abs_scaled or max_abs.
 double judged_max_abs(const TensorMetrics& m, const Thresholds& t);
+
+// The error a candidate's formats explain for one tensor (diff/expected.h computes it).
+struct ExpectedError {
+  double rel = 0.0;        // E: the relative error |d| / |r| (rms) the formats explain
+  double elem = 0.0;       // E sqrt(2 ln n): the largest element's err_rel among n
+  double local = 0.0;      // the stage's own rounding and accumulation, relative
+  double inherited = 0.0;  // its inputs' relative errors, in quadrature
+  std::int64_t n_acc = 0;  // the accumulation length the local part counts
+  std::string format;      // where the output is rounded ("bf16", "f32 stream", ...)
+  std::string source;      // "formats" (a candidate stage) or "reference" (float64, mixed runs)
+};
+// max(rel_l2 / E.rel, err_rel / E.elem): how many times the explained error the tensor carries.
+double expected_ratio(const TensorMetrics& m, const ExpectedError& e);
 
 // The verdict of one tensor, with a short reason naming the rules that fired.
 struct Judgement {
@@ -102,6 +131,7 @@ struct JudgeInput {
   const RoutingMetrics* routing = nullptr;   // selection tensors
   bool exact = false;                        // integer/boolean tensors
   const TensorMetrics* floor = nullptr;      // the noise-floor run's metrics, if any
+  const ExpectedError* expected = nullptr;   // the error the candidate's formats explain, if known
 };
 Judgement judge_tensor(const JudgeInput& in, const Thresholds& t);
 

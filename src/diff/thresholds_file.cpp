@@ -1,6 +1,7 @@
 // Reading verdict policies: the TOML thresholds file and the command-line overrides.
 #include <charconv>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -62,8 +63,19 @@ std::vector<std::string> rule_patterns(const toml::table& rule, const std::strin
 
 }  // namespace
 
+std::optional<ThresholdPolicy> named_thresholds(const std::string& name) {
+  ThresholdPolicy p;
+  if (name == "precision") return p;
+  if (name != "paper" && name != "scaled") return std::nullopt;
+  set_threshold(p.defaults, "tolerance", 0.0);
+  if (name == "paper") set_threshold(p.defaults, "max_abs_scaled", 0.0);
+  return p;
+}
+
 ThresholdPolicy load_thresholds(const std::string& path) {
-  if (!std::filesystem::is_regular_file(path)) input_error("thresholds file not found: {}", path);
+  if (auto named = named_thresholds(path)) return *named;
+  if (!std::filesystem::is_regular_file(path))
+    input_error("thresholds file not found: {} (named sets: precision, scaled, paper)", path);
   toml::table doc;
   try {
     doc = toml::parse_file(path);

@@ -26,6 +26,7 @@ class EmuBackend final : public Backend {
   std::string name() const override { return "emu"; }
   bool implements(OpKind kind) const override;
   const Policy& policy() const { return policy_; }
+  const Policy* numerics() const override { return &policy_; }
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
 
  private:

@@ -7,6 +7,8 @@
 
 #include "exec/selection_scores.h"
 #include "exec/stage_cache.h"
+#include "core/policy.h"
+#include "diff/expected.h"
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/pattern.h"
@@ -29,6 +31,7 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   for (const auto& s : stages) copt.stage_order.push_back(s.name);
   result.diff.label_ref = session.path + ":/reference";
   result.diff.label_cand = candidate.name();
+  result.diff.seq = session.info.batch.seq();
 
   // A tensor is "clean" while it equals the reference bit for bit: produced by the reference
   // backend (deterministic) from clean inputs. Clean stages can be read from the case file.
@@ -112,6 +115,9 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   }, ctx, env, hooks);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result.replayed) result.diff.label_cand += ", selections replayed from the reference";
+  // What the candidate's formats explain, for the tolerance rule (the reference has no policy).
+  if (const Policy* policy = candidate.numerics())
+    set_expected(result.diff, {&session, policy, StageInputs::run, &on_candidate, !opt.end_to_end});
   return result;
 }
 

@@ -29,6 +29,10 @@ struct MixedRunOptions {
   // scores do not explain (diff/metrics.h). Off: the candidate follows its own choices.
   // Not combined with `cache` (a cached stage is not replayed).
   bool replay_selections = false;
+  // Expected errors (diff/expected.h) judged end to end: every input carries its modelled
+  // error, not the one this run measured (a bisect's watched output); otherwise each stage is
+  // judged on what it adds to its inputs' measured errors.
+  bool end_to_end = false;
   std::function<void(const Stage&, std::size_t index)> progress;
   // Every stage's outputs, for callers that keep or store them.
   std::function<void(const Stage&, const std::vector<Tensor>&)> on_outputs;

@@ -38,6 +38,7 @@ class HipBackend final : public Backend {
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
   bool deferred_outputs() const override { return true; }
   void finish() override;
+  const Policy* numerics() const override { return &policy_; }
   void release(const std::string& key) override;
 
   const DeviceInfo& device() const { return info_; }

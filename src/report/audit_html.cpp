@@ -62,12 +62,16 @@ std::string factor_chart(const AuditResult& r) {
   return o + "</svg>\n";
 }
 
+// The knob table. Its headers wrap and the bad setting's effect lives in the knob's details,
+// so the table fits the page; without full runs the end-to-end and run-to-run columns go.
 std::string main_table(const AuditResult& r) {
-  std::string o =
-      "<table id=\"audit\" class=\"sortable\"><thead><tr><th>knob</th><th>bad &rarr; good</th><th>stages</th>"
-      "<th>local bad</th><th>local good</th><th>factor</th><th>logits rel_l2 bad</th><th>logits rel_l2 good</th>"
-      "<th>top-1 bad</th><th>top-1 good</th><th>run to run bad</th><th>run to run good</th><th>what the bad "
-      "setting does</th></tr></thead><tbody>\n";
+  const bool full = audit_ran_full(r);
+  std::string o = "<table id=\"audit\" class=\"sortable\"><thead><tr><th>knob</th><th>bad &rarr; good</th>"
+                  "<th>stages</th><th>local bad</th><th>local good</th><th>factor</th>";
+  if (full)
+    o += "<th>logits rel_l2 bad</th><th>logits rel_l2 good</th><th>top-1 bad</th><th>top-1 good</th><th>run to run "
+         "bad</th><th>run to run good</th>";
+  o += "</tr></thead><tbody>\n";
   for (const auto& row : r.rows) {
     auto e2e = [&](const AuditSide& s) {
       return s.ran_full ? cell(s.full.logits.metrics.rel_l2, num(s.full.logits.metrics.rel_l2, "{:.2e}"))
@@ -90,8 +94,8 @@ std::string main_table(const AuditResult& r) {
     o += cell(local_value(row.bad, row.selection), audit_local_text(row.bad, row.selection));
     o += cell(local_value(row.good, row.selection), audit_local_text(row.good, row.selection));
     o += cell(row.factor, audit_factor_text(row.factor));
-    o += e2e(row.bad) + e2e(row.good) + top1(row.bad) + top1(row.good) + r2r(row.bad) + r2r(row.good);
-    o += fmt::format("<td class=\"reason\">{}</td></tr>\n", html_escape(row.knob.effect));
+    if (full) o += e2e(row.bad) + e2e(row.good) + top1(row.bad) + top1(row.good) + r2r(row.bad) + r2r(row.good);
+    o += "</tr>\n";
   }
   return o + "</tbody></table>\n";
 }
@@ -103,6 +107,7 @@ std::string details(const AuditResult& r) {
                      "stages, factor {4}</summary>\n",
                      html_escape(row.knob.name), html_escape(row.knob.bad), html_escape(row.knob.good), row.touched,
                      audit_factor_text(row.factor));
+    o += fmt::format("<p class=\"legend\">What the bad setting does: {}</p>\n", html_escape(row.knob.effect));
     o += "<table><thead><tr><th>stage</th><th>tensor</th><th>bad</th><th>good</th><th>bad / good</th></tr></thead>"
          "<tbody>\n";
     for (std::size_t i = 0; i < row.bad.local.rows.size() && i < row.good.local.rows.size(); ++i) {
@@ -162,7 +167,9 @@ std::string render_audit_html(const AuditResult& r, const RunInfo& info) {
   const std::string title = info.title.empty() ? "tdiff audit: " + info.case_name : info.title;
   std::string o = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
                   "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  o += fmt::format("<title>{}</title>\n<style>{}</style></head>\n<body><main>\n", html_escape(title), report::kHtmlStyle);
+  // The knob table's headers wrap, so that its columns fit the page.
+  o += fmt::format("<title>{}</title>\n<style>{}#audit th {{ white-space: normal; }}</style></head>\n<body><main>\n",
+                   html_escape(title), report::kHtmlStyle);
   o += fmt::format("<h1>{}</h1><p class=\"sub\">knobs flipped on <code>{}</code> &middot; case <b>{}</b> &middot; run "
                    "<code>{}</code> &middot; tdiff {} &middot; {:.1f} s</p>\n",
                    html_escape(title), html_escape(r.policy), html_escape(info.case_name), html_escape(info.run_id),
@@ -171,9 +178,10 @@ std::string render_audit_html(const AuditResult& r, const RunInfo& info) {
   o += "<p class=\"legend\"><b>local</b>: the relative L2 error of every stage the knob touches, each run on the "
        "reference's own inputs (so upstream error does not mix in), all touched tensors taken together; for top-k "
        "knobs the tokens whose selection differs from the reference (ties included). <b>factor</b> = bad / good. "
-       "<b>logits</b>, <b>top-1</b>: a full candidate run at each setting against the reference. <b>run to run</b>: "
-       "two full runs with different run seeds: stage outputs that are not bit-identical, and tokens whose expert or "
-       "indexer selection differs. The correctness paper reports about 10x for QK<sup>T</sup> with fp32 "
+       "<b>logits</b>, <b>top-1</b>: a full candidate run at each setting against the reference (not run with "
+       "--no-full-runs). <b>run to run</b>: two full runs with different run seeds: stage outputs that are not "
+       "bit-identical, and tokens whose expert or indexer selection differs. What each bad setting does: in its "
+       "details below. The correctness paper reports about 10x for QK<sup>T</sup> with fp32 "
        "accumulation, 5x for fp32 softmax statistics, 8x for P&middot;V with fp32 accumulation, 3x for the logits "
        "layer, and run-to-run routing differences removed by fp32 comparison with ties broken by expert id.</p>\n";
   o += "<h2>Per stage</h2>\n" + details(r);

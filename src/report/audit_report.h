@@ -14,6 +14,8 @@ namespace tdiff {
 // "1.2e-03", "3 tok", "inf", "NaN/Inf" for a side's local error.
 std::string audit_local_text(const AuditSide& side, bool selection);
 std::string audit_factor_text(double factor);  // "12.3x", "inf", "1.00x"
+// Whether any knob ran the full (end-to-end, run-to-run) runs: the reports show those columns only then.
+bool audit_ran_full(const AuditResult& r);
 
 void print_audit(std::FILE* out, const AuditResult& r, const RunInfo& info);
 std::string render_audit_csv(const AuditResult& r);

@@ -47,29 +47,44 @@ std::string audit_factor_text(double f) {
   return f >= 100 ? fmt::format("{:.0f}x", f) : f >= 10 ? fmt::format("{:.1f}x", f) : fmt::format("{:.2f}x", f);
 }
 
+bool audit_ran_full(const AuditResult& r) {
+  for (const auto& row : r.rows)
+    if (row.bad.ran_full || row.good.ran_full) return true;
+  return false;
+}
+
 void print_audit(std::FILE* out, const AuditResult& r, const RunInfo& info) {
+  // Without full runs (--no-full-runs) the end-to-end and run-to-run columns have nothing to show.
+  const bool full = audit_ran_full(r);
+  const int width = full ? 97 : 55;
   fmt::print(out, "{}\n", info.title);
   fmt::print(out, "knobs flipped on: {}\n\n", r.policy);
-  fmt::print(out, "{:<16} {:<10} {:<27} {:<19} {:<9} {}\n", "", "", "local error (isolated)", "logits rel_l2",
-             "top-1 %", "run to run");
-  fmt::print(out, "{:<16} {:<10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>11}\n", "knob", "bad", "bad", "good", "factor",
-             "bad", "good", "bad/good", "bad|good");
-  fmt::print(out, "{}\n", std::string(97, '-'));
+  fmt::print(out, "{:<16} {:<10} {:<27}{}\n", "", "", "local error (isolated)",
+             full ? fmt::format(" {:<19} {:<9} {}", "logits rel_l2", "top-1 %", "run to run") : "");
+  fmt::print(out, "{:<16} {:<10} {:>9} {:>9} {:>7}{}\n", "knob", "bad", "bad", "good", "factor",
+             full ? fmt::format(" {:>9} {:>9} {:>9} {:>11}", "bad", "good", "bad/good", "bad|good") : "");
+  fmt::print(out, "{}\n", std::string(width, '-'));
   for (const auto& row : r.rows) {
     const std::string bad = row.knob.bad.size() > 10 ? row.knob.bad.substr(0, 9) + "~" : row.knob.bad;
-    fmt::print(out, "{:<16} {:<10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>11}\n", row.knob.name, bad,
-               audit_local_text(row.bad, row.selection), audit_local_text(row.good, row.selection),
-               audit_factor_text(row.factor), report::num(logits_rel_l2(row.bad), "{:.2e}"),
-               report::num(logits_rel_l2(row.good), "{:.2e}"), top1_text(row.bad) + "/" + top1_text(row.good),
-               r2r_text(row.bad) + "|" + r2r_text(row.good));
+    fmt::print(out, "{:<16} {:<10} {:>9} {:>9} {:>7}{}\n", row.knob.name, bad, audit_local_text(row.bad, row.selection),
+               audit_local_text(row.good, row.selection), audit_factor_text(row.factor),
+               !full ? ""
+                     : fmt::format(" {:>9} {:>9} {:>9} {:>11}", report::num(logits_rel_l2(row.bad), "{:.2e}"),
+                                   report::num(logits_rel_l2(row.good), "{:.2e}"),
+                                   top1_text(row.bad) + "/" + top1_text(row.good),
+                                   r2r_text(row.bad) + "|" + r2r_text(row.good)));
   }
-  fmt::print(out, "{}\n", std::string(97, '-'));
+  fmt::print(out, "{}\n", std::string(width, '-'));
   fmt::print(out,
              "local: relative L2 error of the stages the knob touches, each run on the reference's own inputs\n"
-             "  (top-k knobs: tokens whose selection differs from the reference); factor = bad / good.\n"
-             "logits, top-1: full candidate runs against the reference. run to run: stage outputs not\n"
-             "  bit-identical / tokens with another selection, between two run seeds. {:.1f} s.\n",
-             r.seconds);
+             "  (top-k knobs: tokens whose selection differs from the reference); factor = bad / good.\n");
+  if (full)
+    fmt::print(out,
+               "logits, top-1: full candidate runs against the reference. run to run: stage outputs not\n"
+               "  bit-identical / tokens with another selection, between two run seeds.\n");
+  else
+    fmt::print(out, "no full runs (--no-full-runs): no end-to-end or run-to-run columns.\n");
+  fmt::print(out, "{:.1f} s.\n", r.seconds);
   if (!info.command.empty()) fmt::print(out, "reproduce   {}\n", info.command);
 }
 

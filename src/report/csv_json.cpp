@@ -3,6 +3,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/version.h"
+#include "diff/location.h"
 #include "diff/metric_fields.h"
 #include "report/report.h"
 #include "report/summary.h"
@@ -24,10 +26,16 @@ using report::csv_field;
 std::string full(double v) { return report::num(v, "{}"); }
 std::string opt_num(bool has, double v) { return has ? full(v) : ""; }
 
+bool integer_tensor(const TensorDiff& d) { return d.kind == TensorKind::routing || d.kind == TensorKind::exact; }
+// A distance between values or where it peaks (cosine, max_abs, argmax_*): meaningless between ids.
+bool distance_field(const char* name, const MetricValue& v) {
+  return std::holds_alternative<double>(v) || std::string_view(name).starts_with("argmax");
+}
+
 // One report.csv column: its header name and its text for a row.
 struct Column {
   std::string name;
-  std::function<std::string(const TensorDiff&)> text;
+  std::function<std::string(const TensorDiff&, const CompareResult&)> text;
 };
 
 std::string csv_text(const MetricValue& v) {
@@ -42,31 +50,49 @@ void add_optional_columns(std::vector<Column>& cols, std::span<const MetricField
                           std::optional<Stats> TensorDiff::*block) {
   for (const auto& f : fields)
     if (f.csv && (f.show & kShowFiles))
-      cols.push_back({f.csv, [f, block](const TensorDiff& d) { return d.*block ? csv_text(f.value(*(d.*block))) : ""; }});
+      cols.push_back({f.csv, [f, block](const TensorDiff& d, const CompareResult&) { return d.*block ? csv_text(f.value(*(d.*block))) : ""; }});
+}
+
+// The error the candidate's formats explain beside the measured one, and where the largest
+// error is (diff/location.h), empty where a row has none.
+void add_expected_columns(std::vector<Column>& c) {
+  auto e = [](const TensorDiff& d) { return d.expected && !std::isnan(d.tolerance_ratio) ? &*d.expected : nullptr; };
+  c.push_back({"expected", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? full(e(d)->rel) : ""; }});
+  c.push_back({"expected_elem", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? full(e(d)->elem) : ""; }});
+  c.push_back({"expected_ratio", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? full(d.tolerance_ratio) : ""; }});
+  c.push_back({"expected_format", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? csv_field(e(d)->format) : ""; }});
+  c.push_back({"err_at", [](const TensorDiff& d, const CompareResult& r) {
+                 return csv_field(location_text(d.stage, d.shape, report::where_text(r, d).empty() ? -1 : d.metrics.argmax_err_rel, r.seq));
+               }});
 }
 
 // stage, tensor, the lead metrics, verdict, the other metrics, what the row compared, the
 // logits and routing metrics, reason.
 const std::vector<Column>& csv_columns() {
   static const std::vector<Column> cols = [] {
-    std::vector<Column> c = {{"stage", [](const TensorDiff& d) { return csv_field(d.stage); }},
-                             {"tensor", [](const TensorDiff& d) { return csv_field(d.tensor); }}};
+    std::vector<Column> c = {{"stage", [](const TensorDiff& d, const CompareResult&) { return csv_field(d.stage); }},
+                             {"tensor", [](const TensorDiff& d, const CompareResult&) { return csv_field(d.tensor); }}};
     auto metrics = [&](bool lead) {
       for (const auto& f : tensor_metric_fields())
         if ((f.show & kShowFiles) && f.csv && ((f.show & kShowLead) != 0) == lead)
-          c.push_back({f.csv, [f](const TensorDiff& d) { return csv_text(f.value(d.metrics)); }});
+          c.push_back({f.csv, [f](const TensorDiff& d, const CompareResult&) {
+                         // Distances between ids mean nothing: integer tensors keep only their counts.
+                         const MetricValue v = f.value(d.metrics);
+                         return integer_tensor(d) && distance_field(f.name, v) ? std::string() : csv_text(v);
+                       }});
     };
     metrics(true);
-    c.push_back({"verdict", [](const TensorDiff& d) { return std::string(verdict_name(d.verdict)); }});
+    c.push_back({"verdict", [](const TensorDiff& d, const CompareResult&) { return std::string(verdict_name(d.verdict)); }});
     metrics(false);
-    c.push_back({"kind", [](const TensorDiff& d) { return std::string(tensor_kind_name(d.kind)); }});
-    c.push_back({"dtype_ref", [](const TensorDiff& d) { return std::string(dtype_name(d.dtype_ref)); }});
-    c.push_back({"dtype_cand", [](const TensorDiff& d) { return std::string(dtype_name(d.dtype_cand)); }});
-    c.push_back({"shape", [](const TensorDiff& d) { return csv_field(shape_str(d.shape)); }});
-    c.push_back({"floor_rmse", [](const TensorDiff& d) { return opt_num(d.floor_rmse.has_value(), d.floor_rmse.value_or(0)); }});
+    c.push_back({"kind", [](const TensorDiff& d, const CompareResult&) { return std::string(tensor_kind_name(d.kind)); }});
+    c.push_back({"dtype_ref", [](const TensorDiff& d, const CompareResult&) { return std::string(dtype_name(d.dtype_ref)); }});
+    c.push_back({"dtype_cand", [](const TensorDiff& d, const CompareResult&) { return std::string(dtype_name(d.dtype_cand)); }});
+    c.push_back({"shape", [](const TensorDiff& d, const CompareResult&) { return csv_field(shape_str(d.shape)); }});
+    c.push_back({"floor_rmse", [](const TensorDiff& d, const CompareResult&) { return opt_num(d.floor_rmse.has_value(), d.floor_rmse.value_or(0)); }});
+    add_expected_columns(c);
     add_optional_columns(c, logits_metric_fields(), &TensorDiff::logits);
     add_optional_columns(c, routing_metric_fields(), &TensorDiff::routing);
-    c.push_back({"reason", [](const TensorDiff& d) { return csv_field(d.reason); }});
+    c.push_back({"reason", [](const TensorDiff& d, const CompareResult&) { return csv_field(d.reason); }});
     return c;
   }();
   return cols;
@@ -78,28 +104,51 @@ nlohmann::json number(double v) {
   return report::num(v);
 }
 
+// `counts_only`: integer tensors, whose float distances (cosine, max_abs over ids) mean nothing.
 template <class Stats>
-nlohmann::json fields_json(const Stats& s, std::span<const MetricField<Stats>> fields) {
+nlohmann::json fields_json(const Stats& s, std::span<const MetricField<Stats>> fields, bool counts_only = false) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& f : fields)
     if (f.show & kShowFiles)
       std::visit(
           [&](auto v) {
-            if constexpr (std::is_same_v<decltype(v), double>) j[f.name] = number(v);
-            else j[f.name] = v;
+            if constexpr (std::is_same_v<decltype(v), double>) {
+              if (!counts_only) j[f.name] = number(v);
+            } else if (!counts_only || !distance_field(f.name, f.value(s))) {
+              j[f.name] = v;
+            }
           },
           f.value(s));
   return j;
 }
 
-nlohmann::json row_json(const TensorDiff& d) {
+// The expected error (diff/expected.h) and the row's ratio to it.
+nlohmann::json expected_json(const TensorDiff& d) {
+  const ExpectedError& e = *d.expected;
+  return {{"rel", number(e.rel)}, {"elem", number(e.elem)}, {"local", number(e.local)},
+          {"inherited", number(e.inherited)}, {"n_acc", e.n_acc}, {"format", e.format}, {"source", e.source},
+          {"ratio", number(d.tolerance_ratio)}};
+}
+
+// The largest error's element: flat index, named position and both values.
+nlohmann::json largest_error_json(const CompareResult& r, const TensorDiff& d) {
+  const TensorMetrics& m = d.metrics;
+  nlohmann::json at = nlohmann::json::object();
+  for (const auto& [name, i] : element_location(d.stage, d.shape, m.argmax_err_rel, r.seq)) at[name] = i;
+  return {{"index", m.argmax_err_rel}, {"at", at}, {"err_rel", number(m.err_rel)},
+          {"reference", number(m.ref_at_err)}, {"candidate", number(m.cand_at_err)}};
+}
+
+nlohmann::json row_json(const CompareResult& r, const TensorDiff& d) {
   nlohmann::json j = {
       {"stage", d.stage}, {"tensor", d.tensor}, {"verdict", verdict_name(d.verdict)}, {"reason", d.reason},
       {"kind", tensor_kind_name(d.kind)}, {"dtype_ref", dtype_name(d.dtype_ref)},
-      {"dtype_cand", dtype_name(d.dtype_cand)}, {"shape", d.shape}, {"metrics", fields_json(d.metrics, tensor_metric_fields())},
+      {"dtype_cand", dtype_name(d.dtype_cand)}, {"shape", d.shape}, {"metrics", fields_json(d.metrics, tensor_metric_fields(), integer_tensor(d))},
   };
   if (d.floor_rmse) j["floor_rmse"] = number(*d.floor_rmse);
   if (d.shape_cand) j["shape_cand"] = *d.shape_cand;  // the candidate's other shape (a FAIL)
+  if (d.expected && !std::isnan(d.tolerance_ratio)) j["expected"] = expected_json(d);
+  if (!report::where_text(r, d).empty()) j["largest_error"] = largest_error_json(r, d);
   if (d.logits) {
     const LogitsMetrics& l = *d.logits;
     nlohmann::json worst = nlohmann::json::array();
@@ -128,7 +177,7 @@ std::string render_csv(const CompareResult& r) {
   std::string out = fmt::format("{}\n", fmt::join(header, ","));
   for (const auto& d : r.rows) {
     std::vector<std::string> f;
-    for (const auto& c : cols) f.push_back(c.text(d));
+    for (const auto& c : cols) f.push_back(c.text(d, r));
     out += fmt::format("{}\n", fmt::join(f, ","));
   }
   // Tensors found on one side only: listed with empty metrics, MISSING as the verdict.
@@ -149,7 +198,7 @@ std::string render_csv(const CompareResult& r) {
 std::string render_json(const CompareResult& r, const RunInfo& info) {
   const auto counts = report::count_verdicts(r);
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& d : r.rows) rows.push_back(row_json(d));
+  for (const auto& d : r.rows) rows.push_back(row_json(r, d));
   nlohmann::json env = nlohmann::json::object();
   for (const auto& [k, v] : info.env) env[k] = v;
   const Thresholds& t = r.thresholds;  // the defaults, kept for readers of format_version 1
@@ -159,7 +208,8 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
          {"rel_l2_fail", number(t.rel_l2_fail)}, {"rel_l2_warn", number(t.rel_l2_warn)},
          {"top1_fail", number(t.top1_fail)}, {"kl_fail", number(t.kl_fail)}, {"kl_warn", number(t.kl_warn)},
          {"mismatch_fail", number(t.mismatch_fail)}, {"mismatch_warn", number(t.mismatch_warn)},
-         {"floor_k", number(t.floor_k)}, {"floor_atol", number(t.floor_atol)}};
+         {"floor_k", number(t.floor_k)}, {"floor_atol", number(t.floor_atol)}, {"tolerance", number(t.tolerance)},
+         {"expected_warn", number(t.expected_warn)}, {"expected_fail", number(t.expected_fail)}};
   nlohmann::json j = {
       {"format", "tdiff-report"},
       {"format_version", 1},

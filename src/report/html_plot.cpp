@@ -31,6 +31,14 @@ double nice_step(double x) {
   return 10 * p;
 }
 
+// A vertical line through point `i`, labelled at its top (right of it, or left near the edge).
+std::string marker_svg(double x, double top, double bottom, const std::string& label) {
+  const bool left = x > kW - 260;
+  return fmt::format("<line class=\"marker\" x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\"/>\n"
+                     "<text class=\"mlabel\" x=\"{3:.1f}\" y=\"{4}\" text-anchor=\"{5}\">{6}</text>\n",
+                     x, top, bottom, left ? x - 4 : x + 4, top + 10, left ? "end" : "start", html_escape(label));
+}
+
 }  // namespace
 
 std::string svg_plot(const PlotSpec& spec) {
@@ -88,6 +96,9 @@ std::string svg_plot(const PlotSpec& spec) {
       o += fmt::format("<text class=\"tlabel {}\" x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", l.css, x1 - 4, py - 4,
                        html_escape(l.label));
   }
+
+  if (s.marker >= 0 && static_cast<std::size_t>(s.marker) < s.points.size())
+    o += marker_svg(x_of(static_cast<double>(s.marker)), kTop, kTop + ph, s.marker_label);
 
   // The values: one polyline, then a linked point per stage (drawn worst last, on top).
   if (!s.points.empty()) {

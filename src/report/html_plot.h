@@ -34,6 +34,8 @@ struct PlotSpec {
   double y_lo = 0.0, y_hi = 1.0;  // widened to whole tick steps
   double min_step = 0.0;          // smallest tick step (1: whole decades on a log axis)
   std::function<std::string(double)> tick;  // y-axis tick text
+  std::ptrdiff_t marker = -1;     // a point to mark with a vertical line (the first divergence); -1 none
+  std::string marker_label;
 };
 std::string svg_plot(const PlotSpec& spec);
 

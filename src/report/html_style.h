@@ -37,6 +37,14 @@ svg .tick { font-size: 10.5px; fill: var(--mute); text-anchor: end; }
 svg .thr { stroke-width: 1.3; stroke-dasharray: 6 4; }
 svg .thr.warn { stroke: var(--warn); } svg .thr.fail { stroke: var(--fail); }
 svg .tlabel { font-size: 10.5px; text-anchor: end; } svg .tlabel.warn { fill: var(--warn); } svg .tlabel.fail { fill: var(--fail); }
+svg .marker { stroke: var(--fail); stroke-width: 1.2; stroke-dasharray: 2 3; }
+svg .mlabel { font-size: 10.5px; fill: var(--fail); font-weight: 600; }
+table.heat { width: auto; max-width: 100%; table-layout: fixed; }
+table.heat td.h { width: 34px; min-width: 22px; text-align: center; font-size: 10.5px; padding: 2px 1px;
+                  border: 1px solid #fff; white-space: nowrap; overflow: hidden; }
+table.heat td.h a { color: #1f2328; text-decoration: none; display: block; }
+table.heat td.none { background: #f6f8fa; }
+td.where { font-size: 12px; overflow-wrap: anywhere; min-width: 140px; }
 svg .series { fill: none; stroke: #8c959f; stroke-width: 1; }
 svg .pt.pass { fill: var(--pass); } svg .pt.warn { fill: #d4a72c; } svg .pt.fail { fill: var(--fail); }
 table { border-collapse: collapse; width: 100%; }

@@ -10,12 +10,15 @@ namespace {
 
 using report::xml_escape;
 
-std::string tensor_line(const TensorDiff& d) {
-  return fmt::format("{} {}: {} cosine={} max_abs={} max_abs_scaled={} rmse={} rel_l2={}{}", verdict_name(d.verdict),
-                     d.key(), d.reason.empty() ? "ok" : d.reason, report::cosine_text(d.metrics.cosine),
-                     report::num(d.metrics.max_abs), report::num(d.metrics.max_abs_scaled),
-                     report::num(d.metrics.rmse), report::num(d.metrics.rel_l2),
-                     d.floor_rmse ? " floor_rmse=" + report::num(*d.floor_rmse) : "");
+std::string tensor_line(const CompareResult& r, const TensorDiff& d) {
+  const std::string where = report::where_text(r, d);
+  return fmt::format("{} {}: {} cosine={} max_abs={} max_abs_scaled={} rmse={} rel_l2={} expected={} ratio={}{}{}",
+                     verdict_name(d.verdict), d.key(), d.reason.empty() ? "ok" : d.reason,
+                     report::cosine_text(d.metrics.cosine), report::num(d.metrics.max_abs),
+                     report::num(d.metrics.max_abs_scaled), report::num(d.metrics.rmse), report::num(d.metrics.rel_l2),
+                     report::expected_text(d), report::ratio_text(d),
+                     d.floor_rmse ? " floor_rmse=" + report::num(*d.floor_rmse) : "",
+                     where.empty() ? "" : " largest error at " + where);
 }
 
 }  // namespace
@@ -40,7 +43,7 @@ std::string render_junit(const CompareResult& r, const RunInfo& info) {
   out += "    </properties>\n";
   for (const auto& s : stages) {
     std::string lines;
-    for (auto i : s.rows) lines += tensor_line(r.rows[i]) + "\n";
+    for (auto i : s.rows) lines += tensor_line(r, r.rows[i]) + "\n";
     out += fmt::format("    <testcase classname=\"{}\" name=\"{}\">\n", suite, xml_escape(s.stage));
     if (s.verdict == Verdict::fail)
       out += fmt::format("      <failure message=\"{}\" type=\"FAIL\">{}</failure>\n", xml_escape(s.reason),

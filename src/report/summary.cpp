@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "diff/location.h"
+
 namespace tdiff::report {
 
 std::vector<StageSummary> summarize_stages(const CompareResult& r) {
@@ -46,6 +48,25 @@ std::string error_text(const TensorDiff& d) {
   if (d.kind == TensorKind::routing || d.kind == TensorKind::exact) return num(100 * row_error(d), "{:.3g}") + "% differ";
   if (d.metrics.new_nonfinite > 0) return fmt::format("{} new NaN/Inf", d.metrics.new_nonfinite);
   return "rel_l2 " + num(row_error(d));
+}
+
+std::string expected_text(const TensorDiff& d) {
+  return d.expected && (d.kind == TensorKind::values || d.kind == TensorKind::logits) ? num(d.expected->rel, "{:.2e}")
+                                                                                       : "-";
+}
+
+// Five characters at most ("1.25", "12.3", "1e+04"): the terminal's ratio column.
+std::string ratio_text(const TensorDiff& d) {
+  if (std::isnan(d.tolerance_ratio)) return "-";
+  return num(d.tolerance_ratio, d.tolerance_ratio < 999.5 ? "{:.3g}" : "{:.0e}");
+}
+
+std::string where_text(const CompareResult& r, const TensorDiff& d) {
+  const TensorMetrics& m = d.metrics;
+  if (d.kind == TensorKind::routing || d.kind == TensorKind::exact || m.argmax_err_rel < 0 || m.err_rel == 0) return "";
+  std::string at = location_text(d.stage, d.shape, m.argmax_err_rel, r.seq);
+  if (at.empty()) at = fmt::format("element {}", m.argmax_err_rel);
+  return fmt::format("{}: reference {}, candidate {}", at, num(m.ref_at_err, "{:.6g}"), num(m.cand_at_err, "{:.6g}"));
 }
 
 std::vector<std::size_t> worst_rows(const CompareResult& r, std::size_t n) {

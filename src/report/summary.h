@@ -32,6 +32,14 @@ std::string csv_field(const std::string& s);
 double row_error(const TensorDiff& d);
 std::string error_text(const TensorDiff& d);  // "rel_l2 0.012" or "3.1% differ"
 
+// The expected error and the ratio to it ("2.3e-03", "1.4"), "-" where the row has none.
+std::string expected_text(const TensorDiff& d);
+std::string ratio_text(const TensorDiff& d);
+// Where the row's largest error (err_rel, metrics.h) is and the two values there:
+// "row 1, token 23, head 2, ch 17: reference 1.23, candidate 1.25"; "" for exact tensors
+// and rows without a difference.
+std::string where_text(const CompareResult& r, const TensorDiff& d);
+
 struct Counts {
   int pass = 0, warn = 0, fail = 0;
 };

@@ -13,7 +13,7 @@ namespace tdiff {
 
 namespace {
 
-constexpr int kStageW = 26, kTensorW = 8;
+constexpr int kStageW = 22, kTensorW = 8;  // the longest stage name: L42.attn.idx.weights
 
 std::string fit(const std::string& s, std::size_t w) {
   if (s.size() <= w) return s;
@@ -31,7 +31,7 @@ const char* colour_of(Verdict v) {
 
 class Printer {
  public:
-  Printer(std::FILE* out, const TerminalOptions& opt) : out_(out), opt_(opt) {}
+  Printer(std::FILE* out, const CompareResult& r, const TerminalOptions& opt) : out_(out), r_(r), opt_(opt) {}
 
   std::string verdict(Verdict v) const {
     const std::string name = verdict_name(v);
@@ -49,13 +49,14 @@ class Printer {
     std::string numbers;
     if (d.kind == TensorKind::routing) {
       const RoutingMetrics& rt = *d.routing;
-      numbers = fmt::format("{:>9} {:>29}", "exact",
+      numbers = fmt::format("{:>9} {:>35}", "exact",
                             fmt::format("{}/{} tokens differ, {} flips", rt.tokens - rt.equal_tokens, rt.tokens, rt.flips));
     } else if (d.kind == TensorKind::exact) {
-      numbers = fmt::format("{:>9} {:>29}", "exact", fmt::format("{}/{} elements differ", m.n_diff, m.count));
+      numbers = fmt::format("{:>9} {:>35}", "exact", fmt::format("{}/{} elements differ", m.n_diff, m.count));
     } else {
-      numbers = fmt::format("{:>9} {:>9} {:>9} {:>9}", report::cosine_text(m.cosine), report::num(m.max_abs, "{:.2e}"),
-                            report::num(m.rmse, "{:.2e}"), report::num(m.rel_l2, "{:.2e}"));
+      numbers = fmt::format("{:>9} {:>9} {:>9} {:>9} {:>5}", report::cosine_text(m.cosine),
+                            report::num(m.max_abs, "{:.2e}"), report::num(m.rel_l2, "{:.2e}"), report::expected_text(d),
+                            report::ratio_text(d));
     }
     const std::string left = fmt::format("{:2}{:<{}} {:<{}} {}  ", mark, fit(d.stage, kStageW), kStageW,
                                          fit(d.tensor, kTensorW), kTensorW, numbers);
@@ -64,6 +65,8 @@ class Printer {
     // The reason on its own line: the table stays narrow and the reason is never cut.
     if (d.verdict != Verdict::pass && !d.reason.empty())
       fmt::print(out_, "{:6}{}\n", "", fit(d.reason, static_cast<std::size_t>(opt_.width - 6)));
+    if (const std::string w = report::where_text(r_, d); d.verdict != Verdict::pass && !w.empty())
+      fmt::print(out_, "{:6}{}\n", "", fit("largest error at " + w, static_cast<std::size_t>(opt_.width - 6)));
   }
   void set_first(bool f) { first_ = f; }
 
@@ -74,6 +77,7 @@ class Printer {
 
  private:
   std::FILE* out_;
+  const CompareResult& r_;
   TerminalOptions opt_;
   bool first_ = false;
 };
@@ -86,10 +90,11 @@ bool want_color(std::FILE* out) {
 }
 
 void print_terminal(std::FILE* out, const CompareResult& r, const RunInfo& info, const TerminalOptions& opt) {
-  Printer p(out, opt);
+  Printer p(out, r, opt);
   fmt::print(out, "reference {}\ncandidate {}\n\n", r.label_ref, r.label_cand);
-  fmt::print(out, "  {:<{}} {:<{}} {:>9} {:>9} {:>9} {:>9}  verdict\n", "stage", kStageW, "tensor", kTensorW, "cosine",
-             "max_abs", "rmse", "rel_l2");
+  // rel_l2 beside the error the candidate's formats explain (expected) and their ratio (x).
+  fmt::print(out, "  {:<{}} {:<{}} {:>9} {:>9} {:>9} {:>9} {:>5}  verdict\n", "stage", kStageW, "tensor", kTensorW,
+             "cosine", "max_abs", "rel_l2", "expected", "x");
 
   const auto worst = report::worst_rows(r, 3);
   const bool full = opt.all_rows || static_cast<int>(r.rows.size()) <= opt.max_rows;

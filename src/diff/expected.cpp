@@ -1,0 +1,162 @@
+#include "diff/expected.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/dtype.h"
+
+namespace tdiff {
+
+namespace {
+
+// The formats the port stores in: the storage format most of its stages use and the stream
+// format most of its stream stages use (the coarser one on a tie).
+struct PortFormats {
+  DType storage = DType::f32, stream = DType::f32;
+};
+PortFormats port_formats(const std::vector<Stage>& stages, const Policy& policy) {
+  std::map<DType, int> storage, stream;
+  for (const Stage& s : stages) {
+    const OutStore store = op_info(s.kind).store;
+    if (store == OutStore::exact) continue;
+    const Numerics n = policy.resolve(s.name);
+    ++storage[n.storage];
+    if (store == OutStore::stream) ++stream[n.stream];
+  }
+  auto most = [](const std::map<DType, int>& counts) {
+    DType best = DType::f32;
+    int best_n = -1;
+    for (const auto& [t, k] : counts)
+      if (k > best_n || (k == best_n && unit_roundoff(t) > unit_roundoff(best))) best = t, best_n = k;
+    return best;
+  };
+  return {most(storage), most(stream)};
+}
+
+bool reduces_over_weights(const OpInfo& op) {
+  return op.gemm || op.kind == OpKind::router || op.kind == OpKind::lm_head || op.kind == OpKind::hc_mix ||
+         op.kind == OpKind::rms_norm;
+}
+
+// The stage's own relative error: its outputs' rounding, its weights' (GEMMs) and a float32
+// accumulation of n terms; on the float64 reference every format is float64.
+// `angle`: the largest RoPE angle p w of a table (w <= 1, p below the row's length), whose
+// float32 rounding moves cos and sin by up to u |p w| absolute; 0 for other kinds.
+ExpectedError local_part(const Stage& s, const PortFormats& num, std::int64_t n, double angle, bool on_candidate) {
+  const OpInfo& op = op_info(s.kind);
+  ExpectedError e;
+  e.n_acc = n;
+  const DType out = !on_candidate                   ? DType::f64
+                    : op.store == OutStore::stream  ? num.stream
+                    : op.store == OutStore::storage ? num.storage
+                                                    : DType::f32;
+  const double u_out = unit_roundoff(out);
+  const double u_w = on_candidate && op.gemm ? unit_roundoff(num.storage) : 0.0;
+  const double u_acc = unit_roundoff(on_candidate ? DType::f32 : DType::f64);
+  e.local = std::sqrt((u_out * u_out + u_w * u_w + static_cast<double>(n) * u_acc * u_acc + u_acc * angle * u_acc * angle) / 3.0);
+  e.format = !on_candidate ? "float64 reference"
+             : op.store == OutStore::stream ? fmt::format("{} stream", dtype_name(out))
+                                            : std::string(dtype_name(out));
+  e.source = on_candidate ? "formats" : "reference";
+  return e;
+}
+
+// The relative error an input carries into the stage.
+double inherited_from(const TensorRef& in, const ExpectedSetup& setup, const std::map<std::string, double>& measured,
+                      const std::map<std::string, double>& modelled) {
+  if (setup.inputs == StageInputs::reference || in.stage == "inputs") return 0.0;
+  if (auto it = measured.find(in.key()); setup.measured_inputs && it != measured.end()) return it->second;
+  if (auto it = modelled.find(in.key()); it != modelled.end()) return it->second;
+  return 0.0;  // integer outputs and stages the run did not reach
+}
+
+// The candidate reads its float inputs in the format their producer stores them in (the
+// port's storage or stream format, or float32): an input that comes from the float64
+// reference (isolation, or a producer run on the reference in a mixed run) is rounded once
+// on the way in; 0 for inputs the candidate itself stored (their rounding is in their E).
+double read_rounding(const TensorRef& in, const ExpectedSetup& setup, const std::map<std::string, std::size_t>& index,
+                     const PortFormats& port) {
+  const auto it = index.find(in.stage);
+  if (it == index.end()) return 0.0;  // the case inputs: integer ids, mask, positions
+  const OutStore store = op_info(setup.session->stages[it->second].kind).store;
+  if (store == OutStore::exact) return 0.0;
+  const bool from_reference =
+      setup.inputs == StageInputs::reference || (setup.on_candidate && !(*setup.on_candidate)[it->second]);
+  if (!from_reference) return 0.0;
+  return unit_roundoff(store == OutStore::stream ? port.stream : store == OutStore::storage ? port.storage : DType::f32);
+}
+
+}  // namespace
+
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::f64: return std::ldexp(1.0, -53);
+    case DType::f32: return std::ldexp(1.0, -24);
+    case DType::f16: return std::ldexp(1.0, -11);
+    case DType::bf16: return std::ldexp(1.0, -8);
+    case DType::f8_e4m3: return std::ldexp(1.0, -4);
+    default: throw std::logic_error(fmt::format("unit_roundoff: {} is not a floating-point format", dtype_name(t)));
+  }
+}
+
+std::int64_t accumulation_length(const Stage& s, const CaseSession& session) {
+  const ModelConfig& c = session.info.config;
+  switch (s.kind) {
+    case OpKind::attention: return c.head_dim + session.info.batch.seq();
+    case OpKind::idx_score: return c.index_head_dim * c.index_n_heads;
+    case OpKind::head_rms_norm: return std::max<std::int64_t>(1, s.width);
+    case OpKind::pool: return std::max<std::int64_t>(1, s.rate * (s.overlap ? 2 : 1));
+    default: break;
+  }
+  if (!reduces_over_weights(op_info(s.kind))) return 1;
+  std::int64_t n = 0;
+  for (const auto& w : s.weights)
+    if (session.weights->has(w) && !session.weights->shape(w).empty()) n += session.weights->shape(w).back();
+  return std::max<std::int64_t>(1, n);
+}
+
+void set_expected(CompareResult& r, const ExpectedSetup& setup) {
+  std::map<std::string, TensorDiff*> rows;
+  std::map<std::string, double> measured, modelled;
+  for (auto& row : r.rows) {
+    rows[row.key()] = &row;
+    if (row.kind == TensorKind::values || row.kind == TensorKind::logits) measured[row.key()] = row.metrics.rel_l2;
+  }
+  const auto& stages = setup.session->stages;
+  const PortFormats port = port_formats(stages, *setup.policy);
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < stages.size(); ++i) index[stages[i].name] = i;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const Stage& s = stages[i];
+    if (!op_info(s.kind).compute()) continue;
+    const bool on_candidate = !setup.on_candidate || (*setup.on_candidate)[i];
+    const double angle = s.kind == OpKind::rope_table ? static_cast<double>(setup.session->info.batch.seq()) : 0.0;
+    ExpectedError e =
+        local_part(s, port, accumulation_length(s, *setup.session), angle, on_candidate);
+    double in2 = 0;
+    for (const auto& in : s.inputs) {
+      const double x = inherited_from(in, setup, measured, modelled);
+      const double u = on_candidate ? read_rounding(in, setup, index, port) : 0.0;
+      in2 += x * x + u * u / 3.0;
+    }
+    e.inherited = std::sqrt(in2);
+    e.rel = std::sqrt(e.local * e.local + in2);
+    for (const auto& out : s.outputs) {
+      const std::string key = s.name + "/" + out;
+      modelled[key] = e.rel;
+      auto it = rows.find(key);
+      if (it == rows.end() || !(it->second->kind == TensorKind::values || it->second->kind == TensorKind::logits))
+        continue;
+      ExpectedError row_e = e;
+      const double n = static_cast<double>(std::max<std::int64_t>(2, it->second->metrics.compared));
+      row_e.elem = e.rel * std::sqrt(2.0 * std::log(n));
+      it->second->expected = row_e;
+    }
+  }
+}
+
+}  // namespace tdiff
