@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       fuzz::sink = static_cast<std::uint64_t>(out.numel());
       return;
     }
-    std::int64_t K = w.rank() == 2 ? 2 * w.dim(1) : 0;
+    std::int64_t K = w.rank() == 2 && w.dim(1) <= (std::int64_t{1} << 40) ? 2 * w.dim(1) : 0;
     if (auto it = f.metadata().find("columns"); it != f.metadata().end()) {
       const auto& t = it->second;
       if (std::from_chars(t.data(), t.data() + t.size(), K).ec != std::errc()) return;

@@ -12,8 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::uint64_t sum = 0;
     for (const auto& name : f.names()) {
       const Tensor t = f.tensor(name);
-      const auto* bytes = static_cast<const std::uint8_t*>(t.raw());
-      for (std::size_t i = 0; i < t.nbytes(); ++i) sum += bytes[i];
+      const std::byte* bytes = t.raw();
+      for (std::size_t i = 0; i < t.nbytes(); ++i) sum += static_cast<std::uint8_t>(bytes[i]);
     }
     for (const auto& [k, v] : f.metadata()) sum += k.size() + v.size();
     fuzz::sink = sum;
