@@ -64,7 +64,7 @@ TEST_F(CliSynthTest, OtherBadInput) {
 // defect 3): exit 2, one line naming the file and the key, no model folder.
 TEST_F(CliSynthTest, HugeConfigValuesNameTheKey) {
   ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("m"))).code, 0);
-  const nlohmann::json tiny = nlohmann::json::parse(slurp(path("m/config.json")));
+  const nlohmann::json tiny = nlohmann::json::parse(testing::slurp(path("m/config.json")));
   for (const auto& [set, key] : std::vector<std::pair<nlohmann::json, std::string>>{
            {{{"partial_rotary_factor", 1e300}}, "partial_rotary_factor"},
            {{{"num_attention_heads", std::int64_t{1} << 40}, {"head_dim", std::int64_t{1} << 30}}, "num_attention_heads x head_dim"},
