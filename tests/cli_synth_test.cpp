@@ -1,6 +1,8 @@
 // `tdiff synth` through the built binary: exit codes and one-line errors (DESIGN 6, 10).
 #include "cli_support.h"
 
+#include <nlohmann/json.hpp>
+
 #include "core/safetensors.h"
 
 namespace tdiff {
@@ -56,6 +58,28 @@ TEST_F(CliSynthTest, OtherBadInput) {
   r = run(fmt::format("synth --seed 1 -o '{}'", path("m")));
   EXPECT_EQ(r.code, 2);
   EXPECT_FALSE(fs::exists(path("m")));
+}
+
+// config.json values that overflowed 64-bit arithmetic before a check stopped them (issue 19,
+// defect 3): exit 2, one line naming the file and the key, no model folder.
+TEST_F(CliSynthTest, HugeConfigValuesNameTheKey) {
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("m"))).code, 0);
+  const nlohmann::json tiny = nlohmann::json::parse(testing::slurp(path("m/config.json")));
+  for (const auto& [set, key] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"partial_rotary_factor", 1e300}}, "partial_rotary_factor"},
+           {{{"num_attention_heads", std::int64_t{1} << 40}, {"head_dim", std::int64_t{1} << 30}}, "num_attention_heads x head_dim"},
+           {{{"hc_mult", std::int64_t{1} << 40}}, "hc_mult"}}) {
+    nlohmann::json j = tiny;
+    j.erase("qk_rope_head_dim");  // its check against partial_rotary_factor x head_dim would come first
+    j.update(set);
+    std::ofstream(path("big.json")) << j.dump();
+    const Result r = run(fmt::format("synth --config '{}' --seed 1 -o '{}'", path("big.json"), path("out")));
+    EXPECT_EQ(r.code, 2) << set.dump() << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find(path("big.json") + ": "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(key), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(path("out")));
+  }
 }
 
 TEST_F(CliSynthTest, HelpHasAnExample) {

@@ -231,5 +231,34 @@ TEST(Config, WrongTypesAndHugeValuesNameTheKey) {
   std::filesystem::remove_all(dir);
 }
 
+// Values no model can have, refused before any arithmetic on them (issue 19, defect 3: each
+// overflowed an int64 or a float-to-int cast first; UBSan in scripts/sanitize reported it).
+TEST(Config, HugeDimensionsAreRefusedBeforeTheyOverflow) {
+  struct Case {
+    std::vector<std::pair<std::string, json>> set;
+    std::string message;
+  };
+  const std::int64_t p40 = std::int64_t{1} << 40, p30 = std::int64_t{1} << 30;
+  for (const auto& c : std::vector<Case>{
+           {{{"partial_rotary_factor", 1e300}}, "partial_rotary_factor is 1e+300, it must be in (0, 1]"},
+           {{{"partial_rotary_factor", -0.5}}, "partial_rotary_factor is -0.5"},
+           {{{"num_attention_heads", p40}, {"head_dim", p30}, {"o_groups", 1}}, "num_attention_heads x head_dim"},
+           {{{"hc_mult", p40}}, "hc_mult x hc_mult x hidden_size (1099511627776 x 1099511627776 x 64)"},
+           {{{"n_routed_experts", p40}, {"moe_intermediate_size", p30}}, "n_routed_experts x 2 x moe_intermediate_size"},
+           {{{"vocab_size", std::numeric_limits<std::int64_t>::max()}}, "vocab_size x hidden_size"}}) {
+    json j = tiny_json();
+    for (const auto& [k, v] : c.set) j[k] = v;
+    try {
+      parse_config(j, "big/config.json");
+      ADD_FAILURE() << j.dump() << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("big/config.json: "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+    }
+  }
+  // The largest real model's sizes pass (V4-Flash: 256 experts x 2 x 2048 x 4096).
+  EXPECT_NO_THROW(parse_config(flash_release_json(), "flash/config.json"));
+}
+
 }  // namespace
 }  // namespace tdiff

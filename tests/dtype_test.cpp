@@ -1,5 +1,5 @@
 // Exhaustive checks of the small-float codecs (core/dtype.h) against independent decoders:
-// the compiler's _Float16 for f16, float32 bit shifts for bf16, and ldexp for f8_e4m3.
+// the compiler's half type for f16, float32 bit shifts for bf16, and ldexp for f8_e4m3.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -15,14 +15,22 @@
 namespace tdiff {
 namespace {
 
+// The compiler's IEEE half: _Float16, or __fp16 on clang before 15, which has no _Float16 on
+// x86 (a storage-only half with the same conversions, each rounded once).
+#if defined(__clang__) && __clang_major__ < 15
+using compiler_half = __fp16;
+#else
+using compiler_half = _Float16;
+#endif
+
 double f16_compiler(std::uint16_t b) {
-  _Float16 h;
+  compiler_half h;
   std::memcpy(&h, &b, 2);
   return static_cast<double>(h);
 }
 
 std::uint16_t f16_compiler_bits(double x) {
-  const _Float16 h = static_cast<_Float16>(x);  // GCC rounds double -> _Float16 once
+  const compiler_half h = static_cast<compiler_half>(x);  // rounds double -> half once
   std::uint16_t b;
   std::memcpy(&b, &h, 2);
   return b;

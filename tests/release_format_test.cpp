@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <limits>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -117,6 +119,15 @@ TEST(ReleaseFormat, Fp8ErrorsNameTheTensor) {
             std::string::npos);
   EXPECT_NE(error_of([&] { dequantize_fp8(bytes(DType::f8_e4m3, {1, 1}, {0x38}), bytes(DType::u8, {1, 1}, {0xFF}), "x"); })
                 .find("x: scale [0, 0] is nan"),
+            std::string::npos);
+}
+
+// A weight of no rows and 2^63 - 1 columns holds no bytes, so a file's size checks pass it: the
+// scale shape it needs is still computed without overflow (found by fuzz_release_scales).
+TEST(ReleaseFormat, EmptyWeightOfHugeWidthIsCheckedWithoutOverflow) {
+  const std::int64_t k = std::numeric_limits<std::int64_t>::max();
+  EXPECT_NE(error_of([&] { dequantize_fp8(Tensor(DType::f8_e4m3, {0, k}), bytes(DType::u8, {1, 1}, {127}), "w"); })
+                .find("w: scale has shape [1,1], the weight needs [0,72057594037927936]"),
             std::string::npos);
 }
 

@@ -193,6 +193,15 @@ TEST_F(SafetensorsTest, ShardedFolderErrors) {
   expect_folder_rejected(path("absent"), {"absent", "not a folder"});
 }
 
+// A number JSON cannot hold (1e999) in a header or an index: an input error naming the file,
+// not a json exception (exit 3; found by fuzz_safetensors_index).
+TEST_F(SafetensorsTest, HugeJsonNumbersAreInputErrors) {
+  write_raw(path("x.safetensors"), R"({"t":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})", 4);
+  expect_rejected(path("x.safetensors"), {"not valid JSON"});
+  std::ofstream(path("model.safetensors.index.json")) << R"({"metadata": {"total_size": 1e999}, "weight_map": {}})";
+  expect_folder_rejected(dir_.string(), {"model.safetensors.index.json", "not valid JSON"});
+}
+
 TEST_F(SafetensorsTest, TruncatedFile) {
   write_safetensors(path("ok.safetensors"), {{"big", filled(DType::f32, {64})}, {"small", filled(DType::f32, {2})}});
   const auto size = fs::file_size(path("ok.safetensors"));

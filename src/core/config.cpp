@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +87,57 @@ RopeTable parse_yarn(const json& r, double theta, std::int64_t max_pos, const st
   return t;
 }
 
+// One dimension of a weight's shape, by its config key, for check_weight_sizes' messages.
+struct Dim {
+  const char* key;
+  std::int64_t value;
+};
+
+// Every weight the config implies must have an element count whose float64 bytes fit in an
+// int64 (tdiff converts weights to float64); past that a key cannot describe a checkpoint.
+// Checked as products of the positive dimensions, before expected_weights() or a stage
+// multiplies them (num_attention_heads 2^40 x head_dim 2^30 wrapped an int64).
+void check_weight_size(std::initializer_list<Dim> dims, const std::string& src) {
+  constexpr std::int64_t kMaxElements = std::numeric_limits<std::int64_t>::max() / 8;
+  std::int64_t n = 1;
+  for (const Dim& d : dims) {
+    if (__builtin_mul_overflow(n, d.value, &n) || n > kMaxElements) {
+      std::string keys, values;
+      for (const Dim& e : dims) {
+        keys += fmt::format("{}{}", keys.empty() ? "" : " x ", e.key);
+        values += fmt::format("{}{}", values.empty() ? "" : " x ", e.value);
+      }
+      input_error("{}: a weight of {} ({}) elements is more than any tensor holds (2^60)", src, keys, values);
+    }
+  }
+}
+
+void check_weight_sizes(const ModelConfig& c, const std::string& src) {
+  const Dim V{"vocab_size", c.vocab_size}, D{"hidden_size", c.hidden_size}, H{"num_attention_heads", c.num_attention_heads},
+      d{"head_dim", c.head_dim}, nhc{"hc_mult", c.hc_mult}, Rq{"q_lora_rank", c.q_lora_rank},
+      G{"o_groups", c.o_groups}, Ro{"o_lora_rank", c.o_lora_rank}, HI{"index_n_heads", c.index_n_heads},
+      dI{"index_head_dim", c.index_head_dim}, E{"n_routed_experts", c.n_routed_experts},
+      K{"num_experts_per_tok", c.num_experts_per_tok}, I{"moe_intermediate_size", c.moe_intermediate_size},
+      two{"2", 2};
+  check_weight_size({V, D}, src);
+  check_weight_size({nhc, nhc, D}, src);  // hc_mult^2 <= 2^60 / D: hc_mult + 2 below cannot wrap
+  check_weight_size({Dim{"(hc_mult + 2)", c.hc_mult + 2}, nhc, nhc, D}, src);
+  check_weight_size({Rq, D}, src);
+  check_weight_size({H, d, Rq}, src);
+  check_weight_size({G, Ro, D}, src);
+  check_weight_size({Ro, H, d}, src);
+  check_weight_size({two, d, D}, src);
+  check_weight_size({Dim{"compress_rates.compressed_sparse_attention", c.csa_rate}, two, d}, src);
+  check_weight_size({Dim{"compress_rates.heavily_compressed_attention", c.hca_rate}, two, d}, src);
+  check_weight_size({two, dI, D}, src);
+  check_weight_size({Dim{"compress_rates.compressed_sparse_attention", c.csa_rate}, two, dI}, src);
+  check_weight_size({HI, dI, Rq}, src);
+  check_weight_size({HI, D}, src);
+  check_weight_size({E, D}, src);
+  check_weight_size({V, K}, src);
+  check_weight_size({E, two, I, D}, src);
+}
+
 }  // namespace
 
 ModelConfig parse_config(const json& j, const std::string& src) {
@@ -133,6 +185,10 @@ ModelConfig parse_config(const json& j, const std::string& src) {
   const bool has_qkr = j.contains("qk_rope_head_dim") && !j["qk_rope_head_dim"].is_null();
   if (has_prf) {
     double f = get_or<double>(j, "partial_rotary_factor", 0.125, src);
+    // A fraction of head_dim: checked before the cast below (1e300 was out of an int64's range).
+    if (!(f > 0 && f <= 1))
+      input_error("{}: partial_rotary_factor is {}, it must be in (0, 1] (the rotary fraction of head_dim)", src,
+                  j["partial_rotary_factor"].dump());
     double r = f * static_cast<double>(c.head_dim);
     c.rope_dim = static_cast<std::int64_t>(r);  // HF: int(head_dim * factor)
     if (has_qkr && get_or<std::int64_t>(j, "qk_rope_head_dim", 0, src) != c.rope_dim)
@@ -249,6 +305,7 @@ void ModelConfig::validate(const std::string& src) const {
   positive("moe_intermediate_size", moe_intermediate_size);
   positive("compress_rates.compressed_sparse_attention", csa_rate);
   positive("compress_rates.heavily_compressed_attention", hca_rate);
+  check_weight_sizes(*this, src);
   if (rope_dim <= 0 || rope_dim % 2 != 0 || rope_dim > head_dim)
     input_error("{}: rotary dims r = {} must be even and in (0, head_dim={}]", src, rope_dim, head_dim);
   if (rope_dim > index_head_dim)

@@ -179,7 +179,9 @@ void check_scale(const Tensor& scale, std::int64_t rows, std::int64_t cols, bool
     input_error("{}: scale has shape {}, the weight needs {}", what, shape_str(scale.shape()), shape_str(Shape{rows, cols}));
 }
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// For a >= 0, b > 0; no a + b - 1 that overflows for a shape's extent near 2^63 (a [0, 2^63 - 1]
+// weight holds no bytes, so the file's size check lets it through).
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
 
 }  // namespace
 

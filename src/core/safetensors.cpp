@@ -147,7 +147,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   json header;
   try {
     header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(data_));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax errors, and numbers out of range (1e999)
     input_error("{}: header is not valid JSON ({})", path, e.what());
   }
   if (!header.is_object()) input_error("{}: header is not a JSON object", path);
@@ -225,7 +225,7 @@ ModelWeights::ModelWeights(const std::string& dir) : dir_(dir) {
     json j;
     try {
       j = json::parse(read_text_file(ipath));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // syntax errors, and numbers out of range (1e999)
       input_error("{}: not valid JSON ({})", ipath, e.what());
     }
     auto wm = j.is_object() ? j.find("weight_map") : j.end();

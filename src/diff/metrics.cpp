@@ -32,8 +32,8 @@ inline double scaled_abs(double abs_d, double abs_r, double s = 1.0) { return ab
 
 // Four consecutive elements of r and c widened to double (built element by element: the
 // compiler turns this into one widening load each), and |v| by clearing the sign bits.
-// Always inlined, so each target clone of the kernels below compiles them for its own
-// instruction set; results through references, as a vector return would change the ABI.
+// Always inlined, so each instruction-set version of the kernels below compiles them for its
+// own instruction set; results through references, as a vector return would change the ABI.
 template <class TR, class TC>
 __attribute__((always_inline)) inline void widen4(const TR* r, const TC* c, v4d& a, v4d& b) {
   a = v4d{static_cast<double>(r[0]), static_cast<double>(r[1]), static_cast<double>(r[2]), static_cast<double>(r[3])};
@@ -42,12 +42,33 @@ __attribute__((always_inline)) inline void widen4(const TR* r, const TC* c, v4d&
 constexpr std::int64_t kNoSign = std::numeric_limits<std::int64_t>::max();
 #define TDIFF_ABS4(v) ((v4d)((v4l)(v) & v4l{kNoSign, kNoSign, kNoSign, kNoSign}))
 
+// An AVX2 version and a baseline version of each kernel, chosen once per process by what the
+// CPU has. Explicit dispatch rather than target_clones: GCC and clang both take a target
+// attribute on a template, while clang (14) refuses target_clones there.
+#if defined(__x86_64__) || defined(__i386__)
+inline bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#define TDIFF_DISPATCH_AVX2(ret, name, params, args)                                          \
+  template <class TR, class TC>                                                               \
+  __attribute__((target("avx2"))) ret name##_avx2 params { return name##_body args; }         \
+  template <class TR, class TC>                                                               \
+  ret name##_base params { return name##_body args; }                                         \
+  template <class TR, class TC>                                                               \
+  ret name params { return cpu_has_avx2() ? name##_avx2 args : name##_base args; }
+#else
+#define TDIFF_DISPATCH_AVX2(ret, name, params, args) \
+  template <class TR, class TC>                      \
+  ret name params { return name##_body args; }
+#endif
+
 // Branch-free kernel for chunks without NaN/Inf. Returns false when a non-finite value was
 // seen (its squares then poison rr or cc), and the caller redoes the chunk carefully.
-// Cloned for AVX2 where the CPU has it; no FMA, so both clones round identically.
+// Compiled twice through TDIFF_DISPATCH_AVX2 below; no FMA, so both versions round identically.
 template <class TR, class TC>
-__attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, const TC* c, std::int64_t n,
-                                                                  double floor, Partial& p) {
+__attribute__((always_inline)) inline bool fast_chunk_body(const TR* r, const TC* c, std::int64_t n, double floor,
+                                                           Partial& p) {
   v4d rr = {}, cc = {}, rc = {}, dd = {}, ma = {}, mr = {}, mq = {}, ms = {};
   v4l nd = {};
   const v4d fl = {floor, floor, floor, floor};
@@ -90,6 +111,8 @@ __attribute__((target_clones("avx2", "default"))) bool fast_chunk(const TR* r, c
   p.compared = n;
   return std::isfinite(p.rr) && std::isfinite(p.cc);
 }
+TDIFF_DISPATCH_AVX2(bool, fast_chunk, (const TR* r, const TC* c, std::int64_t n, double floor, Partial& p),
+                    (r, c, n, floor, p))
 
 // Element by element, for chunks holding NaN or Inf: those are counted, not summed.
 template <class TR, class TC>
@@ -143,8 +166,7 @@ Partial chunk_partial(const Tensor& ref, const Tensor& cand, std::int64_t begin,
 // fast_chunk for chunks of finite values; element by element, skipping non-finite pairs,
 // for the chunks the first pass found NaN/Inf in. A maximum is exact in any order.
 template <class TR, class TC>
-__attribute__((target_clones("avx2", "default"))) double fast_scaled_max(const TR* r, const TC* c, std::int64_t n,
-                                                                         double s) {
+__attribute__((always_inline)) inline double fast_scaled_max_body(const TR* r, const TC* c, std::int64_t n, double s) {
   v4d ms = {};
   const v4d sv = {s, s, s, s};
   std::int64_t i = 0;
@@ -160,8 +182,11 @@ __attribute__((target_clones("avx2", "default"))) double fast_scaled_max(const T
   for (; i < n; ++i) m = std::max(m, scaled_abs(std::fabs(double(c[i]) - double(r[i])), std::fabs(double(r[i])), s));
   return m;
 }
+TDIFF_DISPATCH_AVX2(double, fast_scaled_max, (const TR* r, const TC* c, std::int64_t n, double s), (r, c, n, s))
 
 #undef TDIFF_ABS4
+#undef TDIFF_DISPATCH_AVX2
+
 
 double chunk_scaled_max(const Tensor& ref, const Tensor& cand, std::int64_t begin, std::int64_t n, double s,
                         bool finite, std::vector<double>& buf_r, std::vector<double>& buf_c) {
