@@ -156,11 +156,13 @@ class CliDump : public testing::CliTest {
 TEST_F(CliDump, ATappedEngineGetsTheReportOfTheBackend) {
   tap_emu("naive", path("dump.h5"));
   const CliResult emu = run(fmt::format("run {} --backend emu --policy naive --seed 7 --selections free -o '{}'", c(), path("emu")));
-  const CliResult dump = run(fmt::format("run {} --candidate-dump '{}' -o '{}'", c(), path("dump.h5"), path("dump")));
+  const CliResult dump =
+      run(fmt::format("run {} --candidate-dump '{}' --dump-policy naive -o '{}'", c(), path("dump.h5"), path("dump")));
   ASSERT_EQ(dump.code, emu.code) << dump.out << dump.err;
   EXPECT_NE(dump.out.find("first divergence:"), std::string::npos) << dump.out;
   EXPECT_EQ(dump.out.find("dump lacks"), std::string::npos) << "every stage tapped: " << dump.out;
-  // Row for row the same metrics and verdicts (the floor column aside: neither run has one).
+  // Row for row the same metrics, expected errors and verdicts (--dump-policy: the formats
+  // the tapped engine stores in).
   const std::string a = slurp(path("emu/report.csv")), b = slurp(path("dump/report.csv"));
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a, b);

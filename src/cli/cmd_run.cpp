@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/h5io.h"
 #include "core/pattern.h"
+#include "diff/expected.h"
 #include "emu/arith.h"
 #include "gates/model_stats.h"
 #include "report/stats_report.h"
@@ -39,6 +40,7 @@ struct RunCmd {
   std::string save_to;  // ... or of this HDF5 file
   bool stats = false;
   std::string dump, dump_group = "/";  // --candidate-dump: an external implementation's tensors
+  std::string dump_policy;             // the formats it stores in, for the expected errors
   CandidateOptions cand;
   ReportOptions report;
   WeightCheckOptions weights;
@@ -144,6 +146,22 @@ void print_local_ranking(const CompareResult& diff) {
     fmt::print("{:>4}  {:<40} {:>10.3g}  {}\n", i + 1, rows[i]->key(), score(rows[i]), verdict_name(rows[i]->verdict));
 }
 
+// An external implementation has no tdiff policy: --dump-policy names the formats it stores
+// in (a bf16 port: fixed), so its tensors get the tolerances from precision a backend's get;
+// without it they are judged by the scaled rule, as compare judges two dumps.
+void set_dump_expected(const RunCmd& c, const std::optional<CaseSession>& session, const CandidateDump& dump,
+                       CompareResult& diff) {
+  if (c.dump_policy.empty()) {
+    fmt::print("note: no --dump-policy, so no expected errors: judged by the scaled rule (tdiff compare's); "
+               "--dump-policy fixed models a bf16 port\n");
+    return;
+  }
+  if (!session) input_error("--dump-policy: the expected errors need the model's weights (give --model)");
+  Policy policy = Policy::load(c.dump_policy);
+  policy.validate(session->stages);
+  set_expected(diff, {&*session, &policy, dump.mode == "isolated" ? StageInputs::reference : StageInputs::run, nullptr});
+}
+
 void run_dump(RunCmd c) {
   if (reference_stages(c.case_path).empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
@@ -166,6 +184,7 @@ void run_dump(RunCmd c) {
   CompareOptions opt;
   opt.stages = c.stages;
   CompareResult diff = compare_candidate_dump(c.case_path, stages, dump, session ? session->weights.get() : nullptr, opt);
+  set_dump_expected(c, session, dump, diff);
   judge(diff, thresholds);
 
   const auto engine = dump.env.find("engine");
@@ -179,12 +198,13 @@ void run_dump(RunCmd c) {
   info.command = fmt::format("tdiff run {} --candidate-dump {}{}{}{}", shell_quote(absolute_path(c.case_path)),
                              shell_quote(absolute_path(c.dump)), c.dump_group == "/" ? "" : " --dump-group " + shell_quote(c.dump_group),
                              c.cand.model_dir.empty() ? "" : " --model " + shell_quote(absolute_path(c.cand.model_dir)),
-                             c.report.flags()) +
+                             c.report.flags() + (c.dump_policy.empty() ? "" : " --dump-policy " + shell_quote(c.dump_policy))) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --run-id " + shell_quote(run_id);
   EnvRecord env = capture_env("dump", "the dump's own", process_command_line());
   add_case_facts(env, c.case_path, read_case(c.case_path).checksums);
   env.extra["dump"] = absolute_path(c.dump) + ":" + c.dump_group;
   env.extra["dump_mode"] = dump.mode;
+  env.extra["dump_policy"] = c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy;
   for (const auto& [k, v] : dump.env) env.extra["dump." + k] = v;
   if (session) env.extra["weights"] = c.weights.note(checked);
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
@@ -322,6 +342,10 @@ void setup_run(CLI::App& app) {
                                "judge this dump (python/ capture, the tap of src/tap/tap.h) instead of running a backend")
                    ->check(CLI::ExistingFile);
   cmd->add_option("--dump-group", c->dump_group, "the dump's group holding <stage>/<tensor> datasets (default /)")
+      ->needs(dump);
+  cmd->add_option("--dump-policy", c->dump_policy,
+                  "the formats the dump's implementation stores in (a preset such as fixed for a bf16 port, or a policy "
+                  "file): its expected errors, as a backend's policy gives them")
       ->needs(dump);
   for (const char* name :
        {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to", "--stats"})

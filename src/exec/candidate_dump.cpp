@@ -114,6 +114,12 @@ CompareResult compare_candidate_dump(const std::string& case_path, const std::ve
   std::map<std::string, const Stage*> stage_of;
   for (const auto& s : stages) stage_of[s.name] = &s;
   const CaseInfo info = read_case(case_path);
+  // Locations split flat token rows by the case's tokens per row; a padded batch's tensors are
+  // compacted to their real rows, where that split no longer holds (seq 0: rows as they are).
+  const Tensor& mask = info.batch.mask;
+  bool padded = false;
+  for (auto m : mask.span<const std::uint8_t>()) padded = padded || m == 0;
+  r.seq = padded ? 0 : info.batch.seq();
   // Padding positions are the implementation's own business: only real rows are judged.
   auto real = [&](const Stage& s, const Tensor& t) {
     return keep_real_rows(t, real_rows(t, info.batch, info.config.rate(s.layer_type)));

@@ -69,6 +69,8 @@ pre { background: #f6f8fa; border: 1px solid var(--line); border-radius: 6px; pa
 .tok .miss { color: var(--fail); font-weight: 700; }
 .legend { color: var(--mute); font-size: 12.5px; }
 .env td:first-child { color: var(--mute); white-space: nowrap; width: 1%; }
+.env td code { overflow-wrap: anywhere; }
+table.stats th { white-space: normal; font-size: 12px; } table.stats td { padding: 3px 5px; }
 @media print {
   body { font-size: 10.5px; }
   main { max-width: none; padding: 0; }

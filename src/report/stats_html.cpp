@@ -35,7 +35,7 @@ std::string render_stats_html(const ModelStats& m) {
       "where low-precision kernels lose accuracy. <code>tdiff stats CASE</code> prints the same table for any case, "
       "including one made from a real checkpoint.</p>\n",
       m.tokens);
-  o += "<table><thead><tr><th>layer</th><th>type</th><th>max |logit|</th><th>entropy p10</th><th>p50</th><th>p90</th>"
+  o += "<table class=\"stats\"><thead><tr><th>layer</th><th>type</th><th>max |logit|</th><th>entropy p10</th><th>p50</th><th>p90</th>"
        "<th>sink mass</th><th>sink heads</th><th>first token</th><th>max |x|</th><th>median |x|</th><th>max/median</th>"
        "<th>margin p10</th><th>p50</th><th>p90</th></tr></thead><tbody>\n";
   for (const auto& l : m.layers) o += stats_row(l);
