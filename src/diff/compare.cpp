@@ -115,13 +115,14 @@ std::vector<std::string> list_keys(const std::string& file, const std::string& g
   return keys;
 }
 
-namespace {
 Shape squeezed(const Shape& s) {
   Shape out;
   for (auto n : s)
     if (n != 1) out.push_back(n);
   return out;
 }
+
+namespace {
 
 // A row for two tensors of different shapes: nothing to measure, FAIL when judged.
 TensorDiff shape_mismatch(TensorDiff d, const Tensor& cand) {

@@ -17,13 +17,6 @@ namespace tdiff {
 
 namespace {
 
-Shape squeezed(const Shape& s) {
-  Shape out;
-  for (auto d : s)
-    if (d != 1) out.push_back(d);
-  return out;
-}
-
 bool is_integer(DType t) { return t == DType::i64 || t == DType::i32 || t == DType::u8; }
 
 // Whether a dump dtype can hold what the reference stores (selection indices must stay
