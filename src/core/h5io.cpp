@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include <fcntl.h>
@@ -471,38 +472,46 @@ void check_dataset_size(const std::vector<hsize_t>& dims, std::size_t elem, cons
 }
 }  // namespace
 
-Tensor h5_read(const std::string& file, const std::string& path) {
-  Hid f = open_read(file);
-  const std::string p = norm_path(path);
-  Hid d = open_object(f.get(), file, p, "dataset");
-  if (H5Iget_type(d.get()) != H5I_DATASET) input_error("{}: '{}' is a group, not a dataset", file, p);
-  Hid ftype(H5Dget_type(d.get()));
-  auto [dtype, mem_type] = read_type(ftype.get(), dtype_attr(d.get()), file, p);
-  Hid space(H5Dget_space(d.get()));
+namespace {
+// A dataset opened for reading: its dtype, the memory type that reads it and its dimensions
+// (what h5_read and h5_dataset_info both need; the file stays open while `file` lives).
+struct OpenDataset {
+  Hid file, dataset, mem_type;
+  DType dtype;
+  std::vector<hsize_t> dims;
+  std::string path;  // normalised, for messages
+};
+
+OpenDataset open_dataset(const std::string& file, const std::string& path) {
+  OpenDataset o;
+  o.file = open_read(file);
+  o.path = norm_path(path);
+  o.dataset = open_object(o.file.get(), file, o.path, "dataset");
+  if (H5Iget_type(o.dataset.get()) != H5I_DATASET) input_error("{}: '{}' is a group, not a dataset", file, o.path);
+  Hid ftype(H5Dget_type(o.dataset.get()));
+  std::tie(o.dtype, o.mem_type) = read_type(ftype.get(), dtype_attr(o.dataset.get()), file, o.path);
+  Hid space(H5Dget_space(o.dataset.get()));
   const int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 0 || rank > kMaxRank) input_error("{}: dataset '{}' has rank {} (tdiff reads up to {})", file, p, rank, kMaxRank);
-  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  check_dataset_size(dims, dtype_size(dtype), file, p);
-  Tensor t(dtype, Shape(dims.begin(), dims.end()));
-  if (t.numel() > 0 && H5Dread(d.get(), mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()) < 0)
-    input_error("{}: dataset '{}' cannot be read, the file is truncated or damaged ({})", file, p, h5_detail());
+  if (rank < 0 || rank > kMaxRank)
+    input_error("{}: dataset '{}' has rank {} (tdiff reads up to {})", file, o.path, rank, kMaxRank);
+  o.dims.resize(static_cast<std::size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), o.dims.data(), nullptr);
+  return o;
+}
+}  // namespace
+
+Tensor h5_read(const std::string& file, const std::string& path) {
+  const OpenDataset d = open_dataset(file, path);
+  check_dataset_size(d.dims, dtype_size(d.dtype), file, d.path);
+  Tensor t(d.dtype, Shape(d.dims.begin(), d.dims.end()));
+  if (t.numel() > 0 && H5Dread(d.dataset.get(), d.mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()) < 0)
+    input_error("{}: dataset '{}' cannot be read, the file is truncated or damaged ({})", file, d.path, h5_detail());
   return t;
 }
 
 H5DatasetInfo h5_dataset_info(const std::string& file, const std::string& path) {
-  Hid f = open_read(file);
-  const std::string p = norm_path(path);
-  Hid d = open_object(f.get(), file, p, "dataset");
-  if (H5Iget_type(d.get()) != H5I_DATASET) input_error("{}: '{}' is a group, not a dataset", file, p);
-  Hid ftype(H5Dget_type(d.get()));
-  const DType dtype = read_type(ftype.get(), dtype_attr(d.get()), file, p).first;
-  Hid space(H5Dget_space(d.get()));
-  const int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 0 || rank > kMaxRank) input_error("{}: dataset '{}' has rank {} (tdiff reads up to {})", file, p, rank, kMaxRank);
-  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  return {dtype, Shape(dims.begin(), dims.end())};
+  const OpenDataset d = open_dataset(file, path);
+  return {d.dtype, Shape(d.dims.begin(), d.dims.end())};
 }
 
 std::map<std::string, std::string> h5_read_attrs(const std::string& file, const std::string& path) {
