@@ -1,0 +1,201 @@
+"""capture and isolate: run transformers' DeepseekV4ForCausalLM on a case's tokens and mask and
+write its stage tensors as a tdiff candidate dump (see README.md)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from .dump import AtomicH5, InputError, check_right_padding, read_case, read_reference, set_dump_attrs
+from .mapping import (CONVENTIONS, EXTRA_TENSORS, ISOLATION, MAPPING, expected_shapes, pattern_matches,
+                      stage_class, stage_graph)
+
+DTYPES = {"float64": "float64", "f64": "float64", "float32": "float32", "f32": "float32",
+          "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "f16": "float16"}
+
+
+def run(args, isolate=False, written_by="tdiff-capture"):
+    """args: model, case, output, stages, no_derived, no_attn_wrap, hidden_states_check, threads,
+    dtype, device, store, rope_f64, experts, attn. Returns the exit code (0 or 1)."""
+    t_start = time.perf_counter()
+    ids, mask, pos, case_attrs, _ = read_case(args.case)
+    check_right_padding(mask, args.case)
+    B, S = ids.shape
+    if not np.array_equal(pos, np.broadcast_to(np.arange(S), (B, S))):
+        print("warning: %s: /inputs/pos is not 0..S-1 in every row; passing it as position_ids as is"
+              % args.case, file=sys.stderr)
+    model_dir = args.model or case_attrs.get("model_path")
+    if not model_dir:
+        raise InputError("no --model given and the case has no model_path attribute")
+    if not os.path.isfile(os.path.join(model_dir, "config.json")):
+        raise InputError("%s: not a model folder (no config.json)" % model_dir)
+    if args.dtype not in DTYPES:
+        raise InputError("--dtype %s: not one of %s" % (args.dtype, ", ".join(sorted(DTYPES))))
+    if isolate and args.hidden_states_check:
+        raise InputError("--hidden-states-check checks a normal forward; isolate replaces the layers' outputs")
+    reference = read_reference(args.case) if isolate else None
+
+    import torch
+    import transformers
+    from . import hf
+    from .rope import patch_rotary_f64
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if not transformers.__version__.startswith("5.17"):
+        print("warning: transformers %s; this package was written against 5.17 (the spec's version)"
+              % transformers.__version__, file=sys.stderr)
+    dtype = getattr(torch, DTYPES[args.dtype])
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as e:
+        raise InputError("--device %s: %s" % (args.device, e))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device %s: torch sees no CUDA device" % args.device)
+    experts = args.experts or ("eager" if dtype == torch.float64 else "default")
+
+    t_load = time.perf_counter()
+    model, load_notes = hf.load_model(model_dir, dtype=dtype, device=device, experts=experts, attn=args.attn)
+    load_s = time.perf_counter() - t_load
+    config = model.config
+    dims = hf.model_dims(config)
+    if ids.min() < 0 or ids.max() >= config.vocab_size:
+        raise InputError("%s: token ids outside 0..%d" % (args.case, config.vocab_size - 1))
+    graph = stage_graph(config.layer_types, config.mlp_layer_types)
+    if args.stages and not any(pattern_matches(args.stages, s) for s, _ in graph):
+        raise InputError("stage pattern '%s' matches no stage of this model" % args.stages)
+    shape_of = expected_shapes(dims, B, S)
+    non_native = sorted("%s (%s)" % (n, t.dtype) for n, t in
+                        list(model.named_parameters()) + list(model.named_buffers())
+                        if t.is_floating_point() and t.dtype != dtype and "inv_freq" not in n)
+    if non_native:
+        print("warning: %d floating tensors are not %s, e.g. %s"
+              % (len(non_native), DTYPES[args.dtype], ", ".join(non_native[:5])), file=sys.stderr)
+    hf_module = sys.modules[type(model).__module__]
+    undo_rope = None
+    if args.rope_f64:
+        try:
+            undo_rope, rope_notes = patch_rotary_f64(model.model.rotary_emb, config)
+        except ValueError as e:
+            raise InputError(str(e))
+        load_notes += rope_notes
+
+    source = "transformers %s %s %s%s%s" % (transformers.__version__, DTYPES[args.dtype], args.attn,
+                                            "" if device.type == "cpu" else " on " + str(device),
+                                            " rope-f64" if args.rope_f64 else "")
+    env = {"engine": "transformers %s (torch %s)" % (transformers.__version__, torch.__version__),
+           "transformers": transformers.__version__, "torch": torch.__version__,
+           "device": device.type + (" " + torch.cuda.get_device_name(device) if device.type == "cuda" else ""),
+           "dtype": DTYPES[args.dtype], "store": args.store,
+           "attn_implementation": str(getattr(config, "_attn_implementation", None)),
+           "experts_implementation": str(getattr(config, "_experts_implementation", None)),
+           "rope": ("float64 (tdiff_capture --rope-f64: a deliberate deviation from stock transformers)"
+                    if args.rope_f64 else "transformers' own (float32 tables)"),
+           "written_by": written_by}
+    ok = True
+    try:
+        with AtomicH5(args.output, prefix=".capture_hf.") as h5:
+            rec = hf.Recorder(h5, graph, shape_of, args.stages, derive=not args.no_derived,
+                              wrap=not args.no_attn_wrap, keep_streams=args.hidden_states_check,
+                              store=args.store, reference=reference["reference"] if reference else None)
+            rec.install(model, hf_module)
+            extra = {"output_hidden_states": True} if args.hidden_states_check else {}
+            try:
+                t_fwd = time.perf_counter()
+                with torch.no_grad():
+                    outputs = model(input_ids=torch.from_numpy(ids).to(device),
+                                    attention_mask=torch.from_numpy(mask.astype(np.int64)).to(device),
+                                    position_ids=torch.from_numpy(pos).to(device),
+                                    use_cache=False, **extra)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                forward_s = time.perf_counter() - t_fwd
+            finally:
+                rec.remove()
+                if undo_rope:
+                    undo_rope()
+
+            missing = rec.missing()
+            hs_ok, hs_lines = True, []
+            if args.hidden_states_check:
+                hs_ok, hs_lines = hf.hidden_states_check(outputs.hidden_states, rec.kept, config.num_hidden_layers)
+            set_dump_attrs(h5, "isolated" if isolate else "run", env)
+            a = h5.attrs
+            a["source"] = source
+            a["transformers_version"] = str(transformers.__version__)
+            a["torch_version"] = str(torch.__version__)
+            a["written_by"] = written_by
+            a["case"] = os.path.abspath(args.case)
+            a["model_path"] = os.path.abspath(model_dir)
+            a["stages"] = args.stages
+            a["attn_implementation"] = env["attn_implementation"]
+            a["experts_implementation"] = env["experts_implementation"]
+            a["conventions"] = CONVENTIONS
+            a["mapping"] = json.dumps([{"stage": s, "tensor": t, "module": m, "how": h}
+                                       for s, t, m, h, _ in MAPPING])
+            a["not_captured"] = json.dumps(missing)
+            a["extra_tensors"] = json.dumps(sorted("%s/%s" % k for k in EXTRA_TENSORS))
+            a["self_checks"] = json.dumps([[w, d] for w, d in rec.checks if d != 0.0])
+            a["shape_errors"] = json.dumps(rec.shape_errors)
+            a["non_float64_tensors" if dtype == torch.float64 else "non_native_tensors"] = json.dumps(non_native)
+            a["notes"] = json.dumps(load_notes + rec.notes)
+            if isolate:
+                a["isolation"] = json.dumps({"%s/%s" % k: v for k, v in sorted(ISOLATION.items())})
+                a["not_fed"] = json.dumps(rec.not_fed)
+            if args.hidden_states_check:
+                a["hidden_states_check"] = json.dumps(hs_lines)
+    finally:
+        if reference is not None:
+            reference.close()
+
+    # One line per captured stage, in stage-graph order.
+    print("# %s%s, B=%d S=%d -> %s" % (source, ", isolated stages" if isolate else "", B, S, args.output))
+    seen = set()
+    for stage, tensors in graph:
+        cls, _ = stage_class(stage)
+        names = list(tensors) + [t for (c, t) in sorted(EXTRA_TENSORS) if c == cls]
+        parts = []
+        for t in names:
+            key = "%s/%s" % (stage, t)
+            if key in rec.meta:
+                seen.add(key)
+                shape, dtype_name, _, how = rec.meta[key]
+                tag = " derived" if how.startswith("derived") else (" wrap" if how.startswith("wrap") else "")
+                if isolate and ISOLATION.get((cls, t), "local").startswith("fused"):
+                    tag += " fused"
+                parts.append("%s %s %s%s" % (t, list(shape), dtype_name, tag))
+        if parts:
+            print("%-26s %s" % (stage, "  ".join(parts)))
+    extra_names = {"%s/%s" % e for e in EXTRA_TENSORS}
+    n_extra = sum(1 for k in seen if "%s/%s" % (stage_class(k.split("/")[0])[0], k.split("/")[1]) in extra_names)
+    wanted = sum(len(t) for s, t in graph if pattern_matches(args.stages, s))
+    n_missing = sum(len(v["layers"]) or 1 for v in missing.values())
+    print("# %d of the %d selected stage tensors written (+%d extra); %d not captured"
+          % (len(seen) - n_extra, wanted, n_extra, n_missing))
+    for name, v in sorted(missing.items()):
+        layers = (" layers %s" % v["layers"]) if v["layers"] else ""
+        print("# not captured: %s%s: %s" % (name, layers, v["reason"]))
+    if isolate:
+        print("# isolate: %d reference tensors fed to the model; %d not fed%s"
+              % (len(rec.fed), len(rec.not_fed), "".join("\n#   not fed: %s: %s" % kv for kv in sorted(rec.not_fed.items())[:10])))
+    for note in load_notes + rec.notes:
+        print("# note: %s" % note)
+    bad_checks = [(w, d) for w, d in rec.checks if d != 0.0]
+    for w, d in bad_checks:
+        print("# self-check not bitwise: %s: %s" % (w, d if isinstance(d, str) else "max |diff| %.3g" % d))
+    if rec.checks and not bad_checks:
+        print("# self-checks: %d, all bitwise equal" % len(rec.checks))
+    for line in rec.shape_errors:
+        print("# SHAPE ERROR: %s" % line)
+        ok = False
+    for line in hs_lines:
+        print("# hidden-states check: %s" % line)
+    if not hs_ok:
+        ok = False
+    # forward: the model call less the time the hooks spent converting and writing tensors.
+    print("# timing: load %.2f s, forward %.2f s, writing captured tensors %.2f s (during the forward), "
+          "total %.2f s; %d torch threads" % (load_s, forward_s - rec.put_s, rec.put_s,
+                                               time.perf_counter() - t_start, torch.get_num_threads()))
+    return 0 if ok else 1
