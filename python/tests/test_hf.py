@@ -1,0 +1,133 @@
+"""transformers' DeepseekV4ForCausalLM through the package on the CPU: a float64 capture of the
+tiny model equals the reference within 1e-6 (tests/oracle/compare_hf.py's per-token relative
+L2; the indexer scores 1e-4), every stage is captured (the mapping covers what transformers
+exposes), --rope-f64 makes the tables exact, isolate writes a dump that `tdiff run
+--candidate-dump` ranks. Needs torch, transformers, numpy, h5py and the tdiff binary ($TDIFF,
+else build/tdiff); skipped otherwise."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, ".."))
+TDIFF = os.environ.get("TDIFF") or os.path.join(ROOT, "build", "tdiff")
+
+try:
+    import h5py
+    import numpy as np
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    SKIP = None
+except ImportError as e:
+    SKIP = "needs torch, transformers, numpy and h5py (%s)" % e
+if SKIP is None and not os.access(TDIFF, os.X_OK):
+    SKIP = "needs the tdiff binary: set TDIFF or build build/tdiff (%s not found)" % TDIFF
+
+
+def sh(*cmd, ok=(0,)):
+    p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode not in ok:
+        raise AssertionError("%s: exit %d\n%s" % (" ".join(map(str, cmd)), p.returncode, p.stdout[-6000:]))
+    return p.stdout
+
+
+@unittest.skipIf(SKIP is not None, SKIP or "")
+class HfTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tdiff-pypkg-")
+        cls.model = os.path.join(cls.dir, "tiny")
+        cls.case = os.path.join(cls.dir, "tiny.h5")
+        sh(TDIFF, "synth", "--preset", "tiny", "--seed", "1", "-o", cls.model)
+        # one unpadded prompt of 96 tokens (as tests/oracle's tiny-long): every stage, the indexer selecting
+        sh(TDIFF, "case", "new", "--model", cls.model, "--random-prompts", "1", "--len", "96", "--seed", "2",
+           "-o", cls.case)
+        sh(TDIFF, "golden", cls.case, "--tie-rule", "torch-cpu")
+
+    @classmethod
+    def tearDownClass(cls):
+        out = os.environ.get("OUT")
+        if out:   # keep the dumps for a look (the device's $OUT comes back)
+            for name in os.listdir(cls.dir):
+                if name.endswith(".h5") or name.endswith(".log"):
+                    shutil.copy(os.path.join(cls.dir, name), out)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def capture(self, name, *extra, cmd="capture"):
+        out = os.path.join(self.dir, name + ".h5")
+        log = os.path.join(self.dir, name + ".log")
+        p = subprocess.run([sys.executable, "-m", "tdiff_capture", cmd, "--model", self.model, "--case", self.case,
+                            "-o", out] + list(extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")))
+        with open(log, "w") as f:
+            f.write(p.stdout)
+        self.assertEqual(p.returncode, 0, p.stdout[-6000:])
+        return out, p.stdout
+
+    def compare(self, dump, *extra):
+        return sh(sys.executable, os.path.join(ROOT, "tests", "oracle", "compare_hf.py"), self.case, dump,
+                  "--bound", "1e-6", "--score-bound", "1e-4", *extra)
+
+    def test_float64_capture_equals_the_reference(self):
+        out, log = self.capture("f64", "--dtype", "float64", "--device", "cpu", "--store", "f64",
+                                "--hidden-states-check")
+        with h5py.File(out, "r") as f:
+            self.assertEqual(json.loads(f.attrs["not_captured"]), {}, "a stage transformers exposes is not mapped")
+            self.assertEqual(json.loads(f.attrs["shape_errors"]), [])
+            self.assertEqual(f.attrs["tdiff_dump_mode"], "run")
+            self.assertEqual(f.attrs["env.dtype"], "float64")
+            self.assertIn("transformers", f.attrs["env.engine"])
+        self.compare(out)
+        # the dump is what `tdiff run --candidate-dump` reads
+        sh(TDIFF, "run", self.case, "--model", self.model, "--candidate-dump", out, "--no-record", ok=(0, 1))
+
+    def test_legacy_command_line(self):
+        out = os.path.join(self.dir, "legacy.h5")
+        sh(sys.executable, os.path.join(ROOT, "python", "capture_hf.py"), "--model", self.model, "--case", self.case,
+           "-o", out, "--stages", "L0*.attn.core,lm_head")
+        with h5py.File(out, "r") as f:
+            self.assertEqual(f["lm_head/logits"].dtype, np.float64)
+            self.assertEqual(f.attrs["written_by"], "python/capture_hf.py")
+
+    def test_rope_f64_tables_are_exact(self):
+        plain, _ = self.capture("rope32", "--dtype", "float64", "--device", "cpu", "--stages", "rope.*")
+        exact, log = self.capture("rope64", "--dtype", "float64", "--device", "cpu", "--stages", "rope.*",
+                                  "--rope-f64")
+        self.assertIn("rope-f64", log)
+        with h5py.File(self.case, "r") as c, h5py.File(plain, "r") as a, h5py.File(exact, "r") as b:
+            for key in ("rope.main/cos", "rope.main/sin", "rope.compress/cos", "rope.compress/sin"):
+                ref = c["reference/" + key][()]
+                err32 = np.abs(a[key][()] - ref).max()
+                err64 = np.abs(b[key][()] - ref).max()
+                self.assertLess(err64, 1e-13, key)
+                self.assertLessEqual(err64, err32, key)
+
+    def test_isolate(self):
+        out, log = self.capture("iso", "--dtype", "float64", "--device", "cpu", "--store", "f64", cmd="isolate")
+        self.assertIn("reference tensors fed", log)
+        with h5py.File(out, "r") as f:
+            self.assertEqual(f.attrs["tdiff_dump_mode"], "isolated")
+            self.assertEqual(json.loads(f.attrs["not_captured"]), {})
+            self.assertEqual(json.loads(f.attrs["not_fed"]), {})
+        # each stage on the reference's inputs: local float64-vs-float32 steps only
+        self.compare(out)
+        text = sh(TDIFF, "run", self.case, "--model", self.model, "--candidate-dump", out, "--no-record", ok=(0, 1))
+        self.assertIn("isolated stages (each on the reference's inputs), ranked by local error", text)
+
+    def test_bf16_capture_on_the_cpu(self):
+        out, log = self.capture("bf16", "--dtype", "bfloat16", "--device", "cpu", "--stages", "L00.*,lm_head")
+        with h5py.File(out, "r") as f:
+            self.assertEqual(f.attrs["env.dtype"], "bfloat16")
+            self.assertEqual(f["L00.attn.q_a/out"].attrs["dtype"], "bf16")
+        text = sh(TDIFF, "run", self.case, "--model", self.model, "--candidate-dump", out, "--no-record",
+                  "--dump-policy", "fixed", ok=(0, 1))
+        self.assertIn("dump lacks", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
