@@ -12,7 +12,18 @@ float32 parameters and buffers to bf16 after loading (model.to(torch.bfloat16)),
 what --cast does (default on). If that fails, the script falls back to a float32 run and
 says so in the JSON ("dtype").
 
-    python3 bench/hip/bench_hf.py --model DIR --case case.h5 [--runs 3] [-o bench_hf.json]
+A model folder in DeepSeek's release layout (`tdiff synth --format release`: FP8 linears,
+FP4 experts, release names, shards, the release config.json; told apart as tdiff does, by a
+tensor named embed.weight; --layout forces either) is loaded by release_hf.py beside this
+file: the HF config built from the release one (legacy keys folded as tdiff reads them), the
+model built on the GPU in bf16, and each of its tensors filled from the release, dequantised
+on the GPU tensor by tensor (exact: codes of 4 significant bits times powers of two) and the
+routed experts stacked into HF's [E, 2I, D] / [E, D, I] tensors, a few experts at a time. No
+float32 fallback there (at real widths it would not fit): a failure is the script's exit.
+The timing is the same; the JSON adds "layout", "load_s" and the release's tensor counts.
+`python3 bench/hip/release_hf.py --self-test` checks that loader's logic without a GPU.
+
+    python3 bench/hip/bench_hf.py --model DIR --case case.h5 [--runs 3] [--layout auto|hf|release] [-o bench_hf.json]
 """
 import argparse
 import json
@@ -24,6 +35,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
+import release_hf
+
 
 def load(model_dir, dtype):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
@@ -32,24 +45,73 @@ def load(model_dir, dtype):
     return model.to("cuda").eval(), kept
 
 
+def load_release(model_dir, dtype, info):
+    """DeepseekV4ForCausalLM on cuda in `dtype`, its tensors from a release-layout folder
+    (release_hf.py). Fills `info` with what the JSON reports about the load."""
+    import transformers
+    t0 = time.perf_counter()
+    rel = release_hf.ReleaseFolder(model_dir)
+    cfg = release_hf.hf_config(rel.config)
+    config = transformers.DeepseekV4Config.from_dict(cfg)
+    # Built where it runs, in the load dtype: the weights are overwritten below, so nothing
+    # is materialised twice on the host and no float32 copy of the model exists.
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device("cuda"):
+            try:
+                model = transformers.DeepseekV4ForCausalLM._from_config(config, dtype=dtype)
+            except TypeError:  # an older signature (torch_dtype), or none
+                model = transformers.DeepseekV4ForCausalLM._from_config(config)
+    finally:
+        torch.set_default_dtype(prev)
+    kept = sorted({str(p.dtype) for p in model.parameters()})
+    model.to(dtype)  # as load(): any float32-kept module cast
+    t1 = time.perf_counter()
+    stats = release_hf.load_into(rel, model.state_dict(), "cuda")
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    info.update({"layout": "release", "load_s": round(t2 - t0, 2), "build_s": round(t1 - t0, 2),
+                 "fill_s": round(t2 - t1, 2), "release_tensors_filled": stats["tensors"],
+                 "release_stored_gb": round(stats["stored_bytes"] / 1e9, 3),
+                 "model_tensors_not_in_release": stats["not_in_release"],
+                 "layer_types": list(cfg["layer_types"]), "mlp_layer_types": list(cfg["mlp_layer_types"]),
+                 "gpu_memory_gb_after_load": round(torch.cuda.memory_allocated() / 1e9, 2)})
+    return model.eval(), kept
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--case", required=True)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--layout", choices=("auto", "hf", "release"), default="auto",
+                    help="the model folder's layout (auto: release when it has a tensor named embed.weight)")
     ap.add_argument("-o", "--out", default="bench_hf.json")
     a = ap.parse_args()
+    release = a.layout == "release" or (a.layout == "auto" and release_hf.is_release_layout(a.model))
     with h5py.File(a.case, "r") as f:
         ids = torch.from_numpy(np.asarray(f["inputs/ids"], dtype=np.int64)).cuda()
         mask = torch.from_numpy(np.asarray(f["inputs/mask"], dtype=np.int64)).cuda()
     result = {"model": a.model, "case": a.case, "tokens": int(ids.numel()), "gpu": torch.cuda.get_device_name()}
     dtype = torch.bfloat16
-    try:
-        model, kept = load(a.model, dtype)
+    if release:
+        info = {}
+        model, kept = load_release(a.model, dtype, info)
+        result.update(info)
         result["loaded_param_dtypes"] = kept
+        print(f"# release layout: {info['release_tensors_filled']} tensors ({info['release_stored_gb']} GB stored) "
+              f"loaded in {info['load_s']} s; model tensors not in the release (left as built): "
+              f"{len(info['model_tensors_not_in_release'])} {info['model_tensors_not_in_release'][:6]}", flush=True)
+    try:
+        if not release:
+            model, kept = load(a.model, dtype)
+            result["loaded_param_dtypes"] = kept
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask)
     except Exception as e:  # fall back to float32, and say so
+        if release:
+            raise
         result["bf16_error"] = f"{type(e).__name__}: {e}"[:500]
         dtype = torch.float32
         model, kept = load(a.model, dtype)
