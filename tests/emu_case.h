@@ -12,17 +12,26 @@
 #include "core/executor.h"
 #include "core/session.h"
 #include "core/synth.h"
+#include "core/synth_release.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff::testing {
 
-// Writes dir/model (the synthetic model) and dir/case.h5 with `prompts` padded to `pad_to`,
-// and the reference of every stage; returns the case path.
+// Writes dir/model (the synthetic model; with `release`, in DeepSeek's release layout: FP8
+// linears, FP4 experts) and dir/case.h5 with `prompts` padded to `pad_to`, and the reference
+// of every stage; returns the case path.
 inline std::string build_golden_case(const std::filesystem::path& dir, const ModelConfig& config,
                                      std::uint64_t model_seed, const std::vector<std::vector<std::int64_t>>& prompts,
-                                     std::int64_t pad_to, bool pad_left = false, const SynthOptions& synth = {}) {
+                                     std::int64_t pad_to, bool pad_left = false, const SynthOptions& synth = {},
+                                     bool release = false) {
   const std::string model = (dir / "model").string(), path = (dir / "case.h5").string();
-  write_synth_model(config, model_seed, model, {}, synth);
+  if (release) {
+    ReleaseOptions opt;
+    opt.outliers = synth.outliers, opt.profile = synth.profile;
+    write_release_model(config, model_seed, model, {}, opt);
+  } else {
+    write_synth_model(config, model_seed, model, {}, synth);
+  }
   CaseInfo info = case_for_model(model);
   PromptSet p;
   p.source = "test";

@@ -11,6 +11,7 @@
 #include "core/release_format.h"
 #include "core/synth.h"
 #include "core/weights.h"
+#include "emu/release_codes.h"
 
 namespace tdiff {
 namespace {
@@ -192,6 +193,47 @@ TEST(ReleaseFormat, NamesFollowTheSpec) {
     ASSERT_TRUE(rn) << hf;
     const std::string probe = rn->format == ReleaseFormat::fp4 ? rn->name + "0." + rn->parts[0] + ".weight" : rn->name;
     EXPECT_EQ(hf_name(probe), hf) << probe;
+  }
+}
+
+// The float32 decode the GPU kernels use (emu/release_codes.h) gives, for every code and every
+// scale exponent, the float64 dequantisation converted to float32, bit for bit: the GEMM
+// operands of a release checkpoint do not depend on where it was dequantised.
+TEST(ReleaseFormat, Float32DecodeEqualsFloat64ForEveryCodeAndScale) {
+  int compared = 0;
+  for (int e = 0; e < 255; ++e) {
+    const auto s = static_cast<std::uint8_t>(e);
+    ASSERT_EQ(arith::float_bits(arith::e8m0_value(s)), arith::float_bits(static_cast<float>(e8m0_value(s)))) << e;
+    for (int c = 0; c < 256; ++c) {
+      const auto code = static_cast<std::uint8_t>(c);
+      const double exact = f8e4m3_value(code) * e8m0_value(s);
+      const float got = arith::mul_rn(arith::e4m3_value(code), arith::e8m0_value(s));
+      if (std::isnan(exact)) {
+        EXPECT_TRUE(std::isnan(got)) << c;
+        continue;
+      }
+      ASSERT_EQ(arith::float_bits(got), arith::float_bits(static_cast<float>(exact))) << "e4m3 " << c << " scale " << e;
+      ++compared;
+    }
+    for (int c = 0; c < 16; ++c) {
+      const auto code = static_cast<std::uint8_t>(c);
+      const float got = arith::mul_rn(arith::e2m1_value(code), arith::e8m0_value(s));
+      ASSERT_EQ(arith::float_bits(got), arith::float_bits(static_cast<float>(e2m1_value(code) * e8m0_value(s))))
+          << "e2m1 " << c << " scale " << e;
+      ++compared;
+    }
+  }
+  EXPECT_TRUE(std::isnan(arith::e8m0_value(0xFF)));
+  EXPECT_EQ(compared, 255 * (254 + 16));  // every finite e4m3 code (two NaN codes) and every e2m1 code
+  // The F32-container scale (any float): still the rounded exact product.
+  for (const float scale : {0.37f, 3.0e-39f, 1.0e38f, -2.5f}) {
+    for (int c = 0; c < 256; ++c) {
+      const auto code = static_cast<std::uint8_t>(c);
+      if (std::isnan(f8e4m3_value(code))) continue;
+      ASSERT_EQ(arith::float_bits(arith::mul_rn(arith::e4m3_value(code), scale)),
+                arith::float_bits(static_cast<float>(f8e4m3_value(code) * static_cast<double>(scale))))
+          << c << " " << scale;
+    }
   }
 }
 

@@ -156,10 +156,7 @@ std::uint8_t e8m0_exponent_for(double amax, double format_max) {
   return static_cast<std::uint8_t>(std::clamp(e, 0, 254));
 }
 
-namespace {
-
-// Every scale as a float64 multiplier, checked before any parallel loop reads them (an
-// exception must not leave an OpenMP region): InputError naming the first bad one.
+// Checked before any parallel loop reads them (an exception must not leave an OpenMP region).
 std::vector<double> scale_values(const Tensor& t, const std::string& what) {
   std::vector<double> v(static_cast<std::size_t>(t.numel()));
   for (std::int64_t i = 0; i < t.numel(); ++i) {
@@ -170,6 +167,8 @@ std::vector<double> scale_values(const Tensor& t, const std::string& what) {
   }
   return v;
 }
+
+namespace {
 
 void check_scale(const Tensor& scale, std::int64_t rows, std::int64_t cols, bool f32_allowed, const std::string& what) {
   const bool dtype_ok = scale.dtype() == DType::u8 || (f32_allowed && scale.dtype() == DType::f32);

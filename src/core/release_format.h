@@ -64,6 +64,10 @@ std::uint8_t e2m1_code(double x);
 // (448 for E4M3, 6 for E2M1); 127 (scale 1) for an all-zero block.
 std::uint8_t e8m0_exponent_for(double amax, double format_max);
 
+// Every scale of a scale tensor (u8 E8M0 bytes or f32, 2-D) as a float64 multiplier;
+// InputError naming `what` and the first scale that is not finite and positive.
+std::vector<double> scale_values(const Tensor& scale, const std::string& what);
+
 // Dequantisation to float64 [O, K]. `what` names the tensor in errors (InputError): a NaN
 // code or scale, a scale tensor of the wrong shape or dtype, codes of the wrong shape.
 // FP8 codes are f8_e4m3 [O, K]; its scale u8 (the E8M0 bytes) or f32 [ceil(O/128), ceil(K/128)].

@@ -67,10 +67,16 @@ void ReleaseWeights::check(const std::string& hf, const WeightSpec& spec) const 
   if (rn.format == ReleaseFormat::fp4) {
     const std::int64_t E = spec.shape.at(0), rows = spec.shape.at(1) / static_cast<std::int64_t>(rn.parts.size()),
                        K = spec.shape.at(2);
+    // Every part quantised or none: a backend that keeps the experts as stored (hip) reads
+    // them all one way.
+    const bool quantised = files_.has(scale_name(expert_tensor(rn, 0, rn.parts.at(0))));
     for (std::int64_t e = 0; e < E; ++e)
       for (const auto& part : rn.parts) {
         const std::string t = expert_tensor(rn, e, part);
-        if (files_.has(scale_name(t))) {
+        if (files_.has(scale_name(t)) != quantised)
+          input_error("{} is {} but expert 0's {} is {}: the release quantises all routed experts or none", what(t),
+                      quantised ? "unquantised" : "quantised", rn.parts.at(0), quantised ? "FP4" : "not");
+        if (quantised) {
           check_fp4(t, rows, K);
         } else {  // an unquantised export of the experts
           const TensorInfo& w = need(t);
@@ -146,7 +152,25 @@ Tensor ReleaseWeights::stored(const std::string& hf) const {
   return files_.tensor(rn.name);
 }
 
-ReleaseWeights::Fp8Parts ReleaseWeights::fp8_parts(const std::string& hf) const {
+ReleaseFormat ReleaseWeights::stored_format(const std::string& hf) const {
+  const ReleaseName rn = release_of(hf);
+  if (rn.format == ReleaseFormat::fp4)
+    return files_.has(scale_name(expert_tensor(rn, 0, rn.parts.at(0)))) ? ReleaseFormat::fp4 : ReleaseFormat::plain;
+  return files_.has(scale_name(rn.name)) ? ReleaseFormat::fp8 : ReleaseFormat::plain;
+}
+
+std::vector<ReleaseWeights::QuantParts> ReleaseWeights::fp4_parts(const std::string& hf, std::int64_t expert) const {
+  const ReleaseName rn = release_of(hf);
+  if (rn.format != ReleaseFormat::fp4) throw std::logic_error("release layout: not a routed expert parameter: " + hf);
+  std::vector<QuantParts> parts;
+  for (const auto& part : rn.parts) {
+    const std::string t = expert_tensor(rn, expert, part);
+    parts.push_back({files_.tensor(t), files_.tensor(scale_name(t)), what(t)});
+  }
+  return parts;
+}
+
+ReleaseWeights::QuantParts ReleaseWeights::fp8_parts(const std::string& hf) const {
   const ReleaseName rn = release_of(hf);
   if (rn.format == ReleaseFormat::fp4 || !files_.has(scale_name(rn.name)))
     throw std::logic_error("release layout: not an FP8 parameter: " + hf);

@@ -5,6 +5,7 @@
 // a folder holds `embed.weight` instead of `model.embed_tokens.weight`.
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/release_format.h"
 #include "core/safetensors.h"
@@ -29,12 +30,20 @@ class ReleaseWeights {
   Tensor i64(const std::string& hf) const;
   // The release tensor of `hf` when it is stored unquantised in one piece; undefined otherwise.
   Tensor stored(const std::string& hf) const;
-  // An FP8 parameter's codes [O, K] and block scales, and its name for errors.
-  struct Fp8Parts {
+  // A quantised release tensor as stored (views into the mapping), and its name for errors:
+  // FP8 codes f8_e4m3 [O, K] with scales u8 (E8M0) or f32 [ceil(O/128), ceil(K/128)]; FP4
+  // codes u8 [R, ceil(K/2)] with scales u8 (E8M0) [R, ceil(K/32)].
+  struct QuantParts {
     Tensor codes, scale;
     std::string what;
   };
-  Fp8Parts fp8_parts(const std::string& hf) const;
+  // How HF parameter `hf` is stored: fp8 or fp4 when quantised (routed experts: when expert
+  // 0's parts are; check() refuses a release that quantises only some), else plain.
+  ReleaseFormat stored_format(const std::string& hf) const;
+  QuantParts fp8_parts(const std::string& hf) const;
+  // One routed expert's FP4 parts in the order they stack along the HF tensor's rows (w1 and
+  // w3 of gate_up_proj, w2 of down_proj).
+  std::vector<QuantParts> fp4_parts(const std::string& hf, std::int64_t expert) const;
   // One routed expert's slice of a stacked expert parameter in float64: [2I, D] of
   // gate_up_proj ([w1; w3]) or [D, I] of down_proj (w2), converting only that expert.
   Tensor expert_f64(const std::string& hf, const WeightSpec& spec, std::int64_t expert) const;

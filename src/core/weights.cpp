@@ -157,6 +157,11 @@ Tensor WeightStore::stored(const std::string& name) const {
   return release_->stored(name);
 }
 
+ReleaseFormat WeightStore::stored_format(const std::string& name) const {
+  if (!specs_.count(name)) throw std::logic_error("weight not in the model spec: " + name);
+  return release_ ? release_->stored_format(name) : ReleaseFormat::plain;
+}
+
 void WeightStore::check_finite(const std::string& name, const double* v, std::int64_t n) const {
   bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite) if (n > (std::int64_t{1} << 20))

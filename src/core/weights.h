@@ -37,6 +37,14 @@ class WeightStore {
   // the mapping: F32, BF16, ...); undefined when it is stored quantised (release FP8/FP4), so
   // only f64() gives its values.
   Tensor stored(const std::string& name) const;
+  // How the folder stores parameter `name`: plain (stored() gives it), or quantised in the
+  // release layout (fp8: one tensor and its block scales; fp4: the routed experts, per expert),
+  // whose parts a backend may keep as they are (the hip backend dequantises them in its GEMMs).
+  ReleaseFormat stored_format(const std::string& name) const;
+  ReleaseWeights::QuantParts fp8_parts(const std::string& name) const { return release_->fp8_parts(name); }
+  std::vector<ReleaseWeights::QuantParts> fp4_parts(const std::string& name, std::int64_t expert) const {
+    return release_->fp4_parts(name, expert);
+  }
   // The parameter as float64 (integer tensors as i64), converted on first use. The reference
   // stays valid until the next trim().
   const Tensor& f64(const std::string& name);

@@ -40,6 +40,8 @@ struct DeviceInfo {
 // Selects device 0; DeviceError "no GPU device" when there is none.
 DeviceInfo device_init();
 
+// Device memory free now (hipMemGetInfo).
+std::size_t device_free_bytes();
 // Raw device allocation; DeviceOutOfMemory with the request size on failure.
 void* device_alloc(std::size_t bytes);
 void device_free(void* p);

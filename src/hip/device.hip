@@ -38,6 +38,12 @@ DeviceInfo device_init() {
   return info;
 }
 
+std::size_t device_free_bytes() {
+  std::size_t free_b = 0, total_b = 0;
+  check(hipMemGetInfo(&free_b, &total_b), "hipMemGetInfo");
+  return free_b;
+}
+
 void* device_alloc(std::size_t bytes) {
   void* p = nullptr;
   const hipError_t e = hipMalloc(&p, bytes == 0 ? 1 : bytes);

@@ -63,14 +63,30 @@ struct GemmGroups {
 // reduction, spec.matrix_cores): only then may the weight be given as 16-bit patterns.
 bool runs_on_matrix_cores(const GemmSpec& spec);
 
+// A weight as the release stores it (core/release_format.h), decoded by the matrix-core
+// kernels while they stage it (emu/release_codes.h: the float32 value of code x scale, then
+// rounded as an operand of spec.in): the products see exactly the operands of the weight
+// dequantised first (tested bit for bit), from a quarter (FP8) or an eighth (FP4) of the
+// bytes of float32. Rows of every group stacked: group g's row o is row g * (w_stride / K) + o.
+struct QuantWeight {
+  enum class Format : std::uint8_t { fp8, fp4 };
+  Format format = Format::fp8;
+  const std::uint8_t* codes = nullptr;  // fp8: e4m3 [rows, K]; fp4: e2m1 pairs [rows, ceil(K/2)], low nibble the even column
+  const float* block_scale = nullptr;   // fp8: [ceil(rows/128), ceil(K/128)], the scales' float values
+  const std::uint8_t* e8m0 = nullptr;   // fp4: [rows, ceil(K/32)], E8M0 bytes
+};
+
 // A weight on the device: float32 values already rounded to spec.in, or (matrix-core path
 // only) their bf16/fp16 bit patterns, which that kernel reads as they are: half the device
-// memory and half the bytes each GEMM reads.
+// memory and half the bytes each GEMM reads; or (matrix-core path only) as the release
+// stores it.
 struct GemmWeight {
   const float* f32 = nullptr;
   const std::uint16_t* bits16 = nullptr;
+  QuantWeight quant;
   GemmWeight(const float* w) : f32(w) {}  // NOLINT(google-explicit-constructor): the common case
   explicit GemmWeight(const std::uint16_t* w) : bits16(w) {}
+  explicit GemmWeight(const QuantWeight& w) : quant(w) {}
 };
 
 // The activations on the device: float32 values already rounded to spec.in, or (matrix-core
@@ -102,6 +118,14 @@ void mark_inexact_operands(const float* d_v, std::int64_t n, arith::Fmt in, int*
 
 // dst[i] = the float value of the bf16 or fp16 bit pattern src[i] (exact; pack_bits16 undone).
 void widen_bits16(const std::uint16_t* d_src, float* d_dst, std::int64_t n, arith::Fmt in, hipStream_t stream);
+
+// dst [rows, K] = the float32 values of a release weight (every group's rows), the
+// dequantisation the GEMM kernels do while staging, without the operand rounding (exact).
+void dequantize_weight(const QuantWeight& w, std::int64_t rows, std::int64_t K, float* d_dst, hipStream_t stream);
+
+// Sets *d_flag (a device int the caller zeroed) to 1 when an FP8 release weight holds a NaN
+// code (e4m3 0x7F / 0xFF; E2M1 has none, and scales are checked on the host).
+void mark_nan_codes(const QuantWeight& w, std::int64_t rows, std::int64_t K, int* d_flag, hipStream_t stream);
 
 // dst[i] = the bf16 or fp16 bit pattern of src[i] (already rounded to `in`; exact).
 void pack_bits16(const float* d_src, std::uint16_t* d_dst, std::int64_t n, arith::Fmt in, hipStream_t stream);

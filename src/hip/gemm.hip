@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "emu/release_codes.h"
 #include "hip/kernel_common.h"
 
 namespace tdiff::hip {
@@ -30,6 +31,10 @@ struct Args {
   std::int32_t a_div;
   std::int64_t per_split;  // atomic: K range of one split
   Fmt acc, out;
+  QuantWeight q;              // a release weight as stored (matrix-core path), when q.codes
+  std::int64_t q_group_rows;  // rows of one group's weight (w_stride / K)
+  std::int64_t q_scale_ld;    // scales per row (fp4) or per 128-row block (fp8)
+  bool q_vec4;                // four consecutive codes load as one word (K % 4 == 0, aligned)
 };
 
 // Four consecutive operands of one row from global memory (zeros outside the row or K).
@@ -202,6 +207,58 @@ __device__ inline uint2 fetch4(const std::uint16_t* src, std::int64_t k, std::in
   return make_uint2(v[0] | (v[1] << 16), v[2] | (v[3] << 16));
 }
 
+// Weight types of the matrix-core kernel besides float and 16-bit patterns: the release's
+// codes, decoded while staged (QuantWeight).
+struct Fp8Codes {};
+struct Fp4Codes {};
+template <class W>
+constexpr bool kQuant = std::is_same_v<W, Fp8Codes> || std::is_same_v<W, Fp4Codes>;
+
+// The 16-bit operand pattern of one decoded weight: the float32 value of code x scale
+// (emu/release_codes.h), rounded as an operand as quantize_weight rounds a loaded weight.
+template <bool kBf16>
+__device__ inline unsigned quant_bits(float code, float scale) {
+  return mma::bits16(arith::mfma_operand(arith::mul_rn(code, scale), kBf16 ? Fmt::bf16 : Fmt::f16), kBf16);
+}
+
+// Weights k .. k + 3 of weight row `row` (zeros outside the row or K), decoded.
+template <bool kBf16, class W>
+__device__ inline uint2 fetch4_codes(const Args& a, std::int64_t row, std::int64_t k, bool valid) {
+  unsigned v[4] = {0u, 0u, 0u, 0u};
+  if (valid) {
+    if constexpr (std::is_same_v<W, Fp8Codes>) {
+      const std::uint8_t* codes = a.q.codes + row * a.K;
+      const float* scale = a.q.block_scale + (row / 128) * a.q_scale_ld;
+      if (a.q_vec4 && k + 3 < a.K) {  // k % 4 == 0: one 128-column block
+        const std::uint32_t c4 = *reinterpret_cast<const std::uint32_t*>(codes + k);
+        const float sc = scale[k / 128];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = quant_bits<kBf16>(arith::e4m3_value(static_cast<std::uint8_t>(c4 >> (8 * j))), sc);
+      } else {
+        for (int j = 0; j < 4; ++j)
+          if (k + j < a.K) v[j] = quant_bits<kBf16>(arith::e4m3_value(codes[k + j]), scale[(k + j) / 128]);
+      }
+    } else {
+      const std::uint8_t* codes = a.q.codes + row * ((a.K + 1) / 2);
+      const std::uint8_t* e8m0 = a.q.e8m0 + row * a.q_scale_ld;
+      if (a.q_vec4 && k + 3 < a.K) {  // k % 4 == 0: two whole bytes in one 32-column group
+        const unsigned c4 = *reinterpret_cast<const std::uint16_t*>(codes + k / 2);
+        const float sc = arith::e8m0_value(e8m0[k / 32]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = quant_bits<kBf16>(arith::e2m1_value(static_cast<std::uint8_t>(c4 >> (4 * j))), sc);
+      } else {
+        for (int j = 0; j < 4; ++j) {
+          const std::int64_t c = k + j;
+          if (c < a.K)
+            v[j] = quant_bits<kBf16>(arith::e2m1_value(static_cast<std::uint8_t>(codes[c / 2] >> (4 * (c % 2)))),
+                                     arith::e8m0_value(e8m0[c / 32]));
+        }
+      }
+    }
+  }
+  return make_uint2(v[0] | (v[1] << 16), v[2] | (v[3] << 16));
+}
+
 // Four operands' 16-bit patterns into LDS (converted exactly: they are already rounded to
 // the format), or four patterns as they are.
 template <bool kBf16>
@@ -216,7 +273,8 @@ __device__ inline void put4(std::uint16_t* dst, float4 v) {
   *reinterpret_cast<uint2*>(dst) = packed;
 }
 
-// X, W: float (float32 values holding 16-bit values) or std::uint16_t (their patterns).
+// X, W: float (float32 values holding 16-bit values) or std::uint16_t (their patterns); W
+// also Fp8Codes / Fp4Codes (a release weight, decoded on its way to LDS).
 template <bool kBf16, int BM, typename X, typename W>
 __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
   constexpr int kWaves = kThreads / kWaveSize;
@@ -256,9 +314,10 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
     if constexpr (std::is_same_v<X, float>) return a.x + g * a.x_stride;
     else return a.x16 + g * a.x_stride;
   }();
-  const W* w = [&] {
+  const auto* w = [&] {
     if constexpr (std::is_same_v<W, float>) return a.w + g * a.w_stride;
-    else return a.w16 + g * a.w_stride;
+    else if constexpr (std::is_same_v<W, std::uint16_t>) return a.w16 + g * a.w_stride;
+    else return a.q.codes;  // unused: fetch4_codes addresses the stacked rows
   }();
   float* y = a.y + g * a.y_stride;
 
@@ -286,7 +345,8 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_kernel(Args a, bool vec4) {
     for (int q = 0; q < kWSlots; ++q) {
       const int i = tid + q * kThreads, r = i / kGroups, kq = (i % kGroups) * 4;
       const std::int64_t o = col0 + r;
-      wv[q] = fetch4(w + (o < a.O ? o : 0) * a.K, b0 + kq, a.K, o < a.O, vec4);
+      if constexpr (kQuant<W>) wv[q] = fetch4_codes<kBf16, W>(a, g * a.q_group_rows + o, b0 + kq, o < a.O);
+      else wv[q] = fetch4(w + (o < a.O ? o : 0) * a.K, b0 + kq, a.K, o < a.O, vec4);
     }
   };
   fetch(0);
@@ -501,7 +561,7 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 bool float4_rows(const Args& a) {
   return a.ldx % 4 == 0 && a.K % 4 == 0 && a.x_stride % 4 == 0 && a.w_stride % 4 == 0 &&
          aligned16(a.x16 ? static_cast<const void*>(a.x16) : a.x) &&
-         aligned16(a.w16 ? static_cast<const void*>(a.w16) : a.w);
+         (a.q.codes || aligned16(a.w16 ? static_cast<const void*>(a.w16) : a.w));
 }
 
 // Whether the pipelined kernel applies: copies that overlap the products (NVIDIA), 16-bit
@@ -528,7 +588,9 @@ void launch_pipe(const Args& a, std::int64_t groups, hipStream_t stream) {
 template <bool kBf16, int BM, typename X>
 void launch_mma_tile(const Args& a, std::int64_t groups, bool vec4, hipStream_t stream) {
   const dim3 grid(blocks_for(a.O, kMmaBN), blocks_for(a.M, BM), static_cast<unsigned>(groups));
-  if (a.w16) gemm_mma_kernel<kBf16, BM, X, std::uint16_t><<<grid, kThreads, 0, stream>>>(a, vec4);
+  if (a.q.codes && a.q.format == QuantWeight::Format::fp8) gemm_mma_kernel<kBf16, BM, X, Fp8Codes><<<grid, kThreads, 0, stream>>>(a, vec4);
+  else if (a.q.codes) gemm_mma_kernel<kBf16, BM, X, Fp4Codes><<<grid, kThreads, 0, stream>>>(a, vec4);
+  else if (a.w16) gemm_mma_kernel<kBf16, BM, X, std::uint16_t><<<grid, kThreads, 0, stream>>>(a, vec4);
   else gemm_mma_kernel<kBf16, BM, X, float><<<grid, kThreads, 0, stream>>>(a, vec4);
 }
 
@@ -676,7 +738,40 @@ __global__ void weight_fp8_kernel(float* w, std::int64_t rows, std::int64_t cols
   }
 }
 
+// One float32 weight value of a release weight (row, column), as the GEMM kernels decode it.
+__device__ inline float decoded(const QuantWeight& q, std::int64_t row, std::int64_t k, std::int64_t K) {
+  if (q.format == QuantWeight::Format::fp8)
+    return arith::mul_rn(arith::e4m3_value(q.codes[row * K + k]), q.block_scale[(row / 128) * ((K + 127) / 128) + k / 128]);
+  const std::uint8_t pair = q.codes[row * ((K + 1) / 2) + k / 2];
+  return arith::mul_rn(arith::e2m1_value(static_cast<std::uint8_t>(pair >> (4 * (k % 2)))), arith::e8m0_value(q.e8m0[row * ((K + 31) / 32) + k / 32]));
+}
+
+__global__ void dequantize_kernel(QuantWeight q, std::int64_t rows, std::int64_t K, float* dst) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * K) dst[i] = decoded(q, i / K, i % K, K);
+}
+
+__global__ void nan_codes_kernel(const std::uint8_t* codes, std::int64_t n, int* flag) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n && (codes[i] & 0x7fu) == 0x7fu) atomicOr(flag, 1);
+}
+
 }  // namespace
+
+void dequantize_weight(const QuantWeight& w, std::int64_t rows, std::int64_t K, float* d_dst, hipStream_t stream) {
+  const std::int64_t n = rows * K;
+  if (n == 0) return;
+  dequantize_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(w, rows, K, d_dst);
+  check_kernel("dequantize_weight");
+}
+
+void mark_nan_codes(const QuantWeight& w, std::int64_t rows, std::int64_t K, int* d_flag, hipStream_t stream) {
+  if (w.format != QuantWeight::Format::fp8) throw std::logic_error("mark_nan_codes: E2M1 has no NaN codes");
+  const std::int64_t n = rows * K;
+  if (n == 0) return;
+  nan_codes_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(w.codes, n, d_flag);
+  check_kernel("mark_nan_codes");
+}
 
 bool has_matrix_cores(const std::string& arch) { return vendor::has_matrix_cores(arch); }
 
@@ -694,8 +789,17 @@ void gemm(GemmInput x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t 
   if (groups.tile_k != 0 && groups.tile_k != 32 && groups.tile_k != 64) throw std::logic_error("gemm: tile_k must be 0, 32 or 64");
   const bool mma = runs_on_matrix_cores(spec);
   if ((w.bits16 || x.bits16) && !mma) throw std::logic_error("gemm: 16-bit operand patterns outside the matrix-core path");
+  if (w.quant.codes && !mma) throw std::logic_error("gemm: a release weight as stored outside the matrix-core path");
   Args a{x.f32, x.bits16, w.f32, w.bits16, d_y, ldx, ldy, M, K, O, groups.x_stride, groups.w_stride, groups.y_stride,
-         groups.d_rows, groups.d_starts, groups.a_div, 0, spec.acc, spec.out};
+         groups.d_rows, groups.d_starts, groups.a_div, 0, spec.acc, spec.out, w.quant, 0, 0, false};
+  if (w.quant.codes) {
+    if (groups.count > 1 && groups.w_stride % K != 0) throw std::logic_error("gemm: a release weight's groups are not whole rows");
+    a.q_group_rows = groups.w_stride / K;
+    const bool fp8 = w.quant.format == QuantWeight::Format::fp8;
+    a.q_scale_ld = fp8 ? (K + 127) / 128 : (K + 31) / 32;
+    // Rows of whole 4-byte (fp8) or 2-byte (fp4) words for four codes.
+    a.q_vec4 = K % 4 == 0 && reinterpret_cast<std::uintptr_t>(w.quant.codes) % 4 == 0;
+  }
   if (spec.atomic) {
     a.per_split = (K + kSplits * kKStep - 1) / (kSplits * kKStep) * kKStep;
     // Zero every element the groups write: y_rows x ldy from d_y when given, else the M rows

@@ -44,6 +44,7 @@ HipBackend::HipBackend(Policy policy, std::uint64_t run_seed)
 }
 
 HipBackend::~HipBackend() {
+  if (weights_) weights_->settle();
   try {
     device_sync();
   } catch (...) {  // a fault was reported (or will be) by finish(); nothing to do here
@@ -75,6 +76,7 @@ void HipBackend::sync_all(const char* when) {
 }
 
 void HipBackend::finish() {
+  if (weights_) weights_->settle();
   sync_all("waiting for the host copies");
   pending_.clear();
   for (Event e : events_in_use_) event_pool_.push_back(e);
@@ -84,7 +86,7 @@ void HipBackend::finish() {
 void HipBackend::release(const std::string& key) { dev_.erase(key); }
 
 std::map<std::string, std::string> HipBackend::environment() const {
-  return {{"gpu", info_.name},
+  std::map<std::string, std::string> env{{"gpu", info_.name},
           {"gpu_arch", info_.arch},
           {"gpu_memory_bytes", std::to_string(info_.total_bytes)},
           {"gpu_driver", std::to_string(info_.driver)},
@@ -92,6 +94,19 @@ std::map<std::string, std::string> HipBackend::environment() const {
           {"gpu_platform", vendor::kPlatform},
           {"gpu_wave_size", std::to_string(info_.wave_size)},
           {"gpu_gemm", matrix_cores_ ? "matrix cores for 16-bit operands (fp32 GEMMs of bf16 numbers, attention)" : "vector ALU (bit-identical to emu)"}};
+  if (weights_) env["gpu_weights"] = weights_description();  // once a run has asked for weights
+  return env;
+}
+
+std::string HipBackend::weights_description() const {
+  if (!weights_) return "none uploaded";
+  const double gib = double(std::size_t{1} << 30);
+  if (!weights_->streamed())
+    return fmt::format("resident: {:.2f} GiB on the device (model files {:.2f} GiB, budget {:.2f} GiB)", weights_->bytes() / gib,
+                       weights_->model_bytes() / gib, weights_->budget() / gib);
+  return fmt::format("streamed layer by layer: model files {:.2f} GiB over the budget of {:.2f} GiB (TDIFF_HIP_WEIGHT_GB); "
+                     "{:.2f} GiB held now; the forward waited {:.2f} s for layer uploads",
+                     weights_->model_bytes() / gib, weights_->budget() / gib, weights_->bytes() / gib, weights_->wait_s());
 }
 
 std::vector<std::pair<std::string, double>> HipBackend::stage_ms() const {
@@ -182,93 +197,9 @@ const HipBackend::DevTensor& HipBackend::input(const std::string& key, const Ten
   return dev_[key] = upload(*host);
 }
 
-DeviceBuffer HipBackend::load_weight(WeightStore& w, const std::string& name, Fmt in, bool pooled) {
-  // The stored tensor (F32 or BF16 from tdiff synth; f16/f64 also read) as float32, without
-  // the float64 copy WeightStore::f64 would keep: float32 copied as it is, 16-bit patterns
-  // copied and widened on the device (a v4 layer's 13 GB of bf16 experts in seconds), f64
-  // converted on the host in chunks. Release FP8/FP4 weights come dequantised through f64()
-  // (exact in float32: a 4-bit significand times a power of two).
-  const Tensor stored = w.stored(name);
-  const Tensor t = stored.defined() ? stored : w.f64(name);
-  const std::int64_t n = t.numel(), cols = t.dim(-1), rows = n / cols;
-  DeviceBuffer buf(static_cast<std::size_t>(n) * 4, pooled ? &pool_ : nullptr);
-  if (t.dtype() == DType::f32) {
-    copy_h2d(buf.get(), t.raw(), static_cast<std::size_t>(n) * 4, compute_);
-  } else if (t.dtype() == DType::bf16 || t.dtype() == DType::f16) {
-    const DeviceBuffer bits(static_cast<std::size_t>(n) * 2);
-    copy_h2d(bits.get(), t.raw(), static_cast<std::size_t>(n) * 2, compute_);
-    widen_bits16(bits.as<std::uint16_t>(), buf.as<float>(), n, t.dtype() == DType::bf16 ? Fmt::bf16 : Fmt::f16, compute_);
-    stream_sync(compute_);  // bits is about to go
-  } else {
-    constexpr std::int64_t kChunk = std::int64_t{1} << 24;
-    std::vector<float> v;
-    for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
-      const std::int64_t c1 = std::min(n, c0 + kChunk);
-      v.resize(static_cast<std::size_t>(c1 - c0));
-      for (std::int64_t i = c0; i < c1; ++i) v[static_cast<std::size_t>(i - c0)] = static_cast<float>(t.value(i));
-      copy_h2d(buf.as<float>() + c0, v.data(), v.size() * 4, compute_);
-    }
-    stream_sync(compute_);  // v is about to go
-  }
-  quantize_weight(buf.as<float>(), rows, cols, in, compute_);
-  return buf;
-}
-
-const float* HipBackend::weight(WeightStore& w, const std::string& name, Fmt in) {
-  const auto key = std::make_pair(name, static_cast<int>(in));
-  auto it = weights_.find(key);
-  if (it != weights_.end()) return it->second.as<float>();
-  return weights_.emplace(key, load_weight(w, name, in, true)).first->second.as<float>();
-}
-
-GemmWeight HipBackend::gemm_weight(WeightStore& w, const std::string& name, const GemmSpec& spec) {
-  if (!runs_on_matrix_cores(spec)) return weight(w, name, spec.in);
-  const auto key = std::make_pair(name, kBits16Key + static_cast<int>(spec.in));
-  auto it = weights_.find(key);
-  if (it == weights_.end()) {
-    const Tensor t = w.stored(name);
-    const std::int64_t n = shape_numel(w.shape(name));
-    DeviceBuffer b(static_cast<std::size_t>(n) * 2, &pool_);
-    if (t.defined() && t.dtype() == DType::bf16 && spec.in == Fmt::bf16) {
-      // A bf16 operand of a bf16 weight is the weight: its stored patterns, copied as they are.
-      copy_h2d(b.get(), t.raw(), static_cast<std::size_t>(n) * 2, compute_);
-    } else {
-      DeviceBuffer f = load_weight(w, name, spec.in, false);  // freed, not kept in the pool
-      pack_bits16(f.as<float>(), b.as<std::uint16_t>(), n, spec.in, compute_);
-      stream_sync(compute_);  // before f is freed
-    }
-    it = weights_.emplace(key, std::move(b)).first;
-  }
-  return GemmWeight(it->second.as<std::uint16_t>());
-}
-
-bool HipBackend::weight_is_bf16(WeightStore& w, const std::string& name) {
-  auto it = bf16_weight_.find(name);
-  if (it != bf16_weight_.end()) return it->second;
-  const Tensor t = w.stored(name);
-  bool exact = t.defined() && t.dtype() == DType::bf16;
-  if (!exact) {  // float32 (or f64) files may still hold bf16 numbers, e.g. a converted checkpoint
-    const DeviceBuffer f = load_weight(w, name, Fmt::f32, false);
-    DeviceBuffer flag(sizeof(int), &pool_);
-    memset_async(flag.get(), 0, sizeof(int), compute_);
-    mark_inexact_operands(f.as<float>(), static_cast<std::int64_t>(f.bytes() / 4), Fmt::bf16, flag.as<int>(), compute_);
-    int inexact = 1;
-    copy_d2h(&inexact, flag.get(), sizeof(int), compute_);
-    stream_sync(compute_);
-    exact = inexact == 0;
-  }
-  return bf16_weight_[name] = exact;
-}
-
-const std::int64_t* HipBackend::table_i64(WeightStore& w, const std::string& name) {
-  const auto key = std::make_pair(name, -1);
-  auto it = weights_.find(key);
-  if (it != weights_.end()) return it->second.as<std::int64_t>();
-  const Tensor& t = w.i64(name);
-  DeviceBuffer buf(static_cast<std::size_t>(std::max<std::int64_t>(t.numel(), 1)) * 8, &pool_);
-  copy_h2d(buf.get(), t.raw(), t.nbytes(), compute_);
-  stream_sync(compute_);  // t is WeightStore's; the copy must be done before it may be trimmed
-  return weights_.emplace(key, std::move(buf)).first->second.as<std::int64_t>();
+DeviceWeights& HipBackend::weights(const WeightStore& w) {
+  if (!weights_ || weights_of_ != &w) weights_ = DeviceWeights::of(w), weights_of_ = &w;
+  return *weights_;
 }
 
 const float* HipBackend::rope_freq(const ModelConfig& c, bool compress) {

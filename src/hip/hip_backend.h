@@ -23,6 +23,7 @@
 #include "core/policy.h"
 #include "emu/arith.h"
 #include "hip/device.h"
+#include "hip/device_weights.h"
 #include "hip/gemm.h"
 #include "refcpu/refcpu_backend.h"
 
@@ -42,8 +43,10 @@ class HipBackend final : public Backend {
   void release(const std::string& key) override;
 
   const DeviceInfo& device() const { return info_; }
-  // gpu, gpu_arch, gpu_memory_bytes, gpu_driver, gpu_runtime, gpu_platform, gpu_wave_size, gpu_gemm.
+  // gpu, gpu_arch, gpu_memory_bytes, gpu_driver, gpu_runtime, gpu_platform, gpu_wave_size, gpu_gemm,
+  // gpu_weights (resident or streamed, sizes).
   std::map<std::string, std::string> environment() const override;
+  std::string weights_description() const;
   // Which stages' outputs are copied to the host (default: all). A stage left out returns
   // undefined host tensors: only for runs where this backend runs every stage and nothing
   // reads those outputs on the host (the capture-overhead benchmark).
@@ -94,20 +97,20 @@ class HipBackend final : public Backend {
 
   const DevTensor& input(const std::string& key, const Tensor* host);
   DevTensor upload(const Tensor& host);
+  // The model's weights on the device (hip/device_weights.h: one cache per model folder and
+  // process, shared with every other hip backend on the same model).
+  DeviceWeights& weights(const WeightStore& w);
   // A weight as float32 (f64 -> float as emu's to_float), rounded as a GEMM operand of `in`
-  // (fp8: block-scaled); cached per (name, format).
-  const float* weight(WeightStore& w, const std::string& name, arith::Fmt in);
-  // A GEMM's weight: on the matrix-core path its 16-bit patterns (half the device memory and
-  // the bytes each GEMM reads; cached per (name, format) like weight()), else weight().
-  GemmWeight gemm_weight(WeightStore& w, const std::string& name, const GemmSpec& spec);
-  // Uncached; `pooled`: allocated from the pool (kept there when freed) or not.
-  DeviceBuffer load_weight(WeightStore& w, const std::string& name, arith::Fmt in, bool pooled);
-  static constexpr int kBits16Key = 100;  // weights_ key offset of the 16-bit pattern copies
-  // Whether every value of weight `name` is a bf16 number (stored as BF16, or checked on the
-  // device once), so that an SGEMM of it may run on the matrix cores (exact_sgemm).
-  bool weight_is_bf16(WeightStore& w, const std::string& name);
-  // An integer weight (tid2eid), uploaded once.
-  const std::int64_t* table_i64(WeightStore& w, const std::string& name);
+  // (fp8: block-scaled).
+  const float* weight(WeightStore& w, const std::string& name, arith::Fmt in) { return weights(w).f32(w, name, in, compute_); }
+  // A GEMM's weight: on the matrix-core path its 16-bit patterns or release codes, else weight().
+  GemmWeight gemm_weight(WeightStore& w, const std::string& name, const GemmSpec& spec) {
+    return weights(w).gemm(w, name, spec, compute_);
+  }
+  // Whether every value of weight `name` is a bf16 number, so that an SGEMM of it may run on
+  // the matrix cores (exact_sgemm).
+  bool weight_is_bf16(WeightStore& w, const std::string& name) { return weights(w).holds_bf16(w, name, compute_); }
+  const std::int64_t* table_i64(WeightStore& w, const std::string& name) { return weights(w).table_i64(w, name, compute_); }
   const float* rope_freq(const ModelConfig& c, bool compress);
   const std::int64_t* batch_span(const Batch& b, bool length);
   // A float32 output whose host copy its stage starts itself, a block of elements at a time
@@ -135,9 +138,9 @@ class HipBackend final : public Backend {
   DevicePool pool_;
   std::shared_ptr<PinnedPool> pinned_;
   std::unordered_map<std::string, DevTensor> dev_;
-  std::map<std::pair<std::string, int>, DeviceBuffer> weights_;
+  std::shared_ptr<DeviceWeights> weights_;
+  const WeightStore* weights_of_ = nullptr;  // the store weights_ was looked up for
   std::map<int, DeviceBuffer> freq_;
-  std::map<std::string, bool> bf16_weight_;
   std::vector<std::int64_t> span_host_[2];
   DeviceBuffer span_dev_[2];
   std::vector<Pending> pending_;

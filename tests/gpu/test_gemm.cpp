@@ -5,7 +5,10 @@
 // take the pipelined kernel; in atomic
 // mode within the rounding of the split-K adds) and against
 // refcpu::linear in float64 (error within the operand format's budget), on awkward shapes;
-// grouped and gathered forms against per-group emu products.
+// grouped and gathered forms against per-group emu products; release FP8 / FP4 weights
+// decoded inside the matrix-core kernels against the same GEMMs of the weights dequantised
+// first, bit for bit.
+#include "core/release_format.h"
 #include "emu/gemm.h"
 #include "gpu_test.h"
 #include "hip/gemm.h"
@@ -297,6 +300,138 @@ void check_grouped(bool matrix_cores) {
 TEST(Gemm, GroupedColumnsAndGatheredRows) {
   check_grouped(false);
   if (hip::has_matrix_cores(device_arch())) check_grouped(true);
+}
+
+// A release weight as stored, decoded while the matrix-core kernel stages it, gives the bits of
+// the same GEMM with the weight dequantised first (core's float64 dequantisation, converted to
+// float32, rounded as an operand and packed, as the backend loads every other weight): the
+// kernels see the same operands. Shapes that are no multiple of 128 (FP8 blocks) or 32 (FP4
+// groups), odd widths (the per-element path), scales at both ends of E8M0 (products that
+// overflow or leave the operand format's range round the same way), the F32 scale container,
+// stacked experts with gathered rows; and the float32 dequantisation on the device.
+struct Release {
+  Tensor codes, scale;          // as the release stores them
+  std::vector<float> dequant;   // float32 of the float64 dequantisation [rows, K]
+};
+
+Release random_fp8(std::mt19937_64& rng, std::int64_t O, std::int64_t K, bool f32_scale) {
+  Release r{Tensor(DType::f8_e4m3, {O, K}), Tensor(f32_scale ? DType::f32 : DType::u8, {(O + 127) / 128, (K + 127) / 128}), {}};
+  auto* c = reinterpret_cast<std::uint8_t*>(r.codes.raw());
+  for (std::int64_t i = 0; i < O * K; ++i) {
+    auto b = static_cast<std::uint8_t>(rng());
+    if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN code
+    c[i] = b;
+  }
+  for (std::int64_t i = 0; i < r.scale.numel(); ++i) {
+    const auto e = static_cast<std::uint8_t>(i == 0 ? 1 : i == 1 ? 240 : 112 + rng() % 24);
+    if (f32_scale) r.scale.data<float>()[i] = static_cast<float>(e8m0_value(e)) * (1.0f + static_cast<float>(rng() % 7) / 8);
+    else r.scale.data<std::uint8_t>()[i] = e;
+  }
+  const Tensor d = dequantize_fp8(r.codes, r.scale, "test fp8");
+  for (std::int64_t i = 0; i < d.numel(); ++i) r.dequant.push_back(static_cast<float>(d.data<double>()[i]));
+  return r;
+}
+
+Release random_fp4(std::mt19937_64& rng, std::int64_t rows, std::int64_t K) {
+  Release r{Tensor(DType::u8, {rows, (K + 1) / 2}), Tensor(DType::u8, {rows, (K + 31) / 32}), {}};
+  for (std::int64_t i = 0; i < r.codes.numel(); ++i) r.codes.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(rng());
+  for (std::int64_t i = 0; i < r.scale.numel(); ++i)
+    r.scale.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(i == 0 ? 0 : i == 1 ? 240 : 118 + rng() % 12);
+  std::vector<double> d(static_cast<std::size_t>(rows * K));
+  dequantize_fp4(r.codes, r.scale, K, d.data(), "test fp4");
+  r.dequant.assign(d.begin(), d.end());
+  return r;
+}
+
+// Bit patterns (an f16 operand that overflows makes inf and NaN outputs, equal only as bits).
+std::vector<std::uint32_t> float_bits_of(const std::vector<float>& v) {
+  std::vector<std::uint32_t> b;
+  for (float x : v) b.push_back(arith::float_bits(x));
+  return b;
+}
+
+// y of the decoded weight against y of the dequantised one, both on the matrix cores.
+void expect_decoded_equals_dequantised(const hip::QuantWeight& q, const std::vector<float>& dequant, std::int64_t M,
+                                       std::int64_t K, std::int64_t O, Fmt in, const hip::GemmGroups& g, std::int64_t x_rows,
+                                       const std::string& what) {
+  SCOPED_TRACE(what + (in == Fmt::bf16 ? " bf16" : " f16"));
+  auto rng = test_rng(static_cast<std::uint64_t>(K * 31 + O));
+  const auto x = random_magnitudes(rng, x_rows * K, 0.05f, 1.0f, in);
+  const std::int64_t n = static_cast<std::int64_t>(dequant.size());
+  Dev<float> d_x(x), d_w(dequant), d_dq(n);
+  // The device's float32 dequantisation equals the host's float64 one converted.
+  hip::dequantize_weight(q, n / K, K, d_dq.ptr(), test_stream());
+  EXPECT_EQ(float_bits_of(d_dq.get()), float_bits_of(dequant)) << "dequantize_weight differs from the float64 dequantisation";
+  hip::quantize_weight(d_w.ptr(), n / K, K, in, test_stream());
+  Dev<std::uint16_t> d_w16(n), d_x16(x_rows * K);
+  hip::pack_bits16(d_w.ptr(), d_w16.ptr(), n, in, test_stream());
+  hip::pack_bits16(d_x.ptr(), d_x16.ptr(), x_rows * K, in, test_stream());
+  const hip::GemmSpec spec{in, Fmt::f32, Fmt::bf16, false, true};
+  const std::int64_t ny = g.y_rows ? g.y_rows * O : M * O;
+  for (const bool x_bits : {false, true}) {
+    const hip::GemmInput xin = x_bits ? hip::GemmInput(d_x16.ptr()) : hip::GemmInput(d_x.ptr());
+    Dev<float> d_want(ny), d_got(ny);
+    hip::gemm(xin, K, hip::GemmWeight(d_w16.ptr()), d_want.ptr(), O, M, K, O, spec, test_stream(), g);
+    hip::gemm(xin, K, hip::GemmWeight(q), d_got.ptr(), O, M, K, O, spec, test_stream(), g);
+    const auto want = d_want.get();
+    EXPECT_EQ(float_bits_of(d_got.get()), float_bits_of(want))
+        << "decoded in the kernel vs dequantised first" << (x_bits ? " (16-bit activations)" : "");
+    std::int64_t nonzero = 0;
+    for (float v : want) nonzero += v != 0;
+    EXPECT_GT(nonzero, ny / 2) << "the product is mostly zero: the test would not see a wrong decode";
+  }
+}
+
+TEST(Gemm, ReleaseWeightsDecodedInTheKernel) {
+  if (!hip::has_matrix_cores(device_arch())) GTEST_SKIP() << "no matrix cores on " << device_arch();
+  auto rng = test_rng(77);
+  for (const auto& [M, K, O, f32_scale] : {std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>{99, 1000, 300, false},
+                                         {40, 257, 131, false}, {130, 512, 256, true}, {1, 6, 3, false}}) {
+    const Release r = random_fp8(rng, O, K, f32_scale);
+    std::vector<float> scale(static_cast<std::size_t>(r.scale.numel()));
+    const auto sc = scale_values(r.scale, "test fp8");
+    std::copy(sc.begin(), sc.end(), scale.begin());
+    Dev<std::uint8_t> d_codes(std::vector<std::uint8_t>(reinterpret_cast<const std::uint8_t*>(r.codes.raw()),
+                                                          reinterpret_cast<const std::uint8_t*>(r.codes.raw()) + O * K));
+    Dev<float> d_scale(scale);
+    const hip::QuantWeight q{hip::QuantWeight::Format::fp8, d_codes.ptr(), d_scale.ptr(), nullptr};
+    for (Fmt in : {Fmt::bf16, Fmt::f16})
+      expect_decoded_equals_dequantised(q, r.dequant, M, K, O, in, {}, M,
+                                        "fp8 M=" + std::to_string(M) + " K=" + std::to_string(K) + " O=" + std::to_string(O) +
+                                            (f32_scale ? " F32 scales" : ""));
+    // A NaN code is found.
+    Dev<int> d_flag(std::vector<int>{0});
+    hip::mark_nan_codes(q, O, K, d_flag.ptr(), test_stream());
+    EXPECT_EQ(d_flag.get().at(0), 0);
+    auto codes = d_codes.get();
+    codes[static_cast<std::size_t>(O * K / 2)] = 0xff;
+    Dev<std::uint8_t> d_nan(codes);
+    Dev<int> d_flag2(std::vector<int>{0});
+    hip::mark_nan_codes({hip::QuantWeight::Format::fp8, d_nan.ptr(), d_scale.ptr(), nullptr}, O, K, d_flag2.ptr(), test_stream());
+    EXPECT_EQ(d_flag2.get().at(0), 1) << "an FP8 NaN code was not found";
+  }
+  // FP4 experts stacked (E x R rows), tokens gathered per expert as the routed experts are.
+  for (const auto& [K, R] : {std::pair<std::int64_t, std::int64_t>{256, 96}, {100, 40}, {98, 33}, {7, 5}}) {
+    const std::int64_t E = 3, T = 20, Kp = 2;
+    const Release r = random_fp4(rng, E * R, K);
+    Dev<std::uint8_t> d_codes(std::vector<std::uint8_t>(r.codes.data<std::uint8_t>(), r.codes.data<std::uint8_t>() + r.codes.numel()));
+    Dev<std::uint8_t> d_e8m0(std::vector<std::uint8_t>(r.scale.data<std::uint8_t>(), r.scale.data<std::uint8_t>() + r.scale.numel()));
+    const hip::QuantWeight q{hip::QuantWeight::Format::fp4, d_codes.ptr(), nullptr, d_e8m0.ptr()};
+    std::vector<std::int32_t> rows, starts{0};
+    for (std::int64_t e = 0; e < E; ++e) {
+      for (std::int64_t s = 0; s < T * Kp; ++s)
+        if ((s * 7 + s / Kp) % E == e) rows.push_back(static_cast<std::int32_t>(s));
+      starts.push_back(static_cast<std::int32_t>(rows.size()));
+    }
+    Dev<std::int32_t> d_rows(rows), d_starts(starts);
+    hip::GemmGroups g;
+    g.count = E, g.w_stride = R * K, g.d_rows = d_rows.ptr(), g.d_starts = d_starts.ptr(), g.a_div = Kp, g.y_rows = T * Kp;
+    std::int64_t most = 0;
+    for (std::int64_t e = 0; e < E; ++e) most = std::max<std::int64_t>(most, starts[e + 1] - starts[e]);
+    for (Fmt in : {Fmt::bf16, Fmt::f16})
+      expect_decoded_equals_dequantised(q, r.dequant, most, K, R, in, g, T,
+                                        "fp4 experts K=" + std::to_string(K) + " R=" + std::to_string(R));
+  }
 }
 
 }  // namespace

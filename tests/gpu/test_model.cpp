@@ -10,8 +10,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+
+#include <unistd.h>
 
 #include "exec/mixed_run.h"
 #include "core/executor.h"
@@ -67,8 +70,10 @@ Outputs run_replayed(CaseSession& session, Backend& backend) {
 
 // bf16: the model as a bf16 checkpoint (tdiff synth --dtype bf16), whose fp32 GEMMs (fixed's
 // lm_head and router) run on the matrix cores.
-testing::CachedCase case_for(const std::string& preset, bool bf16 = false) {
-  return testing::cached_golden_case("gpu-" + preset + (bf16 ? "-bf16" : ""), [&](const std::filesystem::path& dir) {
+// release: in DeepSeek's release layout (FP8 linears and FP4 experts, which the matrix-core
+// GEMMs decode while staging them).
+testing::CachedCase case_for(const std::string& preset, bool bf16 = false, bool release = false) {
+  return testing::cached_golden_case("gpu-" + preset + (bf16 ? "-bf16" : "") + (release ? "-release" : ""), [&](const std::filesystem::path& dir) {
            ModelConfig c = synth_preset(preset);
            std::vector<std::vector<std::int64_t>> prompts;
            const std::int64_t len = preset == "tiny" ? 24 : 64;
@@ -79,7 +84,7 @@ testing::CachedCase case_for(const std::string& preset, bool bf16 = false) {
            }
            SynthOptions synth;
            synth.dtype = bf16 ? DType::bf16 : DType::f32;
-           testing::build_golden_case(dir, c, 11, prompts, len, false, synth);
+           testing::build_golden_case(dir, c, 11, prompts, len, false, synth, release);
          });
 }
 
@@ -109,8 +114,8 @@ Agreement agree(const Tensor& a, const Tensor& b) {
 }
 
 void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix_cores = false, bool bf16 = false,
-                      bool replay = false) {
-  const auto cached = case_for(preset, bf16);
+                      bool replay = false, bool release = false) {
+  const auto cached = case_for(preset, bf16, release);
   CaseSession session = open_session(cached.path, cached.model);
   const Policy policy = Policy::preset("fixed");
   emu::EmuBackend emu_b(policy, 1);
@@ -123,7 +128,7 @@ void compare_with_emu(const std::string& preset, bool mixed = false, bool matrix
   const Outputs h = replay ? run_replayed(session, hip_b) : run_all(session, hip_b, r);
   ASSERT_EQ(e.size(), h.size());
   std::printf("hip vs emu, %s%s, policy fixed%s%s, GEMMs on the %s (%zu tensors)\n%-34s %12s %12s %10s %8s\n", preset.c_str(),
-              bf16 ? " (bf16 checkpoint)" : "", mixed ? ", every third stage on refcpu" : "",
+              bf16 ? " (bf16 checkpoint)" : release ? " (release format: FP8 linears, FP4 experts)" : "", mixed ? ", every third stage on refcpu" : "",
               replay ? ", selections replayed" : "", matrix_cores ? "matrix cores" : "vector ALU", e.size(), "tensor",
               "cosine", "max_abs", "scale", "bf16ulp");
   double worst_cos = 1, worst_ulp = 0;
@@ -180,6 +185,52 @@ TEST(Model, MatrixCoresMatchEmuTinyBf16Checkpoint) { compare_with_emu("tiny", fa
 // reaches later stages, so the whole model is gated, not only up to the first flip.
 TEST(Model, HipMatchesEmuSmallReplayed) { compare_with_emu("small", false, false, false, true); }
 TEST(Model, MatrixCoresMatchEmuSmallReplayed) { compare_with_emu("small", false, true, false, true); }
+
+// A release checkpoint: its FP8 linears and FP4 experts stay as stored on the device and the
+// matrix-core GEMMs decode them (vector ALU: dequantised on the device first); emu reads the
+// same weights dequantised in float64. Selections replayed, as tdiff run does.
+TEST(Model, HipMatchesEmuSmallReleaseFormat) { compare_with_emu("small", false, false, false, true, true); }
+TEST(Model, MatrixCoresMatchEmuSmallReleaseFormat) { compare_with_emu("small", false, true, false, true, true); }
+
+// Weights streamed layer by layer (TDIFF_HIP_WEIGHT_GB below the model's size: the layers
+// before the current one dropped, the next uploaded by a second thread) give every output of
+// the resident run, bit for bit. A copy of the model folder is another model to the device
+// cache, so the two runs do not share uploads.
+TEST(Model, StreamedWeightsEqualResident) {
+  const auto cached = case_for("small", false, true);
+  const Policy policy = Policy::preset("fixed");
+  Outputs resident;
+  {
+    CaseSession session = open_session(cached.path, cached.model);
+    hip::HipBackend hip_b(policy, 1);
+    resident = run_all(session, hip_b);
+    EXPECT_NE(hip_b.environment().at("gpu_weights").find("resident"), std::string::npos) << hip_b.environment().at("gpu_weights");
+  }
+  const std::filesystem::path copy = std::filesystem::path(cached.model).parent_path() / ("streamed-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(copy);
+  std::filesystem::copy(cached.model, copy);
+  ::setenv("TDIFF_HIP_WEIGHT_GB", "0", 1);
+  for (int run = 0; run < 2; ++run) {  // the second forward re-enters layer 0 after the last layer
+    SCOPED_TRACE("streamed forward " + std::to_string(run + 1));
+    CaseSession session = open_session(cached.path, copy.string());
+    hip::HipBackend hip_b(policy, 1);
+    const Outputs streamed = run_all(session, hip_b);
+    const std::string how = hip_b.environment().at("gpu_weights");
+    EXPECT_NE(how.find("streamed"), std::string::npos) << how;
+    std::printf("forward %d: %s\n", run + 1, how.c_str());
+    ASSERT_EQ(resident.size(), streamed.size());
+    std::size_t differ = 0;
+    for (const auto& [key, t] : resident) {
+      const Tensor& u = streamed.at(key);
+      const bool same = t.dtype() == u.dtype() && t.shape() == u.shape() && std::memcmp(t.raw(), u.raw(), t.nbytes()) == 0;
+      differ += !same;
+      EXPECT_TRUE(same) << key << " differs between the streamed and the resident run";
+    }
+    std::printf("streamed vs resident: %zu of %zu tensors differ\n", differ, resident.size());
+  }
+  ::unsetenv("TDIFF_HIP_WEIGHT_GB");
+  std::filesystem::remove_all(copy);
+}
 
 TEST(Model, FixedRepeatsAtomicDiffers) {
   const auto cached = case_for("small");
