@@ -33,6 +33,12 @@ std::string r2r_text(const AuditSide& s) {
 
 double logits_rel_l2(const AuditSide& s) { return s.ran_full ? s.full.logits.metrics.rel_l2 : NAN; }
 
+// A table line without the padding of empty cells at its end (a knob the paper has no number for).
+void print_row(std::FILE* out, std::string line) {
+  line.erase(line.find_last_not_of(' ') + 1);
+  fmt::print(out, "{}\n", line);
+}
+
 }  // namespace
 
 std::string audit_local_text(const AuditSide& side, bool selection) {
@@ -63,8 +69,8 @@ void print_audit(std::FILE* out, const AuditResult& r, const RunInfo& info) {
   const int width = full ? 99 : 59;
   fmt::print(out, "{}\n", info.title);
   fmt::print(out, "knobs flipped on: {}\n\n", r.policy);
-  fmt::print(out, "{:<16} {:<10} {:<31}{}\n", "", "", "local error (isolated)",
-             full ? fmt::format(" {:<17} {:<9} {}", "logits rel_l2", "top-1 %", "run to run") : "");
+  print_row(out, fmt::format("{:<16} {:<10} {:<31}{}", "", "", "local error (isolated)",
+                             full ? fmt::format(" {:<17} {:<9} {}", "logits rel_l2", "top-1 %", "run to run") : ""));
   fmt::print(out, "{:<16} {:<10} {:>8} {:>8} {:>7} {:>5}{}\n", "knob", "bad", "bad", "good", "factor", "paper",
              full ? fmt::format(" {:>8} {:>8} {:>9} {:>11}", "bad", "good", "bad/good", "bad|good") : "");
   fmt::print(out, "{}\n", std::string(width, '-'));
@@ -74,14 +80,15 @@ void print_audit(std::FILE* out, const AuditResult& r, const RunInfo& info) {
       fmt::print(out, "{:<16} {:<10} skipped: {}\n", row.knob.name, bad, row.skipped);
       continue;
     }
-    fmt::print(out, "{:<16} {:<10} {:>8} {:>8} {:>7} {:>5}{}\n", row.knob.name, bad,
-               audit_local_text(row.bad, row.selection), audit_local_text(row.good, row.selection),
-               audit_factor_text(row.factor), audit_paper_text(row.knob),
-               !full ? ""
-                     : fmt::format(" {:>8} {:>8} {:>9} {:>11}", report::num(logits_rel_l2(row.bad), "{:.2e}"),
-                                   report::num(logits_rel_l2(row.good), "{:.2e}"),
-                                   top1_text(row.bad) + "/" + top1_text(row.good),
-                                   r2r_text(row.bad) + "|" + r2r_text(row.good)));
+    print_row(out, fmt::format("{:<16} {:<10} {:>8} {:>8} {:>7} {:>5}{}", row.knob.name, bad,
+                               audit_local_text(row.bad, row.selection), audit_local_text(row.good, row.selection),
+                               audit_factor_text(row.factor), audit_paper_text(row.knob),
+                               !full ? ""
+                                     : fmt::format(" {:>8} {:>8} {:>9} {:>11}",
+                                                   report::num(logits_rel_l2(row.bad), "{:.2e}"),
+                                                   report::num(logits_rel_l2(row.good), "{:.2e}"),
+                                                   top1_text(row.bad) + "/" + top1_text(row.good),
+                                                   r2r_text(row.bad) + "|" + r2r_text(row.good))));
   }
   fmt::print(out, "{}\n", std::string(width, '-'));
   fmt::print(out,
