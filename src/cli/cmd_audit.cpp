@@ -46,8 +46,8 @@ void run_audit_cmd(AuditCmd c) {
   opt.seed_a = c.cand.seed == 0 ? 1 : c.cand.seed;
   opt.seed_b = c.seed_b == 0 ? opt.seed_a + 1 : c.seed_b;
   if (opt.seed_b == opt.seed_a) input_error("audit: --seed and --seed-b must differ (run-to-run needs two seeds)");
-  // The environment of a candidate as the audit makes them; made first, so that a missing
-  // device or a --hip-gemm on emu fails before any work.
+  // The environment record of the candidate the audit runs, from one made before any work:
+  // a missing device, or --hip-gemm on emu, fails here.
   EnvRecord env = candidate_env(c.cand.backend, base, session.stages,
                                 make_candidate(c.cand.backend, base, opt.seed_a, c.cand.hip_gemm).get(), c.cand.hip_gemm);
   add_case_facts(env, c.case_path, session.info.checksums);
@@ -87,10 +87,10 @@ void setup_audit(CLI::App& app) {
       "For each knob: the error of the stages it touches, each run in isolation on the reference's own inputs,\n"
       "with the knob at its bad and at its good setting on top of --policy, and the factor bad/good; a full\n"
       "run at each setting (logits rel_l2, top-1 agreement); and two full runs with different seeds (outputs\n"
-      "that differ bit-wise, tokens whose routing differs). Beside each factor, the paper's (the FlashAttention-on-\n"
-      "MI250 port the method came from) where it has one. `tdiff info --knobs` and the README explain every knob.\n"
-      "--backend hip audits the kernels on the GPU (every knob, with emu's meaning; --hip-gemm vector puts the\n"
-      "16-bit products on the vector ALU).\n"
+      "that differ bit-wise, tokens whose routing differs). Beside each factor the paper's, where it has one: the\n"
+      "FlashAttention-on-MI250 port the method came from. --backend hip audits the kernels on the GPU (every knob\n"
+      "has emu's meaning there; --hip-gemm vector puts the 16-bit products on the vector ALU). `tdiff info --knobs`\n"
+      "and the README explain every knob.\n"
       "Examples:\n"
       "  tdiff audit case.h5\n"
       "  tdiff audit case.h5 --backend hip --knob qk_accum --knob softmax_stats --knob pv_accum --knob logits\n"
