@@ -1,5 +1,5 @@
 // tdiff audit: the precision audit, every knob of the fault catalog at its bad and its good
-// setting (bisect/audit.h).
+// setting (gates/audit.h), on emu or on hip.
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -27,10 +27,14 @@ struct AuditCmd {
   std::string out_dir, run_id;
 };
 
+// "emu", "hip (--hip-gemm vector)": the candidate the audit ran on, for its title.
+std::string candidate_text(const CandidateOptions& cand) {
+  return cand.backend == "hip" ? fmt::format("hip (--hip-gemm {})", cand.hip_gemm) : cand.backend;
+}
+
 void run_audit_cmd(AuditCmd c) {
   if (!backend_entry(c.cand.backend).every_knob)
     input_error("audit: backend '{}' does not implement every knob of the catalogue (emu does)", c.cand.backend);
-  if (c.cand.hip_gemm != "matrix") input_error("audit: --hip-gemm applies to --backend hip, which audit does not run");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (reference_stages(c.case_path).empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
@@ -42,23 +46,29 @@ void run_audit_cmd(AuditCmd c) {
   opt.seed_a = c.cand.seed == 0 ? 1 : c.cand.seed;
   opt.seed_b = c.seed_b == 0 ? opt.seed_a + 1 : c.seed_b;
   if (opt.seed_b == opt.seed_a) input_error("audit: --seed and --seed-b must differ (run-to-run needs two seeds)");
+  // The environment record of the candidate the audit runs, from one made before any work:
+  // a missing device, or --hip-gemm on emu, fails here.
+  EnvRecord env = candidate_env(c.cand.backend, base, session.stages,
+                                make_candidate(c.cand.backend, base, opt.seed_a, c.cand.hip_gemm).get(), c.cand.hip_gemm);
+  add_case_facts(env, c.case_path, session.info.checksums);
   StatusLine status("audit");
   opt.progress = [&](const std::string& what) { status.show(what); };
-  const AuditResult r = run_audit(session, base, opt);
+  const CandidateFactory candidates = [&](const Policy& p, std::uint64_t seed) {
+    return make_candidate(c.cand.backend, p, seed, c.cand.hip_gemm);
+  };
+  const AuditResult r = run_audit(session, base, candidates, opt);
   status.clear();
 
   RunInfo info;
   info.case_name = std::filesystem::path(c.case_path).stem().string();
   info.run_id = c.run_id.empty() ? make_run_id("audit") : c.run_id;
-  info.title = fmt::format("tdiff audit {}: emu, seeds {} and {}", std::filesystem::path(c.case_path).filename().string(),
-                           opt.seed_a, opt.seed_b);
+  info.title = fmt::format("tdiff audit {}: {}, seeds {} and {}", std::filesystem::path(c.case_path).filename().string(),
+                           candidate_text(c.cand), opt.seed_a, opt.seed_b);
   c.cand.seed = opt.seed_a;
   info.command = fmt::format("tdiff audit {}{} --seed-b {}", shell_quote(absolute_path(c.case_path)), c.cand.flags(),
                              opt.seed_b);
   for (const auto& k : c.knobs) info.command += " --knob " + k;
   if (c.no_full) info.command += " --no-full-runs";
-  EnvRecord env = candidate_env(c.cand.backend, base, session.stages, nullptr);
-  add_case_facts(env, c.case_path, session.info.checksums);
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
   print_audit(stdout, r, info);
   if (c.no_reports) return;
@@ -77,9 +87,13 @@ void setup_audit(CLI::App& app) {
       "For each knob: the error of the stages it touches, each run in isolation on the reference's own inputs,\n"
       "with the knob at its bad and at its good setting on top of --policy, and the factor bad/good; a full\n"
       "run at each setting (logits rel_l2, top-1 agreement); and two full runs with different seeds (outputs\n"
-      "that differ bit-wise, tokens whose routing differs). `tdiff info --knobs` and the README explain every knob.\n"
+      "that differ bit-wise, tokens whose routing differs). Beside each factor the paper's, where it has one: the\n"
+      "FlashAttention-on-MI250 port the method came from. --backend hip audits the kernels on the GPU (every knob\n"
+      "has emu's meaning there; --hip-gemm vector puts the 16-bit products on the vector ALU). `tdiff info --knobs`\n"
+      "and the README explain every knob.\n"
       "Examples:\n"
       "  tdiff audit case.h5\n"
+      "  tdiff audit case.h5 --backend hip --knob qk_accum --knob softmax_stats --knob pv_accum --knob logits\n"
       "  tdiff audit case.h5 --policy fixed --set 'L01.attn.core:softmax_stats=fp16' -o reports/audit\n"
       "  tdiff audit case.h5 --knob qk_accum --knob pv_accum --no-full-runs\n"
       "Exit code: 0 done, 2 usage or input error.");

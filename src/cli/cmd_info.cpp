@@ -210,8 +210,9 @@ void print_knobs() {
     std::vector<std::string> kinds;
     for (OpKind kind : k.kinds) kinds.push_back(op_kind_name(kind));
     const std::string all = kinds.size() > 20 ? "every compute kind" : fmt::format("{}", fmt::join(kinds, ", "));
-    fmt::print("| `{}` | {} | {} | {} | {} | {} | {} |\n", k.name, fmt::join(k.values, ", "), k.bad, k.good,
-               k.in_naive ? "yes" : "no", all, k.effect);
+    const std::string paper = k.paper_factor > 0 ? fmt::format(" (paper: ~{}x error)", k.paper_factor) : "";
+    fmt::print("| `{}` | {} | {} | {} | {} | {} | {}{} |\n", k.name, fmt::join(k.values, ", "), k.bad, k.good,
+               k.in_naive ? "yes" : "no", all, k.effect, paper);
   }
 }
 

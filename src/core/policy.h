@@ -75,6 +75,7 @@ struct KnobInfo {
   std::string bad, good;
   bool in_naive = false;  // the naive preset takes the bad setting (a straight port's habit)
   std::string effect;     // what the bad setting does numerically
+  double paper_factor = 0;  // the error factor bad / good the method's source measured (0: none)
 };
 const std::vector<KnobInfo>& knob_catalog();
 const KnobInfo& knob_info(const std::string& name);  // InputError for an unknown knob

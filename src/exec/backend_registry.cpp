@@ -36,7 +36,9 @@ const std::vector<BackendEntry>& backend_registry() {
        [](const Policy& p, const BackendOptions& o) -> std::unique_ptr<Backend> {
          return std::make_unique<emu::EmuBackend>(p, o.seed);
        }},
-      {"hip", "the HIP kernels on a GPU: gfx90a, or NVIDIA through src/hip/vendor.h", true, kHipBuilt, true, false,
+      // Every knob: the hip handlers make their kernel arguments with emu's knob -> spec
+      // functions, so each knob has emu's meaning (src/hip/README.md, "emu is the specification").
+      {"hip", "the HIP kernels on a GPU: gfx90a, or NVIDIA through src/hip/vendor.h", true, kHipBuilt, true, true,
        "configure with -DTDIFF_HIP=AMD or NVIDIA", make_hip},
       {"refcpu", "the float64 reference on the CPU", false, true, false, false, "",
        [](const Policy&, const BackendOptions&) -> std::unique_ptr<Backend> {

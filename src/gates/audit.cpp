@@ -13,7 +13,6 @@
 #include "core/case_file.h"
 #include "core/error.h"
 #include "emu/arith.h"
-#include "emu/emu_backend.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff {
@@ -26,6 +25,12 @@ bool touches(const std::vector<OpKind>& kinds, OpKind k) {
   return kinds.empty() || std::find(kinds.begin(), kinds.end(), k) != kinds.end();
 }
 
+std::string kind_list(const std::vector<OpKind>& kinds) {
+  std::vector<std::string> names;
+  for (OpKind k : kinds) names.push_back(op_kind_name(k));
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
 // One stage in isolation: its outputs against the reference's.
 std::vector<TensorDiff> isolated_diffs(const CaseSession& session, const Stage& s, Backend& candidate, RunContext& ctx,
                                        const InputHook& hook) {
@@ -36,12 +41,17 @@ std::vector<TensorDiff> isolated_diffs(const CaseSession& session, const Stage& 
   std::vector<const Tensor*> ptrs;
   for (const auto& t : in) ptrs.push_back(&t);
   const std::vector<Tensor> out = candidate.run(s, ptrs, ctx);
+  // hip copies its outputs to the host asynchronously: they are read after finish().
+  if (candidate.deferred_outputs()) candidate.finish();
   // The indexer's top-k reads the scores it selects on: exact ties there are not mismatches.
   const Tensor* scores = s.kind == OpKind::idx_topk ? &in[0] : nullptr;
   std::vector<TensorDiff> rows;
   const CompareOptions copt;
   for (std::size_t k = 0; k < out.size(); ++k)
     rows.push_back(diff_tensor(s.name + "/" + s.outputs[k], ref[k], out[k], copt, scores));
+  // No later stage reads these here: a device backend frees its copies of them.
+  for (const auto& t : s.inputs) candidate.release(t.key());
+  for (const auto& t : s.outputs) candidate.release(s.name + "/" + t);
   return rows;
 }
 
@@ -144,13 +154,44 @@ double audit_factor(const AuditSide& bad, const AuditSide& good, bool selection)
   return ratio(bad.local.rel_l2, good.local.rel_l2);
 }
 
-AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptions& opt) {
+namespace {
+
+// The operator kinds of the model that `candidate` has no kernel for, in model order.
+std::vector<OpKind> missing_kinds(const CaseSession& session, const Backend& candidate) {
+  std::vector<OpKind> missing;
+  for (const Stage& s : session.stages)
+    if (!candidate.implements(s.kind) && std::find(missing.begin(), missing.end(), s.kind) == missing.end())
+      missing.push_back(s.kind);
+  return missing;
+}
+
+// The kinds the knob changes that are missing.
+std::vector<OpKind> knob_kinds_missing(const KnobInfo& knob, const std::vector<OpKind>& missing) {
+  std::vector<OpKind> v;
+  for (OpKind k : missing)
+    if (touches(knob.kinds, k)) v.push_back(k);
+  return v;
+}
+
+}  // namespace
+
+AuditResult run_audit(CaseSession& session, const Policy& base, const CandidateFactory& make_candidate,
+                      const AuditOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   AuditResult result;
   result.policy = base.describe();
   std::vector<KnobInfo> knobs;
   if (opt.knobs.empty()) knobs = knob_catalog();
   for (const auto& name : opt.knobs) knobs.push_back(knob_info(name));  // InputError when unknown
+  std::vector<OpKind> missing;
+  {
+    const std::unique_ptr<Backend> probe = make_candidate(base, opt.seed_a);
+    result.backend = probe->name();
+    missing = missing_kinds(session, *probe);
+  }
+  if (opt.full_runs && !missing.empty())
+    input_error("audit: {} has no kernel for {}, so it cannot run the model end to end (audit with --no-full-runs)",
+                result.backend, kind_list(missing));
 
   auto say = [&](const std::string& what) {
     if (opt.progress) opt.progress(what);
@@ -166,7 +207,7 @@ AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptio
   // base policy at every stage and is computed once.
   std::map<std::string, std::vector<std::pair<Numerics, std::vector<TensorDiff>>>> cache;
   auto local = [&](const Policy& p, const std::vector<OpKind>& kinds) {
-    emu::EmuBackend cand(p, opt.seed_a);
+    const std::unique_ptr<Backend> cand = make_candidate(p, opt.seed_a);
     std::vector<TensorDiff> rows;
     for (const Stage& s : session.stages) {
       if (!touches(kinds, s.kind)) continue;
@@ -174,7 +215,7 @@ AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptio
       auto& entries = cache[s.name];
       auto it = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.first == n; });
       if (it == entries.end()) {
-        entries.emplace_back(n, isolated_diffs(session, s, cand, ctx, {}));
+        entries.emplace_back(n, isolated_diffs(session, s, *cand, ctx, {}));
         it = entries.end() - 1;
       }
       rows.insert(rows.end(), it->second.begin(), it->second.end());
@@ -187,9 +228,8 @@ AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptio
   RunToRun base_r2r;
   if (opt.full_runs) {
     say("full runs of the base policy");
-    emu::EmuBackend ca(base, opt.seed_a), cb(base, opt.seed_b);
-    base_a = full_run(session, ca, ctx);
-    base_b = full_run(session, cb, ctx);
+    base_a = full_run(session, *make_candidate(base, opt.seed_a), ctx);
+    base_b = full_run(session, *make_candidate(base, opt.seed_b), ctx);
     base_r2r = run_to_run(base_a, base_b, session.stages);
   }
   auto full = [&](const Policy& p, AuditSide& side) {
@@ -200,9 +240,8 @@ AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptio
       side.r2r = base_r2r;
       return;
     }
-    emu::EmuBackend ca(p, opt.seed_a), cb(p, opt.seed_b);
-    side.full = full_run(session, ca, ctx);
-    const FullRun b = full_run(session, cb, ctx);
+    side.full = full_run(session, *make_candidate(p, opt.seed_a), ctx);
+    const FullRun b = full_run(session, *make_candidate(p, opt.seed_b), ctx);
     side.r2r = run_to_run(side.full, b, session.stages);
   };
 
@@ -218,6 +257,13 @@ AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptio
     good.add_set(k.name + "=" + k.good);
     row.bad.setting = k.bad;
     row.good.setting = k.good;
+    if (const auto lacking = knob_kinds_missing(k, missing); !lacking.empty()) {
+      row.skipped = fmt::format("{} has no kernel for {}", result.backend, kind_list(lacking));
+      row.factor = NAN;
+      say(fmt::format("{}{}: skipped ({})", count, k.name, row.skipped));
+      result.rows.push_back(std::move(row));
+      continue;
+    }
     say(fmt::format("{}{}: {} stages in isolation", count, k.name, row.touched));
     row.bad.local = local(bad, k.kinds);
     row.good.local = local(good, k.kinds);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,7 @@ struct AuditRow {
   KnobInfo knob;
   bool selection = false;        // every touched stage is a top-k selection
   std::int64_t touched = 0;      // touched stages in this model
+  std::string skipped;           // why the knob was not measured ("" when it was)
   AuditSide bad, good;
   // Local improvement factor: bad / good (rel_l2, or selection tokens); +inf when good is 0
   // and bad is not, 1 when both are 0, +inf when the bad side adds NaN/Inf and good does not.
@@ -88,14 +90,21 @@ struct AuditOptions {
 };
 
 struct AuditResult {
+  std::string backend;         // the candidate's name (Backend::name)
   std::string policy;          // the base policy's description
   std::vector<AuditRow> rows;  // catalog order
   double seconds = 0.0;
 };
 
-// `base`: the policy every knob is flipped on (usually fixed); candidates are emu backends.
-// InputError for an unknown knob name.
-AuditResult run_audit(CaseSession& session, const Policy& base, const AuditOptions& opt);
+// Makes the candidate of one policy and run seed: emu, or hip (cli/candidate.h's make_candidate).
+// The audit makes one per setting and seed, as a user's runs would.
+using CandidateFactory = std::function<std::unique_ptr<Backend>(const Policy& policy, std::uint64_t seed)>;
+
+// `base`: the policy every knob is flipped on (usually fixed). A knob whose operator kinds
+// the candidate does not implement is skipped (AuditRow::skipped says why). InputError for an
+// unknown knob name.
+AuditResult run_audit(CaseSession& session, const Policy& base, const CandidateFactory& make_candidate,
+                      const AuditOptions& opt);
 
 // The factor of a row from its two sides (see AuditRow::factor).
 double audit_factor(const AuditSide& bad, const AuditSide& good, bool selection);

@@ -52,6 +52,17 @@ std::string factor_chart(const AuditResult& r) {
     const double x0 = x_of(0), x1 = x_of(decade);
     const std::string css = f >= 2 ? "pt fail" : f > 1.05 ? "pt warn" : "pt pass";
     o += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{:.1f}\">{}</text>", left - 6, y + 12, html_escape(row.knob.name));
+    if (!row.skipped.empty()) {
+      o += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" style=\"text-anchor:start\">skipped</text>\n",
+                       x0 + 4, y + 12);
+      continue;
+    }
+    if (row.knob.paper_factor > 0) {  // the paper's factor: a dotted mark across the bar
+      const double xp = x_of(std::clamp(std::log10(row.knob.paper_factor), lo, hi));
+      o += fmt::format("<line class=\"marker\" x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\"><title>paper: "
+                       "{3}</title></line>",
+                       xp, y, y + row_h - 1, audit_paper_text(row.knob));
+    }
     o += fmt::format("<rect class=\"{}\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\"><title>{}: {}</title>"
                      "</rect>",
                      css, std::min(x0, x1), y + 2, std::max(std::fabs(x1 - x0), 1.0), row_h - 5,
@@ -67,7 +78,7 @@ std::string factor_chart(const AuditResult& r) {
 std::string main_table(const AuditResult& r) {
   const bool full = audit_ran_full(r);
   std::string o = "<table id=\"audit\" class=\"sortable\"><thead><tr><th>knob</th><th>bad &rarr; good</th>"
-                  "<th>stages</th><th>local bad</th><th>local good</th><th>factor</th>";
+                  "<th>stages</th><th>local bad</th><th>local good</th><th>factor</th><th>paper</th>";
   if (full)
     o += "<th>logits rel_l2 bad</th><th>logits rel_l2 good</th><th>top-1 bad</th><th>top-1 good</th><th>run to run "
          "bad</th><th>run to run good</th>";
@@ -91,9 +102,17 @@ std::string main_table(const AuditResult& r) {
                      "</td>",
                      html_escape(row.knob.name), html_escape(row.knob.bad), html_escape(row.knob.good));
     o += cell(static_cast<double>(row.touched), std::to_string(row.touched));
+    const double paper = row.knob.paper_factor > 0 ? row.knob.paper_factor : NAN;
+    if (!row.skipped.empty()) {  // every cell kept, so that the columns still sort; the reason is in the details
+      o += cell(NAN, "skipped") + cell(NAN, "") + cell(NAN, "") + cell(paper, audit_paper_text(row.knob));
+      for (int i = 0; full && i < 6; ++i) o += cell(NAN, "");
+      o += "</tr>\n";
+      continue;
+    }
     o += cell(local_value(row.bad, row.selection), audit_local_text(row.bad, row.selection));
     o += cell(local_value(row.good, row.selection), audit_local_text(row.good, row.selection));
     o += cell(row.factor, audit_factor_text(row.factor));
+    o += cell(paper, audit_paper_text(row.knob));
     if (full) o += e2e(row.bad) + e2e(row.good) + top1(row.bad) + top1(row.good) + r2r(row.bad) + r2r(row.good);
     o += "</tr>\n";
   }
@@ -104,10 +123,14 @@ std::string details(const AuditResult& r) {
   std::string o;
   for (const auto& row : r.rows) {
     o += fmt::format("<details id=\"k-{0}\"><summary><code>{0}</code> = <code>{1}</code> vs <code>{2}</code>: {3} "
-                     "stages, factor {4}</summary>\n",
+                     "stages, {4}</summary>\n",
                      html_escape(row.knob.name), html_escape(row.knob.bad), html_escape(row.knob.good), row.touched,
-                     audit_factor_text(row.factor));
+                     row.skipped.empty() ? "factor " + audit_factor_text(row.factor) : "skipped");
     o += fmt::format("<p class=\"legend\">What the bad setting does: {}</p>\n", html_escape(row.knob.effect));
+    if (!row.skipped.empty()) {
+      o += fmt::format("<p class=\"legend\">Not measured: {}.</p>\n</details>\n", html_escape(row.skipped));
+      continue;
+    }
     o += "<table><thead><tr><th>stage</th><th>tensor</th><th>bad</th><th>good</th><th>bad / good</th></tr></thead>"
          "<tbody>\n";
     for (std::size_t i = 0; i < row.bad.local.rows.size() && i < row.good.local.rows.size(); ++i) {
@@ -180,10 +203,10 @@ std::string render_audit_html(const AuditResult& r, const RunInfo& info) {
        "knobs the tokens whose selection differs from the reference (ties included). <b>factor</b> = bad / good. "
        "<b>logits</b>, <b>top-1</b>: a full candidate run at each setting against the reference (not run with "
        "--no-full-runs). <b>run to run</b>: two full runs with different run seeds: stage outputs that are not "
-       "bit-identical, and tokens whose expert or indexer selection differs. What each bad setting does: in its "
-       "details below. The correctness paper reports about 10x for QK<sup>T</sup> with fp32 "
-       "accumulation, 5x for fp32 softmax statistics, 8x for P&middot;V with fp32 accumulation, 3x for the logits "
-       "layer, and run-to-run routing differences removed by fp32 comparison with ties broken by expert id.</p>\n";
+       "bit-identical, and tokens whose expert or indexer selection differs. <b>paper</b>: the factor the "
+       "FlashAttention-on-MI250 port the method came from measured (the dotted marks in the chart); it also reports "
+       "run-to-run routing differences removed by fp32 comparison with ties broken by expert id. What each bad "
+       "setting does: in its details below.</p>\n";
   o += "<h2>Per stage</h2>\n" + details(r);
   o += fmt::format("<h2>Reproduce</h2>\n<pre>{}</pre>\n", html_escape(info.command.empty() ? "(not recorded)" : info.command));
   o += report::env_section(info.env);

@@ -1,5 +1,5 @@
 #pragma once
-// Reports of a precision audit (bisect/audit.h): the terminal table (100 columns), audit.csv
+// Reports of a precision audit (gates/audit.h): the terminal table (100 columns), audit.csv
 // (one row per knob), audit.json (rows and every touched tensor) and a self-contained
 // audit.html. Every file is written atomically.
 #include <cstdio>
@@ -14,6 +14,7 @@ namespace tdiff {
 // "1.2e-03", "3 tok", "inf", "NaN/Inf" for a side's local error.
 std::string audit_local_text(const AuditSide& side, bool selection);
 std::string audit_factor_text(double factor);  // "12.3x", "inf", "1.00x"
+std::string audit_paper_text(const KnobInfo& knob);  // "~10x", "" where the paper has no number
 // Whether any knob ran the full (end-to-end, run-to-run) runs: the reports show those columns only then.
 bool audit_ran_full(const AuditResult& r);
 
