@@ -186,9 +186,12 @@ int main(int argc, char** argv) {
     std::printf("device-to-host link: %.1f GB/s (one pinned 512 MiB copy): copying %.2f GB takes at least %.1f ms, "
                 "%.3fx the untapped forward; the tapped run reached %.1f GB/s\n",
                 link_gb_s, captured_gb, floor_ms, floor_ms / t_none, captured_gb / (t_all / 1e3));
-    // Issue 22's capture target: a fully tapped forward within 1.10x of the copies' own time
-    // on this link, measured in this run.
-    std::printf("capture target: the tapped run took %.3fx the link floor (target <= 1.10x)\n", t_all / floor_ms);
+    // Issue 22's capture target: a fully tapped forward within 1.10x of what it cannot beat,
+    // the copies' own time on this link measured in this run, or the untapped forward where
+    // that is longer (a compute-bound forward hides its copies).
+    const double bound_ms = std::max(floor_ms, t_none);
+    std::printf("capture target: the tapped run took %.3fx max(link floor %.1f ms, untapped forward %.1f ms) (target <= 1.10x)\n",
+                t_all / bound_ms, floor_ms, t_none);
     if (env.count("gpu_weights")) std::printf("weights: %s\n", env.at("gpu_weights").c_str());
     if (!spans.empty()) {
       const double gb = static_cast<double>(span_bytes) / 1e9;
@@ -200,7 +203,7 @@ int main(int argc, char** argv) {
     }
 
     nlohmann::json j;
-    j["tapped_over_link_floor"] = t_all / floor_ms;
+    j["tapped_over_bound"] = t_all / bound_ms;  // the capture target: <= 1.10
     j["weights"] = env.count("gpu_weights") ? env.at("gpu_weights") : "";
     j["logit_blocks"] = logit_blocks;
     j["copy_streams"] = copy_streams;

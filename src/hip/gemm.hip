@@ -221,7 +221,23 @@ __device__ inline unsigned quant_bits(float code, float scale) {
   return mma::bits16(arith::mfma_operand(arith::mul_rn(code, scale), kBf16 ? Fmt::bf16 : Fmt::f16), kBf16);
 }
 
-// Weights k .. k + 3 of weight row `row` (zeros outside the row or K), decoded.
+// The bf16 pattern of a code value times 2^s, when the product is a normal bf16 number: the
+// exponent field of the value's pattern moved by s (the same bits as quant_bits, which
+// rounds an exact product: tested). Zero stays zero.
+__device__ inline unsigned scaled_bf16(unsigned value_bits, int s) {
+  return (value_bits & 0x7fffu) == 0 ? value_bits : static_cast<unsigned>(static_cast<int>(value_bits) + s * 128);
+}
+// The bf16 pattern of e2m1 code c (magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6), without a table.
+__device__ inline unsigned e2m1_bf16(unsigned c) {
+  const unsigned m = c & 7u;
+  const unsigned mag = m == 0 ? 0u : m == 1 ? 0x3f00u : ((126u + (m >> 1)) << 7) | ((m & 1u) << 6);
+  return mag | ((c & 8u) << 12);
+}
+
+// Weights k .. k + 3 of weight row `row` (zeros outside the row or K), decoded. bf16 operands
+// of power-of-two scales that keep every value of the block normal in bf16 (E8M0 exponents
+// 2..252 for FP4, float scales 2^-117..2^119 for FP8) take the exponent shift, a few integer
+// operations a weight; everything else (fp16 operands, other scales) the general rule.
 template <bool kBf16, class W>
 __device__ inline uint2 fetch4_codes(const Args& a, std::int64_t row, std::int64_t k, bool valid) {
   unsigned v[4] = {0u, 0u, 0u, 0u};
@@ -232,8 +248,16 @@ __device__ inline uint2 fetch4_codes(const Args& a, std::int64_t row, std::int64
       if (a.q_vec4 && k + 3 < a.K) {  // k % 4 == 0: one 128-column block
         const std::uint32_t c4 = *reinterpret_cast<const std::uint32_t*>(codes + k);
         const float sc = scale[k / 128];
+        const std::uint32_t sb = arith::float_bits(sc);
+        const int field = static_cast<int>(sb >> 23);
+        if (kBf16 && (sb & 0x807fffffu) == 0 && field >= 10 && field <= 246) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = quant_bits<kBf16>(arith::e4m3_value(static_cast<std::uint8_t>(c4 >> (8 * j))), sc);
+          for (int j = 0; j < 4; ++j)
+            v[j] = scaled_bf16(arith::float_bits(arith::e4m3_value(static_cast<std::uint8_t>(c4 >> (8 * j)))) >> 16, field - 127);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[j] = quant_bits<kBf16>(arith::e4m3_value(static_cast<std::uint8_t>(c4 >> (8 * j))), sc);
+        }
       } else {
         for (int j = 0; j < 4; ++j)
           if (k + j < a.K) v[j] = quant_bits<kBf16>(arith::e4m3_value(codes[k + j]), scale[(k + j) / 128]);
@@ -243,9 +267,15 @@ __device__ inline uint2 fetch4_codes(const Args& a, std::int64_t row, std::int64
       const std::uint8_t* e8m0 = a.q.e8m0 + row * a.q_scale_ld;
       if (a.q_vec4 && k + 3 < a.K) {  // k % 4 == 0: two whole bytes in one 32-column group
         const unsigned c4 = *reinterpret_cast<const std::uint16_t*>(codes + k / 2);
-        const float sc = arith::e8m0_value(e8m0[k / 32]);
+        const int e = e8m0[k / 32];
+        if (kBf16 && e >= 2 && e <= 252) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = quant_bits<kBf16>(arith::e2m1_value(static_cast<std::uint8_t>(c4 >> (4 * j))), sc);
+          for (int j = 0; j < 4; ++j) v[j] = scaled_bf16(e2m1_bf16(c4 >> (4 * j)), e - 127);
+        } else {
+          const float sc = arith::e8m0_value(static_cast<std::uint8_t>(e));
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[j] = quant_bits<kBf16>(arith::e2m1_value(static_cast<std::uint8_t>(c4 >> (4 * j))), sc);
+        }
       } else {
         for (int j = 0; j < 4; ++j) {
           const std::int64_t c = k + j;
