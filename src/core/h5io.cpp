@@ -610,9 +610,45 @@ void keep_permissions(const std::string& path, const std::string& tmp) {
   if (::geteuid() == 0 && ::chown(tmp.c_str(), st.st_uid, st.st_gid) != 0)
     input_error("{}: cannot give the new file the old one's owner ({})", path, std::strerror(errno));
 }
+// The bytes of `from` into the (empty) file `to`: in the kernel where it can (no copy through
+// user space), else by the standard library.
+void copy_file_bytes(const std::string& path, const std::string& from, const std::string& to) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) input_error("{}: cannot read {} ({})", path, from, std::strerror(errno));
+  const int out = ::open(to.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (out < 0) {
+    const int e = errno;
+    ::close(in);
+    input_error("{}: cannot write {} ({})", path, to, std::strerror(e));
+  }
+  struct stat st {};
+  ::fstat(in, &st);
+  std::uint64_t copied = 0, size = static_cast<std::uint64_t>(st.st_size);
+  int err = 0;
+  bool fallback = false;
+  while (copied < size) {
+    const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, size - copied, 0);
+    if (n > 0) {
+      copied += static_cast<std::uint64_t>(n);
+      continue;
+    }
+    if (n < 0 && copied == 0 && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP)) fallback = true;
+    else err = n < 0 ? errno : EIO;  // 0 bytes before the end: the file shrank under us
+    break;
+  }
+  ::close(in);
+  if (::close(out) != 0 && !err) err = errno;
+  if (fallback) {
+    std::error_code ec;
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    if (ec) input_error("{}: cannot copy {} to {} ({})", path, from, to, ec.message());
+  } else if (err) {
+    input_error("{}: cannot copy {} to {} ({})", path, from, to, std::strerror(err));
+  }
+}
 }  // namespace
 
-H5Writer::H5Writer(const std::string& path, const std::string& copy_from) : impl_(new Impl) {
+H5Writer::H5Writer(const std::string& path, const std::string& copy_from, Copy copy) : impl_(new Impl) {
   quiet_hdf5();
   std::unique_ptr<Impl> guard(impl_);
   Impl& m = *impl_;
@@ -633,6 +669,16 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from) : impl
   // The 1.8 file format: compact new-style headers, yet readable by every h5py and h5dump
   // still in use.
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+  if (m.src.ok() && copy == Copy::bytes) {
+    m.src.reset();  // validated above; the copy is made of its bytes
+    std::error_code ec;
+    m.ensure_space(fs::file_size(copy_from, ec), "rewrite the case file");
+    copy_file_bytes(path, copy_from, m.tmp);
+    m.file = Hid(H5Fopen(m.tmp.c_str(), H5F_ACC_RDWR, fapl.get()));
+    if (!m.file.ok()) input_error("{}: cannot open the copy {} for writing ({})", path, m.tmp, h5_detail());
+    guard.release();
+    return;
+  }
   m.file = Hid(H5Fcreate(m.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
   if (!m.file.ok()) input_error("{}: cannot create the temporary file {} ({})", path, m.tmp, h5_detail());
   if (m.src.ok()) {
