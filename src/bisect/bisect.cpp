@@ -348,7 +348,7 @@ IsolationResult Bisector::isolate() {
     ++totals_.isolated_runs;
     const Tensor* scores = s.kind == OpKind::idx_topk ? &in.front() : nullptr;  // idx.topk reads idx.score first
     for (std::size_t k = 0; k < out.size(); ++k) {
-      const Tensor ref = session_.reference().get(s.name, s.outputs[k]);
+      const Tensor ref = session_.reference().get_shared(s.name, s.outputs[k]);
       const std::string key = s.name + "/" + s.outputs[k];
       res.diff.rows.push_back(diff_tensor(key, ref, out[k], copt, scores));
       if (floor_backend_) floor.rows.push_back(diff_tensor(key, ref, out_floor[k], copt, scores));

@@ -94,6 +94,25 @@ void suggest_next(BisectReport& rep, const BisectCmd& c) {
                                   k, top.score, top.worst.key());
 }
 
+// The bisection's record in the case: environment, outcome, culprits and trace.
+void record_bisect(const BisectCmd& c, const std::string& run_id, const EnvRecord& env, const Policy& policy,
+                   const BisectReport& rep) {
+  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);  // a record only: no object-by-object copy
+  update.put_env(run_id, env);
+  const std::string g = "/runs/" + run_id;
+  update.writer().set_attr(g, "command", "bisect");
+  update.writer().set_attr(g, "backend", c.cand.backend);
+  update.writer().set_attr(g, "policy", policy.describe());
+  update.writer().set_attr(g, "watch", rep.watch.key());
+  update.writer().set_attr(g, "outcome", rep.outcome());
+  std::vector<std::string> culprits;
+  if (rep.search)
+    for (const auto& x : rep.search->culprits) culprits.push_back(x.stage);
+  update.writer().set_attr(g, "culprits", fmt::format("{}", fmt::join(culprits, " ")));
+  update.writer().set_attr(g, "trace_csv", render_trace_csv(rep));
+  update.commit();
+}
+
 void run_bisect(BisectCmd c) {
   PhaseTimes times;  // the command's; each probe prints its own line as it ends
   auto opening = times.measure("open");
@@ -227,20 +246,7 @@ void run_bisect(BisectCmd c) {
   reports.stop();
 
   auto recording = times.measure("record");
-  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);  // a record only: no object-by-object copy
-  update.put_env(run_id, env);
-  const std::string g = "/runs/" + run_id;
-  update.writer().set_attr(g, "command", "bisect");
-  update.writer().set_attr(g, "backend", c.cand.backend);
-  update.writer().set_attr(g, "policy", policy.describe());
-  update.writer().set_attr(g, "watch", rep.watch.key());
-  update.writer().set_attr(g, "outcome", rep.outcome());
-  std::vector<std::string> culprits;
-  if (rep.search)
-    for (const auto& x : rep.search->culprits) culprits.push_back(x.stage);
-  update.writer().set_attr(g, "culprits", fmt::format("{}", fmt::join(culprits, " ")));
-  update.writer().set_attr(g, "trace_csv", render_trace_csv(rep));
-  update.commit();
+  record_bisect(c, run_id, env, policy, rep);
   recording.stop();
   fmt::print(stderr, "timing: {}\n", times.line());
   exit_code() = rep.exit_code();

@@ -22,10 +22,22 @@ ReferenceStore::ReferenceStore(std::string path, std::size_t budget_bytes)
     : path_(std::move(path)), budget_(budget_bytes) {}
 
 Tensor ReferenceStore::get(const std::string& stage, const std::string& tensor) {
+  bool kept = false;
+  Tensor t = fetch(stage, tensor, kept);
+  return kept ? t.clone() : t;  // callers may scale or overwrite what they get
+}
+
+Tensor ReferenceStore::get_shared(const std::string& stage, const std::string& tensor) {
+  bool kept = false;
+  return fetch(stage, tensor, kept);
+}
+
+Tensor ReferenceStore::fetch(const std::string& stage, const std::string& tensor, bool& kept) {
   const std::string key = stage + "/" + tensor;
   if (auto it = kept_.find(key); it != kept_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
     ++hits_;
+    kept = true;
     return it->second->second;
   }
   Tensor t = read_reference(path_, stage, tensor);
@@ -40,6 +52,7 @@ Tensor ReferenceStore::get(const std::string& stage, const std::string& tensor) 
     lru_.emplace_front(key, t);
     kept_[key] = lru_.begin();
     kept_bytes_ += t.nbytes();
+    kept = true;
   }
   return t;
 }

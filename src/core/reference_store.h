@@ -21,8 +21,11 @@ std::size_t default_reference_budget();
 class ReferenceStore {
  public:
   explicit ReferenceStore(std::string path, std::size_t budget_bytes = default_reference_budget());
-  // /reference/<stage>/<tensor> (an InputError naming it when missing, as read_reference).
+  // /reference/<stage>/<tensor> (an InputError naming it when missing, as read_reference),
+  // the caller's to change: a kept tensor is copied.
   Tensor get(const std::string& stage, const std::string& tensor);
+  // The same, sharing its bytes with the store (no copy): for readers only (compare).
+  Tensor get_shared(const std::string& stage, const std::string& tensor);
   // The stages under /reference (reference_stages()), listed once.
   const std::vector<std::string>& stages();
   bool has_stage(const std::string& stage);
@@ -35,6 +38,7 @@ class ReferenceStore {
   std::size_t hits() const { return hits_; }    // from memory
 
  private:
+  Tensor fetch(const std::string& stage, const std::string& tensor, bool& kept);
   std::string path_;
   std::size_t budget_;
   std::list<std::pair<std::string, Tensor>> lru_;  // most recently used first

@@ -25,9 +25,10 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   MixedRunResult result;
   PhaseTimes& times = result.times;
   ReferenceStore& refs = session.reference();  // read once per session, not per mixed run
-  auto read_ref = [&](const std::string& stage, const std::string& tensor) {
+  // get(): tensors that later stages and callbacks receive; get_shared(): the compared ones.
+  auto read_ref = [&](const std::string& stage, const std::string& tensor, bool shared = false) {
     auto s = times.measure(kPhaseReadRef);
-    return refs.get(stage, tensor);
+    return shared ? refs.get_shared(stage, tensor) : refs.get(stage, tensor);
   };
   auto have_ref = [&](const std::string& stage) { return refs.has_stage(stage); };
   if (!opt.compare.empty()) select_stages(opt.compare, stages);
@@ -101,7 +102,7 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     if (!chosen_on.empty()) {
       const auto [score_stage, score_tensor] = split_key(chosen_on);
       Tensor ref_scores;
-      if (have_ref(score_stage)) ref_scores = read_ref(score_stage, score_tensor);
+      if (have_ref(score_stage)) ref_scores = read_ref(score_stage, score_tensor, true);
       auto t = times.measure(kPhaseCompare);
       const auto cs = cand_scores.find(chosen_on);
       ChoiceScores c = choice_scores(s, ref_scores, cs == cand_scores.end() ? Tensor() : cs->second, &ctx.weights,
@@ -110,7 +111,7 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
       own_scores = std::move(c.cand);
     }
     for (std::size_t k = 0; k < out.size(); ++k) {
-      const Tensor ref = read_ref(s.name, s.outputs[k]);
+      const Tensor ref = read_ref(s.name, s.outputs[k], true);
       auto t = times.measure(kPhaseCompare);
       result.diff.rows.push_back(diff_tensor(s.name + "/" + s.outputs[k], ref, out[k], copt,
                                              scores.defined() ? &scores : nullptr,
