@@ -106,11 +106,14 @@ void open_record(const RunCmd& c, std::optional<CaseUpdate>& update) {
 }
 
 // The run's record in the case: environment and verdict summary (nothing with --no-record).
+// `clear`: first remove what an earlier run of the same id left there.
 void record_run(std::optional<CaseUpdate>& update, const std::string& run_id, const EnvRecord& env,
-                const std::vector<std::pair<std::string, std::string>>& attrs, const CompareResult& diff) {
+                const std::vector<std::pair<std::string, std::string>>& attrs, const CompareResult& diff,
+                bool clear = false) {
   if (!update) return;
-  update->put_env(run_id, env);
   const std::string g = "/runs/" + run_id;
+  if (clear) update->writer().remove(g);
+  update->put_env(run_id, env);
   for (const auto& [k, v] : attrs) update->writer().set_attr(g, k, v);
   update->writer().set_attr(g, "verdict", verdict_name(diff.verdict));
   update->writer().set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
@@ -230,7 +233,9 @@ void run_dump(RunCmd c) {
 // Null when not saving; `own` holds the writer of a --save-to file.
 H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, std::unique_ptr<H5Writer>& own,
                     const std::string& run_id) {
-  if (update) update->writer().remove("/runs/" + run_id);  // a run id used again keeps nothing of the old run
+  // A run id used again keeps nothing of the old run: removed here when --save writes into
+  // the case, else with the record (the case's copy is still being made beside the run).
+  if (update && c.save) update->writer().remove("/runs/" + run_id);
   if (c.save_to.empty() && !c.save) return nullptr;
   if (!c.save_to.empty() && std::filesystem::exists(c.save_to) && std::filesystem::equivalent(c.save_to, c.case_path))
     input_error("--save-to {}: that is the case file (use --save to keep the tensors in it)", c.save_to);
@@ -326,7 +331,7 @@ void run_run(RunCmd c) {
   if (sink) fmt::print("saved       candidate tensors under {}:/runs/{}\n", c.save_to.empty() ? c.case_path : c.save_to, run_id);
   if (update) WeightCheckOptions::refresh(*update, checked);
   record_run(update, run_id, env, {{"backend", c.cand.backend}, {"policy", policy.describe()}, {"selections", c.selections}},
-             r.diff);
+             r.diff, !c.save);
   saving.stop();
   info.timing = times.phases();
   info.timing.emplace_back("total", times.since_start());  // up to the reports

@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -574,9 +576,18 @@ struct H5Writer::Impl {
   std::set<std::string> pending;  // top-level names of `src` not copied yet
   bool committed = false;
   TempRegistration reg;  // removes `tmp` on SIGINT/SIGTERM
+  std::future<void> copying;       // Copy::bytes: the byte copy into `tmp`, on its own thread
+  std::atomic<bool> stop_copy{false};
 
   // Also when the constructor fails: a temporary HDF5 created and could not finish is removed.
   ~Impl() {
+    if (copying.valid()) {  // stopped, not waited for to the end
+      stop_copy = true;
+      try {
+        copying.get();
+      } catch (const std::exception&) {
+      }
+    }
     file.reset();
     src.reset();
     std::error_code ec;
@@ -585,8 +596,16 @@ struct H5Writer::Impl {
 
   [[noreturn]] void fail(const std::string& what) { input_error("{}: {} ({})", path, what, h5_detail()); }
 
-  void check_open() const {
+  // Before every change: a byte copy still under way is waited for and opened.
+  void check_open() {
     if (committed) throw std::logic_error("H5Writer used after commit(): " + path);
+    if (!copying.valid()) return;
+    std::future<void> f = std::move(copying);
+    f.get();  // the copy's InputError, if it failed
+    Hid fapl(H5Pcreate(H5P_FILE_ACCESS));
+    H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+    file = Hid(H5Fopen(tmp.c_str(), H5F_ACC_RDWR, fapl.get()));
+    if (!file.ok()) input_error("{}: cannot open the copy {} for writing ({})", path, tmp, h5_detail());
   }
 
   // An InputError unless the folder of the temporary file has `bytes` free (plus a margin for
@@ -653,7 +672,8 @@ void keep_permissions(const std::string& path, const std::string& tmp) {
 }
 // The bytes of `from` into the (empty) file `to`: in the kernel where it can (no copy through
 // user space), else by the standard library.
-void copy_file_bytes(const std::string& path, const std::string& from, const std::string& to) {
+void copy_file_bytes(const std::string& path, const std::string& from, const std::string& to,
+                     const std::atomic<bool>& stop) {
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) input_error("{}: cannot read {} ({})", path, from, std::strerror(errno));
   const int out = ::open(to.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
@@ -667,8 +687,9 @@ void copy_file_bytes(const std::string& path, const std::string& from, const std
   std::uint64_t copied = 0, size = static_cast<std::uint64_t>(st.st_size);
   int err = 0;
   bool fallback = false;
-  while (copied < size) {
-    const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, size - copied, 0);
+  constexpr std::uint64_t kPiece = std::uint64_t{256} << 20;  // between pieces: stopped?
+  while (copied < size && !stop) {
+    const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, std::min(size - copied, kPiece), 0);
     if (n > 0) {
       copied += static_cast<std::uint64_t>(n);
       continue;
@@ -714,9 +735,12 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from, Copy c
     m.src.reset();  // validated above; the copy is made of its bytes
     std::error_code ec;
     m.ensure_space(fs::file_size(copy_from, ec), "rewrite the case file");
-    copy_file_bytes(path, copy_from, m.tmp);
-    m.file = Hid(H5Fopen(m.tmp.c_str(), H5F_ACC_RDWR, fapl.get()));
-    if (!m.file.ok()) input_error("{}: cannot open the copy {} for writing ({})", path, m.tmp, h5_detail());
+    // Beside the caller's work (a run opens its record before the forward): HDF5 is not
+    // touched on that thread, and the first change waits for it (check_open).
+    Impl* impl = &m;
+    m.copying = std::async(std::launch::async, [impl, path, copy_from] {
+      copy_file_bytes(path, copy_from, impl->tmp, impl->stop_copy);
+    });
     guard.release();
     return;
   }
