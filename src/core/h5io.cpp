@@ -505,7 +505,8 @@ OpenDataset open_dataset(const std::string& file, const std::string& path) {
 namespace {
 // A large contiguous dataset stored in the memory type (a reference tensor: float64, no
 // filter) read with pread on every OpenMP thread: H5Dread copies it on one thread, about a
-// second per GB with the page faults of the fresh buffer, and a real-width run reads GBs.
+// second per GB on the 2-core VM with the page faults of the fresh buffer, and a real-width
+// run reads GBs.
 // False (nothing read) when the dataset is chunked, converted, unallocated or beyond the
 // file's end: H5Dread then reads it (or says what is wrong).
 bool read_contiguous(const OpenDataset& d, const std::string& file, Tensor& t) {
@@ -524,7 +525,9 @@ bool read_contiguous(const OpenDataset& d, const std::string& file, Tensor& t) {
     return false;
   const int fd = *static_cast<int*>(handle);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < offset + bytes) return false;
+  if (::fstat(fd, &st) != 0) return false;
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (offset > size || bytes > size - offset) return false;  // beyond the end (no wrap-around)
   auto* out = reinterpret_cast<char*>(t.raw());
   const auto blocks = static_cast<std::int64_t>((bytes + kBlock - 1) / kBlock);
   bool ok = true;
