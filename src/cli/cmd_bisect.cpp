@@ -95,9 +95,8 @@ void suggest_next(BisectReport& rep, const BisectCmd& c) {
 }
 
 // The bisection's record in the case: environment, outcome, culprits and trace.
-void record_bisect(const BisectCmd& c, const std::string& run_id, const EnvRecord& env, const Policy& policy,
-                   const BisectReport& rep) {
-  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);  // a record only: no object-by-object copy
+void record_bisect(CaseUpdate& update, const BisectCmd& c, const std::string& run_id, const EnvRecord& env,
+                   const Policy& policy, const BisectReport& rep) {
   update.put_env(run_id, env);
   const std::string g = "/runs/" + run_id;
   update.writer().set_attr(g, "command", "bisect");
@@ -120,6 +119,11 @@ void run_bisect(BisectCmd c) {
   if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   opening.stop();
+  // Opened before the work, as run's: a case that cannot take the record fails now, and the
+  // case's byte copy is made beside the bisection (a record only: no object-by-object copy).
+  auto updating = times.measure("case update");
+  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
+  updating.stop();
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = c.report.run_id.empty() ? make_run_id("bisect") : c.report.run_id;
@@ -246,7 +250,7 @@ void run_bisect(BisectCmd c) {
   reports.stop();
 
   auto recording = times.measure("record");
-  record_bisect(c, run_id, env, policy, rep);
+  record_bisect(update, c, run_id, env, policy, rep);
   recording.stop();
   fmt::print(stderr, "timing: {}\n", times.line());
   exit_code() = rep.exit_code();

@@ -180,7 +180,10 @@ void run_determinism(DeterminismCmd c) {
 
   EnvRecord env = refcpu ? capture_env(c.cand.backend, policy_text, process_command_line())
                          : candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
-  CaseHash case_hash(c.case_path);  // beside the runs
+  // Opened before the runs, as run's: a case that cannot take the record fails now, and its
+  // byte copy (a record only: no object-by-object copy) is made beside the runs, as its hash.
+  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
+  CaseHash case_hash(c.case_path);
   Outcome o = sweep ? batch_sweep(c, session, make, policy, policy_text, env) : run_to_run(c, session, make, policy_text, env);
   add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
   env.extra["seed"] = std::to_string(c.cand.seed);
@@ -202,7 +205,6 @@ void run_determinism(DeterminismCmd c) {
     fmt::print("reports     {}/report.html (and report.csv, report.json, junit.xml)\n", dir);
   }
 
-  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);  // a record only: no object-by-object copy
   update.put_env(run_id, env);
   const std::string g = "/runs/" + run_id;
   update.writer().set_attr(g, "kind", sweep ? "batch-sweep" : "determinism");
