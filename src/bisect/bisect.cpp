@@ -134,6 +134,7 @@ MixedRunResult Bisector::run_split(Backend& backend, StageCache& cache, const st
       if (watch_.tensor.empty() || s.outputs[k] == watch_.tensor) watched[s.name + "/" + s.outputs[k]] = out[k];
   };
   MixedRunResult r = run_mixed(session_, backend, reference_, on_candidate, ctx_, mo);
+  step_times_.add(r.times, &backend == &candidate_ ? "" : "floor ");
   totals_.computed += r.on_candidate + r.on_reference - r.reused - r.cached;
   totals_.reused += r.reused;
   totals_.cached += r.cached;
@@ -176,6 +177,7 @@ const TensorDiff* find_row(const CompareResult& r, const std::string& key) {
 
 WatchedError Bisector::judge_watched(CompareResult& diff, const Outputs& outputs, const CompareResult* companion,
                                      const Outputs* companion_outputs) {
+  auto timed = step_times_.measure("judge");
   bool identical = companion_outputs != nullptr;
   if (companion)
     for (const auto& [key, t] : outputs) identical = identical && same_bits(t, companion_outputs->at(key));
@@ -233,6 +235,7 @@ std::string Bisector::prefix_split(std::size_t prefix, const std::vector<std::si
 
 const Probe& Bisector::probe(std::string phase, const std::vector<bool>& on_candidate, std::string split,
                              std::size_t prefix, std::vector<std::size_t> pinned, std::string group, bool compare_all) {
+  step_times_ = PhaseTimes();
   ensure_floor();
   say(fmt::format("step {} {}: {}", trace_.size() + 1, phase, split), 0, 0);
   const double t0 = totals_.seconds;
@@ -265,6 +268,7 @@ const Probe& Bisector::probe(std::string phase, const std::vector<bool>& on_cand
     p.watched = judge_watched(r.diff, outputs, nullptr, nullptr);
   }
   p.seconds = totals_.seconds - t0;
+  p.times = step_times_;
   if (compare_all) full_ = std::move(r.diff);
   trace_.push_back(std::move(p));
   if (opt_.on_probe) opt_.on_probe(trace_.back());
@@ -333,7 +337,7 @@ IsolationResult Bisector::isolate() {
   res.diff.seq = session_.info.batch.seq();
   for (std::size_t i = 0; i < stage_count(); ++i) {
     const Stage& s = session_.stages[i];
-    if (!h5_exists(session_.path, "/reference/" + s.name)) continue;
+    if (!session_.reference().has_stage(s.name)) continue;
     say(s.name, i + 1, stage_count());
     const std::vector<Tensor> in = reference_inputs(session_, s);
     std::vector<const Tensor*> ptrs;
@@ -344,7 +348,7 @@ IsolationResult Bisector::isolate() {
     ++totals_.isolated_runs;
     const Tensor* scores = s.kind == OpKind::idx_topk ? &in.front() : nullptr;  // idx.topk reads idx.score first
     for (std::size_t k = 0; k < out.size(); ++k) {
-      const Tensor ref = read_reference(session_.path, s.name, s.outputs[k]);
+      const Tensor ref = session_.reference().get_shared(s.name, s.outputs[k]);
       const std::string key = s.name + "/" + s.outputs[k];
       res.diff.rows.push_back(diff_tensor(key, ref, out[k], copt, scores));
       if (floor_backend_) floor.rows.push_back(diff_tensor(key, ref, out_floor[k], copt, scores));

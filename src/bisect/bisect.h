@@ -105,6 +105,9 @@ struct Probe {
   WatchedError watched;
   std::size_t on_candidate = 0, computed = 0, reused = 0, cached = 0;
   double seconds = 0;
+  // Where they went: the mixed run's phases (exec/mixed_run.h), its floor companion's behind
+  // "floor " (the first probe's also hold the all-floor run's), and "judge".
+  PhaseTimes times;
   Verdict verdict() const { return watched.diff.verdict; }
 };
 
@@ -233,6 +236,7 @@ class Bisector {
   std::vector<Probe> trace_;
   BisectTotals totals_;
   std::vector<std::string> notes_;
+  PhaseTimes step_times_;  // of the probe under way (Probe::times)
 };
 
 // Adds, for every tensor of `floor` (judged under `policy`), a rule that switches off the FAIL

@@ -15,7 +15,7 @@ std::vector<Tensor> reference_inputs(const CaseSession& session, const Stage& st
     if (!h5_exists(session.path, "/reference/" + ref.key()))
       input_error("{}: stage {} needs /reference/{} (run `tdiff golden {}` without --stages)", session.path, stage.name,
                   ref.key(), session.path);
-    in.push_back(read_reference(session.path, ref.stage, ref.tensor));
+    in.push_back(session.reference().get(ref.stage, ref.tensor));
   }
   return in;
 }

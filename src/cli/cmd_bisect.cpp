@@ -13,6 +13,7 @@
 #include "cli/shell.h"
 #include "core/env_record.h"
 #include "core/error.h"
+#include "core/timing.h"
 #include "emu/arith.h"
 #include "refcpu/refcpu_backend.h"
 #include "report/bisect_report.h"
@@ -93,14 +94,41 @@ void suggest_next(BisectReport& rep, const BisectCmd& c) {
                                   k, top.score, top.worst.key());
 }
 
+// The bisection's record in the case: environment, outcome, culprits and trace.
+void record_bisect(CaseUpdate& update, const BisectCmd& c, const std::string& run_id, const EnvRecord& env,
+                   const Policy& policy, const BisectReport& rep) {
+  update.put_env(run_id, env);
+  const std::string g = "/runs/" + run_id;
+  update.writer().set_attr(g, "command", "bisect");
+  update.writer().set_attr(g, "backend", c.cand.backend);
+  update.writer().set_attr(g, "policy", policy.describe());
+  update.writer().set_attr(g, "watch", rep.watch.key());
+  update.writer().set_attr(g, "outcome", rep.outcome());
+  std::vector<std::string> culprits;
+  if (rep.search)
+    for (const auto& x : rep.search->culprits) culprits.push_back(x.stage);
+  update.writer().set_attr(g, "culprits", fmt::format("{}", fmt::join(culprits, " ")));
+  update.writer().set_attr(g, "trace_csv", render_trace_csv(rep));
+  update.commit();
+}
+
 void run_bisect(BisectCmd c) {
+  PhaseTimes times;  // the command's; each probe prints its own line as it ends
+  auto opening = times.measure("open");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
-  if (reference_stages(c.case_path).empty())
+  if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  opening.stop();
+  // Opened before the work, as run's: a case that cannot take the record fails now, and the
+  // case's byte copy is made beside the bisection (a record only: no object-by-object copy).
+  auto updating = times.measure("case update");
+  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
+  updating.stop();
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = c.report.run_id.empty() ? make_run_id("bisect") : c.report.run_id;
   if (c.cand.seed == 0) c.cand.seed = seed_from(run_id);
+  auto setup = times.measure("backend setup");
   auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
   std::unique_ptr<Backend> floor;
   std::string floor_label;
@@ -111,6 +139,7 @@ void run_bisect(BisectCmd c) {
     floor_label = fmt::format("{} under {}", c.cand.backend, fp.describe());
   }
   refcpu::RefCpuBackend reference;
+  setup.stop();
   const auto ref_attrs = h5_read_attrs(c.case_path, "/reference");
   const auto tie = ref_attrs.find("tie_rule");
   RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));
@@ -140,6 +169,7 @@ void run_bisect(BisectCmd c) {
     }
     print_trace_row(stdout, rep, p, color);
     std::fflush(stdout);
+    fmt::print(stderr, "timing step {}: {}\n", p.step, p.times.line());
   };
   Bisector bisector(session, *candidate, reference, ctx, bo);
   live = &bisector;
@@ -148,11 +178,20 @@ void run_bisect(BisectCmd c) {
   rep.watch = bisector.watch();
   rep.stages = bisector.stage_count();
   rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
-  if (c.mode == "search") rep.search = bisector.search();
-  else rep.isolation = bisector.isolate();
-  if (rep.search && !rep.search->full_fails) rep.leads = bisector.isolate();
-  if (c.attribute)
+  CaseHash case_hash(c.case_path);  // beside the bisection: the input checks are done
+  {
+    auto t = times.measure(c.mode == "search" ? "mixed runs" : "isolation");
+    if (c.mode == "search") rep.search = bisector.search();
+    else rep.isolation = bisector.isolate();
+  }
+  if (rep.search && !rep.search->full_fails) {
+    auto t = times.measure("isolation");
+    rep.leads = bisector.isolate();
+  }
+  if (c.attribute) {
+    auto t = times.measure("mixed runs");
     rep.attribution = bisector.attribute(c.attribute_by == "kind" ? Grouping::op_kind : Grouping::stage_class);
+  }
   status.clear();
   const bool streamed = !rep.trace.empty();
   rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);  // relaxed by the floor
@@ -169,7 +208,9 @@ void run_bisect(BisectCmd c) {
   info.command = fmt::format("tdiff bisect {}{}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), flags(c),
                              c.report.flags()) + " --run-id " + shell_quote(run_id);
   EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
-  add_case_facts(env, c.case_path, session.info.checksums);
+  auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
+  add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
+  hashing.stop();
   env.extra["seed"] = std::to_string(c.cand.seed);
   env.extra["floor"] = floor_label.empty() ? "none" : floor_label;
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
@@ -191,6 +232,7 @@ void run_bisect(BisectCmd c) {
   } else {
     print_bisect_terminal(stdout, rep, color);
   }
+  auto reports = times.measure("reports");
   if (!c.report.no_reports) {
     const std::string dir = report_dir(info, c.report.out_dir);
     if (run_diff) {
@@ -205,20 +247,12 @@ void run_bisect(BisectCmd c) {
                rep.attribution ? ", attribution.csv" : "", rep.has_run_report ? ", report.html" : "");
   }
 
-  CaseUpdate update(c.case_path);
-  update.put_env(run_id, env);
-  const std::string g = "/runs/" + run_id;
-  update.writer().set_attr(g, "command", "bisect");
-  update.writer().set_attr(g, "backend", c.cand.backend);
-  update.writer().set_attr(g, "policy", policy.describe());
-  update.writer().set_attr(g, "watch", rep.watch.key());
-  update.writer().set_attr(g, "outcome", rep.outcome());
-  std::vector<std::string> culprits;
-  if (rep.search)
-    for (const auto& x : rep.search->culprits) culprits.push_back(x.stage);
-  update.writer().set_attr(g, "culprits", fmt::format("{}", fmt::join(culprits, " ")));
-  update.writer().set_attr(g, "trace_csv", render_trace_csv(rep));
-  update.commit();
+  reports.stop();
+
+  auto recording = times.measure("record");
+  record_bisect(update, c, run_id, env, policy, rep);
+  recording.stop();
+  fmt::print(stderr, "timing: {}\n", times.line());
   exit_code() = rep.exit_code();
 }
 

@@ -105,6 +105,8 @@ Outcome run_to_run(const DeterminismCmd& c, CaseSession& session, const BackendF
   DeterminismResult r = check_determinism(session, make, o);
   progress.finish(fmt::format("determinism: {} runs of {} stages on {} in {:.2f} s", r.runs.size(), n, c.cand.backend,
                               r.seconds));
+  for (std::size_t i = 0; i < r.run_times.size(); ++i)
+    if (!r.run_times[i].phases().empty()) fmt::print(stderr, "timing run {}: {}\n", i + 1, r.run_times[i].line());
   fmt::print("determinism {}: {} under {}\n", c.case_path, c.cand.backend, policy_text);
   for (const auto& spec : r.runs) fmt::print("  {}\n", spec.label());
   print_findings(r.findings, "runs differing from run 1", c.all_rows, {});
@@ -178,9 +180,13 @@ void run_determinism(DeterminismCmd c) {
 
   EnvRecord env = refcpu ? capture_env(c.cand.backend, policy_text, process_command_line())
                          : candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
-  add_case_facts(env, c.case_path, session.info.checksums);
-  env.extra["seed"] = std::to_string(c.cand.seed);
+  // Opened before the runs, as run's: a case that cannot take the record fails now, and its
+  // byte copy (a record only: no object-by-object copy) is made beside the runs, as its hash.
+  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
+  CaseHash case_hash(c.case_path);
   Outcome o = sweep ? batch_sweep(c, session, make, policy, policy_text, env) : run_to_run(c, session, make, policy_text, env);
+  add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
+  env.extra["seed"] = std::to_string(c.cand.seed);
   auto& [table, ok, verdict, summary] = o;
   const std::string command = command_line(c, run_id);
   fmt::print("verdict     {}: {}\n", verdict, summary);
@@ -199,7 +205,6 @@ void run_determinism(DeterminismCmd c) {
     fmt::print("reports     {}/report.html (and report.csv, report.json, junit.xml)\n", dir);
   }
 
-  CaseUpdate update(c.case_path);
   update.put_env(run_id, env);
   const std::string g = "/runs/" + run_id;
   update.writer().set_attr(g, "kind", sweep ? "batch-sweep" : "determinism");

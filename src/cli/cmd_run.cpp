@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/h5io.h"
 #include "core/pattern.h"
+#include "core/timing.h"
 #include "diff/expected.h"
 #include "emu/arith.h"
 #include "gates/model_stats.h"
@@ -99,15 +100,20 @@ void print_first_divergence(const CompareResult& diff) {
 // The case update of a run, opened before the work: a case that cannot take the record fails
 // now, not after the reports (empty with --no-record).
 void open_record(const RunCmd& c, std::optional<CaseUpdate>& update) {
-  if (!c.no_record) update.emplace(c.case_path);
+  // A record beside a reference of GBs: copied as bytes (seconds less at real widths). --save
+  // may replace an earlier run's tensors of the same run id, which would stay as dead space.
+  if (!c.no_record) update.emplace(c.case_path, c.save ? H5Writer::Copy::objects : H5Writer::Copy::bytes);
 }
 
 // The run's record in the case: environment and verdict summary (nothing with --no-record).
+// `clear`: first remove what an earlier run of the same id left there.
 void record_run(std::optional<CaseUpdate>& update, const std::string& run_id, const EnvRecord& env,
-                const std::vector<std::pair<std::string, std::string>>& attrs, const CompareResult& diff) {
+                const std::vector<std::pair<std::string, std::string>>& attrs, const CompareResult& diff,
+                bool clear = false) {
   if (!update) return;
-  update->put_env(run_id, env);
   const std::string g = "/runs/" + run_id;
+  if (clear) update->writer().remove(g);
+  update->put_env(run_id, env);
   for (const auto& [k, v] : attrs) update->writer().set_attr(g, k, v);
   update->writer().set_attr(g, "verdict", verdict_name(diff.verdict));
   update->writer().set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
@@ -227,7 +233,9 @@ void run_dump(RunCmd c) {
 // Null when not saving; `own` holds the writer of a --save-to file.
 H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, std::unique_ptr<H5Writer>& own,
                     const std::string& run_id) {
-  if (update) update->writer().remove("/runs/" + run_id);  // a run id used again keeps nothing of the old run
+  // A run id used again keeps nothing of the old run: removed here when --save writes into
+  // the case, else with the record (the case's copy is still being made beside the run).
+  if (update && c.save) update->writer().remove("/runs/" + run_id);
   if (c.save_to.empty() && !c.save) return nullptr;
   if (!c.save_to.empty() && std::filesystem::exists(c.save_to) && std::filesystem::equivalent(c.save_to, c.case_path))
     input_error("--save-to {}: that is the case file (use --save to keep the tensors in it)", c.save_to);
@@ -243,21 +251,31 @@ H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, std::uni
 
 void run_run(RunCmd c) {
   if (!c.dump.empty()) return run_dump(c);
+  PhaseTimes times;  // printed last (stderr) and kept in report.json
+  auto opening = times.measure("open");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
-  if (reference_stages(c.case_path).empty())
+  if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  opening.stop();
+  auto checking = times.measure("weight check");
   const WeightCheck checked = c.weights.check(session);
+  checking.stop();
+  auto recording = times.measure("case update");
   std::optional<CaseUpdate> update;
   open_record(c, update);
+  recording.stop();
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = c.report.run_id.empty() ? make_run_id("run") : c.report.run_id;
   if (c.cand.seed == 0) c.cand.seed = seed_from(run_id);
+  auto setup = times.measure("backend setup");
   auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
   refcpu::RefCpuBackend reference;
+  setup.stop();
 
   std::unique_ptr<H5Writer> save_file;  // --save writes into the case update, opened above, during the run
   H5Writer* sink = save_sink(c, update, save_file, run_id);
+  CaseHash case_hash(c.case_path);  // beside the run: the input checks are done
 
   Progress progress(fmt::format("run {}", c.cand.backend), session.stages.size());
   MixedRunOptions mo;
@@ -272,13 +290,16 @@ void run_run(RunCmd c) {
   RunContext ctx = session.context();
   const std::vector<bool> all(session.stages.size(), true);
   MixedRunResult r = run_mixed(session, *candidate, reference, all, ctx, mo);
+  times.add(r.times);
   progress.finish(fmt::format("run: {} stages on {} in {:.2f} s", r.on_candidate, c.cand.backend, r.seconds));
   if (mo.replay_selections && !r.not_replayed.empty())
     fmt::print("selections: {} of {} selection stages not replayed (no stored reference: {}{}); later stages follow the "
                "candidate's own choices there\n",
                r.not_replayed.size(), r.not_replayed.size() + r.replayed, r.not_replayed.front(),
                r.not_replayed.size() > 1 ? ", ..." : "");
+  auto judging = times.measure("judge");
   judge(r.diff, thresholds);
+  judging.stop();
 
   RunInfo info;
   info.case_name = std::filesystem::path(c.case_path).stem().string();
@@ -290,12 +311,17 @@ void run_run(RunCmd c) {
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
                  " --run-id " + shell_quote(run_id) + (checked.changed.empty() ? "" : " --force");
   EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, candidate.get());
-  add_case_facts(env, c.case_path, session.info.checksums);
+  auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
+  add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
+  hashing.stop();
   env.extra["seed"] = std::to_string(c.cand.seed);
   env.extra["weights"] = c.weights.note(checked);
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  auto stats = times.measure("model stats");
   add_model_stats(session, c, info);
+  stats.stop();
   c.report.print(r.diff, info);
+  auto saving = times.measure("record");
   if (save_file) {
     for (const auto& [k, v] : std::map<std::string, std::string>{{"case", absolute_path(c.case_path)}, {"backend", c.cand.backend},
                                                                  {"policy", policy.describe()}, {"selections", c.selections}})
@@ -305,10 +331,16 @@ void run_run(RunCmd c) {
   if (sink) fmt::print("saved       candidate tensors under {}:/runs/{}\n", c.save_to.empty() ? c.case_path : c.save_to, run_id);
   if (update) WeightCheckOptions::refresh(*update, checked);
   record_run(update, run_id, env, {{"backend", c.cand.backend}, {"policy", policy.describe()}, {"selections", c.selections}},
-             r.diff);
+             r.diff, !c.save);
+  saving.stop();
+  info.timing = times.phases();
+  info.timing.emplace_back("total", times.since_start());  // up to the reports
+  auto reports = times.measure("reports");
   c.report.write(r.diff, info);
+  reports.stop();
 
   print_first_divergence(r.diff);
+  fmt::print(stderr, "timing: {}\n", times.line());
   exit_code() = r.diff.verdict == Verdict::fail ? 1 : 0;
 }
 

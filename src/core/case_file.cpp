@@ -292,7 +292,7 @@ std::vector<std::string> case_runs(const std::string& path) {
   return h5_list_children(path, "/runs");
 }
 
-CaseUpdate::CaseUpdate(const std::string& path) : info_(read_case(path)), writer_(path, path) {}
+CaseUpdate::CaseUpdate(const std::string& path, H5Writer::Copy copy) : info_(read_case(path)), writer_(path, path, copy) {}
 
 void CaseUpdate::clear_reference() { writer_.remove("/reference"); }
 

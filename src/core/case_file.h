@@ -95,7 +95,10 @@ std::vector<std::string> case_runs(const std::string& path);
 // be written, a full disk; commands open it before their work, so nothing is lost to it.
 class CaseUpdate {
  public:
-  explicit CaseUpdate(const std::string& path);  // checks that `path` is a valid case
+  // Checks that `path` is a valid case. H5Writer::Copy::bytes for updates that add a record
+  // and delete nothing large (run, bisect, determinism): the case's reference is not copied
+  // object by object.
+  explicit CaseUpdate(const std::string& path, H5Writer::Copy copy = H5Writer::Copy::objects);
   const CaseInfo& info() const { return info_; }
   void clear_reference();
   void put_reference(const std::string& stage, const std::string& tensor, const Tensor& t);

@@ -79,11 +79,22 @@ std::string model_sha256(const std::map<std::string, std::string>& weight_sha256
   return bytes_sha256(list);
 }
 
-void add_case_facts(EnvRecord& r, const std::string& case_path, const std::map<std::string, std::string>& weight_sha256) {
-  r.extra["case_sha256"] = file_sha256(case_path);
+void add_case_facts(EnvRecord& r, const std::string& case_path, const std::map<std::string, std::string>& weight_sha256,
+                    const std::string& case_sha256) {
+  r.extra["case_sha256"] = case_sha256.empty() ? file_sha256(case_path) : case_sha256;
   r.extra["model_sha256"] = model_sha256(weight_sha256);
   r.extra["model_files"] = std::to_string(weight_sha256.size());
 }
+
+CaseHash::CaseHash(const std::string& case_path)
+    : stop_(std::make_shared<std::atomic<bool>>(false)),
+      f_(std::async(std::launch::async, [case_path, stop = stop_] { return file_sha256(case_path, stop.get()); })) {}
+
+CaseHash::~CaseHash() {
+  if (f_.valid()) *stop_ = true;  // the future's destructor then waits only for the current MiB
+}
+
+std::string CaseHash::get() { return f_.get(); }
 
 std::string shell_quote(const std::string& a) {
   if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==

@@ -1,6 +1,9 @@
 #pragma once
 // The environment record of a run: enough to tell two runs' machines and builds apart when
 // their results differ. Stored as string attributes of /env/<run-id> in the case file.
+#include <atomic>
+#include <future>
+#include <memory>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,7 +41,24 @@ EnvRecord capture_env(const std::string& backend, const std::string& policy,
 // The case file's sha256 (its bytes now, before this command writes to it) and the model's:
 // the sha256 of the weight files' checksums the case recorded, as `sha256sum` lists them
 // ("<sha256>  <file>\n", sorted by file), so a huge checkpoint is not read again.
-void add_case_facts(EnvRecord& r, const std::string& case_path, const std::map<std::string, std::string>& weight_sha256);
+// `case_sha256` non-empty: the case's, hashed already (CaseHash).
+void add_case_facts(EnvRecord& r, const std::string& case_path, const std::map<std::string, std::string>& weight_sha256,
+                    const std::string& case_sha256 = "");
+// The case file's sha256, computed on a thread of its own from construction on: a real-width
+// case holds GBs of reference, and hashing them beside the run's work costs no wall time.
+// Start it after the command's input checks (a failure waits for the hash to end).
+class CaseHash {
+ public:
+  explicit CaseHash(const std::string& case_path);
+  ~CaseHash();  // unless get() ran: stops the thread (a command that failed does not wait)
+  CaseHash(const CaseHash&) = delete;
+  CaseHash& operator=(const CaseHash&) = delete;
+  std::string get();  // waits; rethrows a read error
+
+ private:
+  std::shared_ptr<std::atomic<bool>> stop_;
+  std::future<std::string> f_;
+};
 // The sha256 of a weight-checksum list as add_case_facts records it ("none recorded" when empty).
 std::string model_sha256(const std::map<std::string, std::string>& weight_sha256);
 

@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -500,10 +502,54 @@ OpenDataset open_dataset(const std::string& file, const std::string& path) {
 }
 }  // namespace
 
+namespace {
+// A large contiguous dataset stored in the memory type (a reference tensor: float64, no
+// filter) read with pread on every OpenMP thread: H5Dread copies it on one thread, about a
+// second per GB on the 2-core VM with the page faults of the fresh buffer, and a real-width
+// run reads GBs.
+// False (nothing read) when the dataset is chunked, converted, unallocated or beyond the
+// file's end: H5Dread then reads it (or says what is wrong).
+bool read_contiguous(const OpenDataset& d, const std::string& file, Tensor& t) {
+  constexpr std::size_t kMinBytes = std::size_t{32} << 20, kBlock = std::size_t{8} << 20;
+  const std::size_t bytes = t.nbytes();
+  if (bytes < kMinBytes) return false;
+  Hid ftype(H5Dget_type(d.dataset.get()));
+  if (H5Tequal(ftype.get(), d.mem_type.get()) <= 0) return false;
+  const haddr_t offset = H5Dget_offset(d.dataset.get());
+  if (offset == HADDR_UNDEF || H5Dget_storage_size(d.dataset.get()) != bytes) return false;
+  // HDF5's own descriptor (pread leaves its offset alone): the file it opened, even if the
+  // path was replaced since.
+  Hid fapl(H5Fget_access_plist(d.file.get()));
+  void* handle = nullptr;
+  if (H5Pget_driver(fapl.get()) != H5FD_SEC2 || H5Fget_vfd_handle(d.file.get(), fapl.get(), &handle) < 0 || !handle)
+    return false;
+  const int fd = *static_cast<int*>(handle);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return false;
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (offset > size || bytes > size - offset) return false;  // beyond the end (no wrap-around)
+  auto* out = reinterpret_cast<char*>(t.raw());
+  const auto blocks = static_cast<std::int64_t>((bytes + kBlock - 1) / kBlock);
+  bool ok = true;
+#pragma omp parallel for schedule(dynamic, 1) reduction(&& : ok)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    std::size_t at = static_cast<std::size_t>(b) * kBlock;
+    const std::size_t end = std::min(bytes, at + kBlock);
+    while (ok && at < end) {
+      const ssize_t n = ::pread(fd, out + at, end - at, static_cast<off_t>(offset + at));
+      if (n > 0) at += static_cast<std::size_t>(n);
+      else if (!(n < 0 && errno == EINTR)) ok = false;
+    }
+  }
+  return ok;
+}
+}  // namespace
+
 Tensor h5_read(const std::string& file, const std::string& path) {
   const OpenDataset d = open_dataset(file, path);
   check_dataset_size(d.dims, dtype_size(d.dtype), file, d.path);
   Tensor t(d.dtype, Shape(d.dims.begin(), d.dims.end()));
+  if (read_contiguous(d, file, t)) return t;
   if (t.numel() > 0 && H5Dread(d.dataset.get(), d.mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()) < 0)
     input_error("{}: dataset '{}' cannot be read, the file is truncated or damaged ({})", file, d.path, h5_detail());
   return t;
@@ -533,9 +579,18 @@ struct H5Writer::Impl {
   std::set<std::string> pending;  // top-level names of `src` not copied yet
   bool committed = false;
   TempRegistration reg;  // removes `tmp` on SIGINT/SIGTERM
+  std::future<void> copying;       // Copy::bytes: the byte copy into `tmp`, on its own thread
+  std::atomic<bool> stop_copy{false};
 
   // Also when the constructor fails: a temporary HDF5 created and could not finish is removed.
   ~Impl() {
+    if (copying.valid()) {  // stopped, not waited for to the end
+      stop_copy = true;
+      try {
+        copying.get();
+      } catch (const std::exception&) {
+      }
+    }
     file.reset();
     src.reset();
     std::error_code ec;
@@ -544,8 +599,16 @@ struct H5Writer::Impl {
 
   [[noreturn]] void fail(const std::string& what) { input_error("{}: {} ({})", path, what, h5_detail()); }
 
-  void check_open() const {
+  // Before every change: a byte copy still under way is waited for and opened.
+  void check_open() {
     if (committed) throw std::logic_error("H5Writer used after commit(): " + path);
+    if (!copying.valid()) return;
+    std::future<void> f = std::move(copying);
+    f.get();  // the copy's InputError, if it failed
+    Hid fapl(H5Pcreate(H5P_FILE_ACCESS));
+    H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+    file = Hid(H5Fopen(tmp.c_str(), H5F_ACC_RDWR, fapl.get()));
+    if (!file.ok()) input_error("{}: cannot open the copy {} for writing ({})", path, tmp, h5_detail());
   }
 
   // An InputError unless the folder of the temporary file has `bytes` free (plus a margin for
@@ -610,9 +673,47 @@ void keep_permissions(const std::string& path, const std::string& tmp) {
   if (::geteuid() == 0 && ::chown(tmp.c_str(), st.st_uid, st.st_gid) != 0)
     input_error("{}: cannot give the new file the old one's owner ({})", path, std::strerror(errno));
 }
+// The bytes of `from` into the (empty) file `to`: in the kernel where it can (no copy through
+// user space), else by the standard library.
+void copy_file_bytes(const std::string& path, const std::string& from, const std::string& to,
+                     const std::atomic<bool>& stop) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) input_error("{}: cannot read {} ({})", path, from, std::strerror(errno));
+  const int out = ::open(to.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (out < 0) {
+    const int e = errno;
+    ::close(in);
+    input_error("{}: cannot write {} ({})", path, to, std::strerror(e));
+  }
+  struct stat st {};
+  ::fstat(in, &st);
+  std::uint64_t copied = 0, size = static_cast<std::uint64_t>(st.st_size);
+  int err = 0;
+  bool fallback = false;
+  constexpr std::uint64_t kPiece = std::uint64_t{256} << 20;  // between pieces: stopped?
+  while (copied < size && !stop) {
+    const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, std::min(size - copied, kPiece), 0);
+    if (n > 0) {
+      copied += static_cast<std::uint64_t>(n);
+      continue;
+    }
+    if (n < 0 && copied == 0 && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP)) fallback = true;
+    else err = n < 0 ? errno : EIO;  // 0 bytes before the end: the file shrank under us
+    break;
+  }
+  ::close(in);
+  if (::close(out) != 0 && !err) err = errno;
+  if (fallback) {
+    std::error_code ec;
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    if (ec) input_error("{}: cannot copy {} to {} ({})", path, from, to, ec.message());
+  } else if (err) {
+    input_error("{}: cannot copy {} to {} ({})", path, from, to, std::strerror(err));
+  }
+}
 }  // namespace
 
-H5Writer::H5Writer(const std::string& path, const std::string& copy_from) : impl_(new Impl) {
+H5Writer::H5Writer(const std::string& path, const std::string& copy_from, Copy copy) : impl_(new Impl) {
   quiet_hdf5();
   std::unique_ptr<Impl> guard(impl_);
   Impl& m = *impl_;
@@ -633,6 +734,19 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from) : impl
   // The 1.8 file format: compact new-style headers, yet readable by every h5py and h5dump
   // still in use.
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+  if (m.src.ok() && copy == Copy::bytes) {
+    m.src.reset();  // validated above; the copy is made of its bytes
+    std::error_code ec;
+    m.ensure_space(fs::file_size(copy_from, ec), "rewrite the case file");
+    // Beside the caller's work (a run opens its record before the forward): HDF5 is not
+    // touched on that thread, and the first change waits for it (check_open).
+    Impl* impl = &m;
+    m.copying = std::async(std::launch::async, [impl, path, copy_from] {
+      copy_file_bytes(path, copy_from, impl->tmp, impl->stop_copy);
+    });
+    guard.release();
+    return;
+  }
   m.file = Hid(H5Fcreate(m.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
   if (!m.file.ok()) input_error("{}: cannot create the temporary file {} ({})", path, m.tmp, h5_detail());
   if (m.src.ok()) {

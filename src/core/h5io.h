@@ -32,8 +32,15 @@ std::vector<std::string> h5_list_children(const std::string& file, const std::st
 // interrupted write never leaves a damaged or half-written file.
 class H5Writer {
  public:
+  // How an update starts from its source file. objects: each top-level object is copied
+  // (H5Ocopy) when first touched or at commit, and one replaced whole is never copied, so a
+  // file updated many times (golden's new /reference) keeps no dead space. bytes: the whole
+  // file is copied by the kernel (copy_file_range) and changed in place: several times faster
+  // for a small change to a large file (a run's record beside GBs of reference), but what the
+  // update deletes stays behind as dead space.
+  enum class Copy { objects, bytes };
   // `copy_from` non-empty: start from a copy of that file (to update a case file in place).
-  explicit H5Writer(const std::string& path, const std::string& copy_from = "");
+  explicit H5Writer(const std::string& path, const std::string& copy_from = "", Copy copy = Copy::objects);
   ~H5Writer();
   H5Writer(const H5Writer&) = delete;
   H5Writer& operator=(const H5Writer&) = delete;

@@ -461,12 +461,13 @@ class Sha256 {
 };
 }  // namespace
 
-std::string file_sha256(const std::string& path) {
+std::string file_sha256(const std::string& path, const std::atomic<bool>* stop) {
   std::ifstream in(path, std::ios::binary);
   if (!in) input_error("{}: cannot open for hashing", path);
   Sha256 sha;
   std::vector<char> buf(std::size_t{1} << 20);
   while (in) {
+    if (stop && stop->load(std::memory_order_relaxed)) return "";
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     sha.update(buf.data(), static_cast<std::size_t>(in.gcount()));
   }

@@ -3,6 +3,7 @@
 // Format: 8-byte little-endian header length N, N bytes of JSON
 // {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}},
 // then the data block; offsets are relative to the data block.
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -108,7 +109,8 @@ class SafetensorsStream {
 };
 
 // SHA-256 of a file, lowercase hex (for the case file's weight checksums).
-std::string file_sha256(const std::string& path);
+// `stop` set while hashing: returns "" at once (a command that fails does not wait for it).
+std::string file_sha256(const std::string& path, const std::atomic<bool>* stop = nullptr);
 // SHA-256 of bytes in memory, lowercase hex.
 std::string bytes_sha256(const std::string& data);
 

@@ -7,6 +7,7 @@
 
 #include "core/backend.h"
 #include "core/case_file.h"
+#include "core/reference_store.h"
 #include "core/stage_graph.h"
 #include "core/weights.h"
 
@@ -17,6 +18,12 @@ struct CaseSession {
   CaseInfo info;
   std::unique_ptr<WeightStore> weights;
   std::vector<Stage> stages;
+  // The case's /reference as this session reads it (core/reference_store.h): made on first use.
+  ReferenceStore& reference() const {
+    if (!reference_store) reference_store = std::make_shared<ReferenceStore>(path);
+    return *reference_store;
+  }
+  mutable std::shared_ptr<ReferenceStore> reference_store;
 
   RunContext context(TieRule rule = TieRule::lowest_index) { return RunContext{info.config, *weights, info.batch, rule}; }
 };

@@ -11,21 +11,28 @@
 #include "diff/expected.h"
 #include "core/error.h"
 #include "core/executor.h"
+#include "core/timed_backend.h"
 #include "core/pattern.h"
 
 namespace tdiff {
-
 
 MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
                          const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
   const auto& stages = session.stages;
   // Cached stages skip the replace hook and the cache keeps pre-replay outputs.
   if (opt.replay_selections && opt.cache) throw std::logic_error("run_mixed: selection replay with a stage cache");
-  const auto ref_stages = reference_stages(session.path);
-  const std::set<std::string> have_ref(ref_stages.begin(), ref_stages.end());
+  const auto t0 = std::chrono::steady_clock::now();
+  MixedRunResult result;
+  PhaseTimes& times = result.times;
+  ReferenceStore& refs = session.reference();  // read once per session, not per mixed run
+  // get(): tensors that later stages and callbacks receive; get_shared(): the compared ones.
+  auto read_ref = [&](const std::string& stage, const std::string& tensor, bool shared = false) {
+    auto s = times.measure(kPhaseReadRef);
+    return shared ? refs.get_shared(stage, tensor) : refs.get(stage, tensor);
+  };
+  auto have_ref = [&](const std::string& stage) { return refs.has_stage(stage); };
   if (!opt.compare.empty()) select_stages(opt.compare, stages);
 
-  MixedRunResult result;
   CompareOptions copt = opt.diff;
   copt.stage_order.clear();
   for (const auto& s : stages) copt.stage_order.push_back(s.name);
@@ -45,19 +52,19 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   copt.replayed_selections = opt.replay_selections;
   hooks.replace = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
     if (!opt.replay_selections || !on_candidate[i] || !op_info(s.kind).selection) return false;
-    if (!have_ref.count(s.name)) {  // a partial reference (tdiff golden --stages): this one follows its own
+    if (!have_ref(s.name)) {  // a partial reference (tdiff golden --stages): this one follows its own
       result.not_replayed.push_back(s.name);
       return false;
     }
-    for (const auto& t : s.outputs) out.push_back(read_reference(session.path, s.name, t));
+    for (const auto& t : s.outputs) out.push_back(read_ref(s.name, t));
     ++result.replayed;
     return true;
   };
   hooks.cached = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
     bool inputs_clean = true;
     for (const auto& in : s.inputs) inputs_clean = inputs_clean && clean.count(in.key());
-    if (!on_candidate[i] && inputs_clean && opt.reuse_reference && have_ref.count(s.name)) {
-      for (const auto& t : s.outputs) out.push_back(read_reference(session.path, s.name, t));
+    if (!on_candidate[i] && inputs_clean && opt.reuse_reference && have_ref(s.name)) {
+      for (const auto& t : s.outputs) out.push_back(read_ref(s.name, t));
       ++result.reused;
       return true;
     }
@@ -79,12 +86,15 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
       for (const auto& t : s.outputs) clean.insert(s.name + "/" + t);
     else if (opt.cache && !from_cache[i])
       opt.cache->put(i, on_candidate, out);
-    if (opt.on_outputs) opt.on_outputs(s, out);
+    if (opt.on_outputs) {
+      auto t = times.measure(kPhaseOutputs);
+      opt.on_outputs(s, out);
+    }
     // The candidate's selection scores, for the routing comparison of the top-k that follows.
     for (std::size_t k = 0; k < out.size(); ++k)
       if (score_keys.count(s.name + "/" + s.outputs[k])) cand_scores[s.name + "/" + s.outputs[k]] = out[k];
     if (!pattern_matches(opt.compare, s.name)) return;
-    if (!have_ref.count(s.name))
+    if (!have_ref(s.name))
       input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session.path, s.name,
                   session.path);
     const std::string chosen_on = selection_scores_key(s).key;
@@ -92,7 +102,8 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     if (!chosen_on.empty()) {
       const auto [score_stage, score_tensor] = split_key(chosen_on);
       Tensor ref_scores;
-      if (have_ref.count(score_stage)) ref_scores = read_reference(session.path, score_stage, score_tensor);
+      if (have_ref(score_stage)) ref_scores = read_ref(score_stage, score_tensor, true);
+      auto t = times.measure(kPhaseCompare);
       const auto cs = cand_scores.find(chosen_on);
       ChoiceScores c = choice_scores(s, ref_scores, cs == cand_scores.end() ? Tensor() : cs->second, &ctx.weights,
                                      session.path + ":/reference/" + chosen_on, candidate.name() + " " + chosen_on);
@@ -100,24 +111,27 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
       own_scores = std::move(c.cand);
     }
     for (std::size_t k = 0; k < out.size(); ++k) {
-      const Tensor ref = read_reference(session.path, s.name, s.outputs[k]);
+      const Tensor ref = read_ref(s.name, s.outputs[k], true);
+      auto t = times.measure(kPhaseCompare);
       result.diff.rows.push_back(diff_tensor(s.name + "/" + s.outputs[k], ref, out[k], copt,
                                              scores.defined() ? &scores : nullptr,
                                              own_scores.defined() ? &own_scores : nullptr));
     }
   };
-  const auto t0 = std::chrono::steady_clock::now();
   TensorMap env;
   put_inputs(session.info.batch, env);
   const std::vector<Stage> head(stages.begin(), stages.begin() + static_cast<std::ptrdiff_t>(std::min(opt.end, stages.size())));
+  TimedBackend timed_cand(candidate, times, kPhaseCandidate, kPhaseFinish), timed_ref(reference, times, kPhaseReference, kPhaseFinish);
   execute(head, [&](const Stage& s) -> Backend& {
-    return on_candidate[static_cast<std::size_t>(&s - head.data())] ? candidate : reference;
+    return on_candidate[static_cast<std::size_t>(&s - head.data())] ? static_cast<Backend&>(timed_cand) : timed_ref;
   }, ctx, env, hooks);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result.replayed) result.diff.label_cand += ", selections replayed from the reference";
   // What the candidate's formats explain, for the tolerance rule (the reference has no policy).
-  if (const Policy* policy = candidate.numerics())
+  if (const Policy* policy = candidate.numerics()) {
+    auto t = times.measure(kPhaseCompare);
     set_expected(result.diff, {&session, policy, StageInputs::run, &on_candidate, !opt.end_to_end});
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }
 

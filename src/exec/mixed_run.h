@@ -10,6 +10,7 @@
 
 #include "core/backend.h"
 #include "core/session.h"
+#include "core/timing.h"
 #include "diff/compare.h"
 
 namespace tdiff {
@@ -46,7 +47,20 @@ struct MixedRunResult {
   std::size_t replayed = 0;                // selection stages given the reference's choices
   std::vector<std::string> not_replayed;   // selection stages replay skipped: no stored reference
   double seconds = 0;
+  // Where the seconds went (kMixedRunPhases; core/timing.h), for `tdiff run`'s and bisect's
+  // timing lines.
+  PhaseTimes times;
 };
+
+// The phases of MixedRunResult::times: the candidate's stages (an asynchronous backend:
+// launching them), waiting for its copies (Backend::finish), the reference backend's stages,
+// reading /reference, comparing, and the on_outputs callback (run --save: writing them).
+inline constexpr const char* kPhaseCandidate = "candidate";
+inline constexpr const char* kPhaseFinish = "finish";
+inline constexpr const char* kPhaseReference = "reference stages";
+inline constexpr const char* kPhaseReadRef = "reference reads";
+inline constexpr const char* kPhaseCompare = "compare";
+inline constexpr const char* kPhaseOutputs = "outputs";
 
 // `on_candidate[i]`: stage i of session.stages runs on `candidate`. Needs the case's
 // /reference (tdiff golden) for every compared stage; InputError naming the stage otherwise.

@@ -15,6 +15,7 @@
 #include "gates/finding_table.h"
 #include "core/error.h"
 #include "core/executor.h"
+#include "core/timed_backend.h"
 #include "core/pattern.h"
 
 namespace tdiff {
@@ -168,15 +169,21 @@ DeterminismResult check_determinism(CaseSession& session, const BackendFactory& 
     RunSpec spec{k, opt.seed + static_cast<std::uint64_t>(k - 1),
                  opt.threads.empty() ? guard.saved : opt.threads[static_cast<std::size_t>(k - 1) % opt.threads.size()]};
     res.runs.push_back(spec);
+    PhaseTimes& times = res.run_times.emplace_back();
     if (k == 1 && opt.run1) continue;
     omp_set_num_threads(spec.threads);
-    auto backend = make(spec.seed);
+    auto setup = times.measure("backend setup");
+    auto made = make(spec.seed);
+    setup.stop();
+    TimedBackend timed(*made, times, "candidate", "finish");
+    Backend* backend = &timed;
     std::set<std::string> differing;  // keys of this run that differ from run 1
     ExecutorHooks hooks;
     hooks.on_stage = [&](const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
       if (opt.progress) opt.progress(spec, s, i);
       bool inputs_identical = true;
       for (const auto& in : s.inputs) inputs_identical = inputs_identical && !differing.count(in.key());
+      auto t = times.measure("compare");
       for (std::size_t j = 0; j < out.size(); ++j) {
         const std::string key = s.name + "/" + s.outputs[j];
         if (k == 1) {
@@ -190,6 +197,7 @@ DeterminismResult check_determinism(CaseSession& session, const BackendFactory& 
     TensorMap env;
     put_inputs(session.info.batch, env);
     execute(session.stages, [&](const Stage&) -> Backend& { return *backend; }, ctx, env, hooks);
+    times.stop_clock();
   }
   res.findings = table.findings();
   res.table = table.table(res.runs.front().label(), "the run that differs most (per tensor)", "runs");

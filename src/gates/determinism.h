@@ -17,6 +17,7 @@
 #include "core/executor.h"
 #include "core/policy.h"
 #include "core/session.h"
+#include "core/timing.h"
 #include "diff/compare.h"
 
 namespace tdiff {
@@ -67,6 +68,9 @@ struct DeterminismResult {
   // (metrics from the diff engine, so the report writers render it).
   CompareResult table;
   double seconds = 0;
+  // Where each run's time went (core/timing.h): backend setup, candidate, finish, compare;
+  // one per entry of `runs` (empty for a run 1 the caller gave).
+  std::vector<PhaseTimes> run_times;
   bool deterministic() const { return findings.empty(); }
 };
 

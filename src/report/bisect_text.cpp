@@ -333,6 +333,9 @@ std::string render_bisect_json(const BisectReport& r) {
                      {"pinned", pinned},   {"group", p.group},     {"split", p.split},
                      {"watched", watched_json(p.watched)},           {"computed", p.computed},
                      {"reused", p.reused},   {"cached", p.cached},   {"seconds", p.seconds}});
+    nlohmann::json times = nlohmann::json::object();  // where the step's time went (core/timing.h)
+    for (const auto& [phase, sec] : p.times.phases()) times[phase] = std::round(sec * 1e4) / 1e4;
+    trace.back()["timing_s"] = times;
   }
   j["trace"] = trace;
   if (r.search) {

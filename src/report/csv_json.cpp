@@ -229,6 +229,11 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
       {"only_ref", r.only_ref},
       {"only_cand", r.only_cand},
   };
+  if (!info.timing.empty()) {
+    nlohmann::json t = nlohmann::json::object();  // phase -> seconds, to 0.1 ms
+    for (const auto& [phase, sec] : info.timing) t[phase] = std::round(sec * 1e4) / 1e4;
+    j["timing_s"] = t;
+  }
   return j.dump(1) + "\n";
 }
 

@@ -21,6 +21,9 @@ struct RunInfo {
   std::string command;                // the exact command that reproduces the run
   std::vector<std::pair<std::string, std::string>> env;  // environment record, in display order
   std::string stats_html;  // report.html's model statistics section (render_stats_html); empty: none
+  // Where the run's time went up to writing the reports (core/timing.h), in seconds per
+  // phase; report.json's "timing_s" (absent when empty).
+  std::vector<std::pair<std::string, double>> timing;
 };
 
 // `out_dir` if not empty, else reports/<case>/<run-id>.
