@@ -345,6 +345,14 @@ IsolationResult Bisector::isolate() {
     const std::vector<Tensor> out = candidate_.run(s, ptrs, ctx_);
     std::vector<Tensor> out_floor;
     if (floor_backend_) out_floor = floor_backend_->run(s, ptrs, ctx_);
+    // hip copies its outputs to the host asynchronously: they are read after finish(), and
+    // nothing later reads this stage's device tensors.
+    for (Backend* b : {&candidate_, floor_backend_}) {
+      if (!b) continue;
+      if (b->deferred_outputs()) b->finish();
+      for (const auto& t : s.inputs) b->release(t.key());
+      for (const auto& t : s.outputs) b->release(s.name + "/" + t);
+    }
     ++totals_.isolated_runs;
     const Tensor* scores = s.kind == OpKind::idx_topk ? &in.front() : nullptr;  // idx.topk reads idx.score first
     for (std::size_t k = 0; k < out.size(); ++k) {

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -76,55 +75,7 @@ DeviceWeights::DeviceWeights(const WeightStore& w) {
 
 DeviceWeights::~DeviceWeights() {
   if (prefetcher_.joinable()) prefetcher_.join();
-  for (Staging* st : {&forward_staging_, &prefetch_staging_})
-    for (int b = 0; b < 2; ++b) {
-      if (st->block[b]) pinned_free(st->block[b]);
-      if (st->copied[b]) event_destroy(st->copied[b]);
-    }
   if (upload_) stream_destroy(upload_);
-}
-
-DeviceWeights::Staging& DeviceWeights::staging(Stream s) {
-  Staging& st = s == upload_ && upload_ ? prefetch_staging_ : forward_staging_;
-  if (!st.block[0])
-    for (int b = 0; b < 2; ++b) st.block[b] = pinned_alloc(kStagingBytes), st.copied[b] = event_create();
-  return st;
-}
-
-void DeviceWeights::copy_send(Staging& st, Stream s) {
-  if (st.pending.empty()) return;
-  for (const auto& [dst, at] : st.pending)
-    copy_h2d(dst, static_cast<const char*>(st.block[st.next]) + at.first, at.second, s);  // pinned: asynchronous
-  event_record(st.copied[st.next], s);
-  st.pending.clear();
-  st.used = 0;
-  st.next ^= 1;
-  event_sync(st.copied[st.next]);  // the other block's copies are done before it is refilled
-}
-
-void DeviceWeights::copy_in(Staging& st, void* dst, const void* src, std::size_t bytes, Stream s) {
-  auto* d = static_cast<char*>(dst);
-  const auto* from = static_cast<const char*>(src);
-  while (bytes > 0) {
-    if (st.used == kStagingBytes) copy_send(st, s);
-    const std::size_t n = std::min(bytes, kStagingBytes - st.used);
-    char* to = static_cast<char*>(st.block[st.next]) + st.used;
-    // Several threads read the mapping (page faults and the page cache's copy are per thread).
-    constexpr std::size_t kPiece = std::size_t{1} << 20;
-    const auto pieces = static_cast<std::int64_t>((n + kPiece - 1) / kPiece);
-#pragma omp parallel for schedule(static) num_threads(8) if (pieces > 1)
-    for (std::int64_t p = 0; p < pieces; ++p) {
-      const std::size_t o = static_cast<std::size_t>(p) * kPiece;
-      std::memcpy(to + o, from + o, std::min(kPiece, n - o));
-    }
-    st.pending.push_back({d, {st.used, n}});
-    st.used += n, d += n, from += n, bytes -= n;
-  }
-}
-
-void DeviceWeights::copy_wait(Staging& st, Stream s) {
-  copy_send(st, s);
-  stream_sync(s);
 }
 
 std::size_t DeviceWeights::bytes() const {
@@ -147,14 +98,10 @@ DeviceBuffer DeviceWeights::load(WeightStore& w, const std::string& name, Fmt in
     // on the device, f64 converted on the host in chunks.
     const Tensor t = w.stored(name);
     if (t.dtype() == DType::f32) {
-      Staging& st = staging(s);
-      copy_in(st, buf.get(), t.raw(), static_cast<std::size_t>(n) * 4, s);
-      copy_wait(st, s);
+      copy_h2d(buf.get(), t.raw(), static_cast<std::size_t>(n) * 4, s);
     } else if (t.dtype() == DType::bf16 || t.dtype() == DType::f16) {
       const DeviceBuffer bits(static_cast<std::size_t>(n) * 2);
-      Staging& st = staging(s);
-      copy_in(st, bits.get(), t.raw(), static_cast<std::size_t>(n) * 2, s);
-      copy_wait(st, s);
+      copy_h2d(bits.get(), t.raw(), static_cast<std::size_t>(n) * 2, s);
       widen_bits16(bits.as<std::uint16_t>(), buf.as<float>(), n, t.dtype() == DType::bf16 ? Fmt::bf16 : Fmt::f16, s);
       stream_sync(s);  // bits is about to go
     } else {
@@ -186,9 +133,7 @@ DeviceWeights::Held DeviceWeights::make(WeightStore& w, const Key& key, Stream s
     h.buf = DeviceBuffer(static_cast<std::size_t>(n) * 2);
     if (t.dtype() == DType::bf16 && in == Fmt::bf16) {
       // A bf16 operand of a bf16 weight is the weight: its stored patterns, copied as they are.
-      Staging& st = staging(s);
-      copy_in(st, h.buf.get(), t.raw(), static_cast<std::size_t>(n) * 2, s);
-      copy_wait(st, s);
+      copy_h2d(h.buf.get(), t.raw(), static_cast<std::size_t>(n) * 2, s);
     } else {
       const DeviceBuffer f = load(w, name, in, s);
       pack_bits16(f.as<float>(), h.buf.as<std::uint16_t>(), n, in, s);
@@ -323,10 +268,8 @@ DeviceWeights::Held DeviceWeights::upload_fp8(WeightStore& w, const std::string&
   Held h;
   h.buf = DeviceBuffer(static_cast<std::size_t>(O * K));
   h.scale = DeviceBuffer(scale.size() * 4);
-  Staging& st = staging(s);
-  copy_in(st, h.buf.get(), parts.codes.raw(), static_cast<std::size_t>(O * K), s);
-  copy_in(st, h.scale.get(), scale.data(), scale.size() * 4, s);
-  copy_wait(st, s);
+  copy_h2d(h.buf.get(), parts.codes.raw(), static_cast<std::size_t>(O * K), s);
+  copy_h2d(h.scale.get(), scale.data(), scale.size() * 4, s);
   h.quant = {QuantWeight::Format::fp8, h.buf.as<std::uint8_t>(), h.scale.as<float>(), nullptr};
   DeviceBuffer flag(sizeof(int));
   memset_async(flag.get(), 0, sizeof(int), s);
@@ -348,18 +291,17 @@ DeviceWeights::Held DeviceWeights::upload_fp4(WeightStore& w, const std::string&
   h.buf = DeviceBuffer(static_cast<std::size_t>(E * rows * packed));
   h.scale = DeviceBuffer(static_cast<std::size_t>(E * rows * groups));
   std::int64_t row = 0;
-  Staging& st = staging(s);
   for (std::int64_t e = 0; e < E; ++e) {
     for (const auto& part : w.fp4_parts(name, e)) {
       const std::int64_t r = part.codes.dim(0);
       scale_values(part.scale, part.what);
-      copy_in(st, h.buf.as<std::uint8_t>() + row * packed, part.codes.raw(), static_cast<std::size_t>(r * packed), s);
-      copy_in(st, h.scale.as<std::uint8_t>() + row * groups, part.scale.raw(), static_cast<std::size_t>(r * groups), s);
-      release_resident_pages(part.codes.raw(), part.codes.nbytes());  // copied into the pinned block already
+      copy_h2d(h.buf.as<std::uint8_t>() + row * packed, part.codes.raw(), static_cast<std::size_t>(r * packed), s);
+      copy_h2d(h.scale.as<std::uint8_t>() + row * groups, part.scale.raw(), static_cast<std::size_t>(r * groups), s);
+      stream_sync(s);  // the mapped pages may go once copied
+      release_resident_pages(part.codes.raw(), part.codes.nbytes());
       row += r;
     }
   }
-  copy_wait(st, s);
   if (row != E * rows) throw std::logic_error("hip: the FP4 experts of " + name + " do not fill its rows");
   h.quant = {QuantWeight::Format::fp4, h.buf.as<std::uint8_t>(), nullptr, h.scale.as<std::uint8_t>()};
   return h;

@@ -91,24 +91,6 @@ class DeviceWeights {
   Held upload_fp8(WeightStore& w, const std::string& name, Stream s);
   Held upload_fp4(WeightStore& w, const std::string& name, Stream s);
 
-  // Host-to-device copies through two pinned blocks: several threads fill one block from the
-  // mapped file while the other block's copies cross the link (a pageable copy from a mapping
-  // ran at about 1.5 GB/s on the H200 host). One pair for the forward's thread, one for the
-  // prefetcher's (told apart by the stream).
-  struct Staging {
-    void* block[2] = {nullptr, nullptr};
-    Event copied[2] = {nullptr, nullptr};
-    int next = 0;
-    std::size_t used = 0;  // bytes of block[next] filled, not yet sent
-    std::vector<std::pair<void*, std::pair<std::size_t, std::size_t>>> pending;  // (dst, (offset, bytes)) in block[next]
-  };
-  static constexpr std::size_t kStagingBytes = std::size_t{64} << 20;
-  Staging& staging(Stream s);
-  // Queues dst <- src (bytes); copy_wait() sends what is queued and waits for every copy.
-  void copy_in(Staging& st, void* dst, const void* src, std::size_t bytes, Stream s);
-  void copy_send(Staging& st, Stream s);
-  void copy_wait(Staging& st, Stream s);
-
   // Streaming: called with every request of the forward (not the prefetcher's).
   void on_request(WeightStore& w, const Key& key, Stream s);
   void prefetch(WeightStore& w, const std::vector<Key>& keys);
@@ -124,7 +106,6 @@ class DeviceWeights {
   std::set<Key> pattern_;                    // (name after "model.layers.{i}.", form) asked so far
   std::thread prefetcher_;
   Stream upload_ = nullptr;                  // the prefetcher's stream
-  Staging forward_staging_, prefetch_staging_;
   double wait_s_ = 0;
 };
 
