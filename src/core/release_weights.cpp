@@ -74,8 +74,8 @@ void ReleaseWeights::check(const std::string& hf, const WeightSpec& spec) const 
       for (const auto& part : rn.parts) {
         const std::string t = expert_tensor(rn, e, part);
         if (files_.has(scale_name(t)) != quantised)
-          input_error("{} is {} but expert 0's {} is {}: the release quantises all routed experts or none", what(t),
-                      quantised ? "unquantised" : "quantised", rn.parts.at(0), quantised ? "FP4" : "not");
+          input_error("{} has {} scale but expert 0's {} has {}: a release quantises all routed experts or none", what(t),
+                      quantised ? "no" : "a", rn.parts.at(0), quantised ? "one" : "none");
         if (quantised) {
           check_fp4(t, rows, K);
         } else {  // an unquantised export of the experts
