@@ -30,10 +30,12 @@ namespace fs = std::filesystem;
 
 constexpr std::uint64_t kRunSeed = 7;
 
-// Writes a case of one prompt x 32 random tokens and its float64 reference.
-void make_case(const std::string& model, const std::string& path, std::uint64_t seed) {
+// Writes a case of `rows` prompts x `len` random tokens (as `tdiff case new --random-prompts
+// ROWS --len LEN --seed SEED` does) and its float64 reference.
+void make_case(const std::string& model, const std::string& path, std::uint64_t seed, std::int64_t rows = 1,
+               std::int64_t len = 32) {
   CaseInfo info = case_for_model(model);
-  const PromptSet prompts = random_prompts(1, 32, info.config.vocab_size, seed);
+  const PromptSet prompts = random_prompts(rows, len, info.config.vocab_size, seed);
   info.batch = pad_prompts(prompts, 0, false, info.config.vocab_size);
   info.seed = seed;
   info.prompts = prompts.lines;
@@ -451,6 +453,124 @@ TEST_F(BisectTiny, StageCacheReplaysARunBitForBit) {
   split.back() = true;
   const MixedRunResult other = run_mixed(*session_, cand, ref, split, ctx, mo);
   EXPECT_EQ(other.cached + other.reused, session_->stages.size() - 1);
+}
+
+
+// Issue 21 item 3: the same injection on the trained-like profile (`tdiff synth --profile
+// trained`), from the default floor `fixed`, as `tdiff bisect CASE --policy fixed --set
+// 'STAGE:knob=bad'` runs it (default thresholds, the floor gate judging the logits).
+class BisectTrained : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / fmt::format("tdiff-bisect-trained-{}", ::getpid()));
+    fs::remove_all(*dir_);
+    fs::create_directories(*dir_);
+    const std::string model = (*dir_ / "tiny-trained").string();
+    SynthOptions so;
+    so.profile = SynthProfile::trained;
+    write_synth_model(synth_preset("tiny"), 1, model, {}, so);
+    const std::string path = (*dir_ / "c.h5").string();
+    make_case(model, path, 1, 2, 64);
+    session_ = new CaseSession(open_session(path, model));
+  }
+  static void TearDownTestSuite() {
+    delete session_;
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  struct Result {
+    Outcome o;
+    std::optional<IsolationResult> leads;
+  };
+  static Result bisect(const std::vector<std::string>& sets, bool replay = true) {
+    Policy policy = Policy::preset("fixed");
+    for (const auto& s : sets) policy.add_set(s);
+    policy.validate(session_->stages);
+    RunContext ctx = session_->context();
+    refcpu::RefCpuBackend ref;
+    emu::EmuBackend cand(policy, kRunSeed), fl(Policy::preset("fixed"), kRunSeed);
+    BisectOptions opt;
+    opt.replay_selections = replay;
+    Bisector b(*session_, cand, ref, ctx, opt);
+    b.set_floor(fl);
+    Result r;
+    BisectReport rep;
+    rep.watch = b.watch();
+    r.o.search = rep.search = b.search();
+    if (!r.o.search->full_fails) r.leads = rep.leads = b.isolate();
+    r.o.trace = b.trace();
+    r.o.totals = b.totals();
+    r.o.outcome = rep.outcome();
+    return r;
+  }
+  static fs::path* dir_;
+  static CaseSession* session_;
+};
+fs::path* BisectTrained::dir_ = nullptr;
+CaseSession* BisectTrained::session_ = nullptr;
+
+TEST_F(BisectTrained, EveryCatalogKnobFromFixed) {
+  const auto& stages = session_->stages;
+  const int max_runs = static_cast<int>(std::ceil(std::log2(static_cast<double>(stages.size())))) + 2;
+  std::printf("| knob | stage | crosses the floor gate (logits rmse / floor) | named | mixed runs | leads rank |\n");
+  for (bool replay : {false, true})
+  for (const auto& knob : knob_catalog()) {
+    std::vector<std::size_t> touched;
+    for (std::size_t i = 0; i < stages.size(); ++i)
+      if (std::find(knob.kinds.begin(), knob.kinds.end(), stages[i].kind) != knob.kinds.end()) touched.push_back(i);
+    ASSERT_FALSE(touched.empty()) << knob.name;
+    std::mt19937_64 rng(std::hash<std::string>{}(knob.name) ^ 0x7a1);
+    const std::string stage = stages[touched[rng() % touched.size()]].name;
+    const std::string set = fmt::format("{}:{}={}", stage, knob.name, knob.bad);
+    const Result r = bisect({set}, replay);
+    const Probe& full = r.o.trace.front();
+    std::string named = "-";
+    if (r.o.search->full_fails) {
+      named.clear();
+      for (const auto& c : r.o.search->culprits) named += (named.empty() ? "" : " ") + c.stage;
+      if (!r.o.search->passes_after) named += " (still fails)";
+    }
+    std::string rank = "-";
+    if (r.leads)
+      for (std::size_t i = 0; i < r.leads->ranked.size(); ++i)
+        if (r.leads->ranked[i].stage == stage) rank = fmt::format("{} ({:.3g}x)", i + 1, r.leads->ranked[i].score);
+    std::printf("| %s | %s | %s %.4g | %s | %d | %s |\n", knob.name.c_str(), stage.c_str(),
+                r.o.search->full_fails ? "yes" : "no", full.watched.vs_floor(), named.c_str(), r.o.totals.mixed_runs,
+                rank.c_str());
+    if (r.o.search->full_fails && (r.o.search->culprits.size() != 1 || r.o.search->culprits[0].stage != stage ||
+                                   r.o.totals.mixed_runs > max_runs))
+      std::printf("%s\n", r.o.dump().c_str());
+  }
+}
+
+
+TEST_F(BisectTrained, DISABLED_Sweep) {
+  const auto& stages = session_->stages;
+  const int max_runs = static_cast<int>(std::ceil(std::log2(static_cast<double>(stages.size())))) + 2;
+  const bool replay = std::getenv("REPLAY") != nullptr;
+  for (const auto& knob : knob_catalog()) {
+    int n = 0, cross = 0, named = 0, worst = 0;
+    std::string bad;
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      if (std::find(knob.kinds.begin(), knob.kinds.end(), stages[i].kind) == knob.kinds.end()) continue;
+      ++n;
+      const std::string set = fmt::format("{}:{}={}", stages[i].name, knob.name, knob.bad);
+      const Result r = bisect({set}, replay);
+      if (!r.o.search->full_fails) continue;
+      ++cross;
+      worst = std::max(worst, r.o.totals.mixed_runs);
+      const bool ok = r.o.search->culprits.size() == 1 && r.o.search->culprits[0].stage == stages[i].name &&
+                      r.o.totals.mixed_runs <= max_runs && r.o.search->passes_after;
+      if (ok) ++named;
+      else {
+        std::string c;
+        for (const auto& x : r.o.search->culprits) c += x.stage + ",";
+        bad += fmt::format(" {}->{}({}, {:.3g}x)", stages[i].name, c, r.o.totals.mixed_runs, r.o.trace.front().watched.vs_floor());
+      }
+    }
+    std::printf("%-17s stages %3d crosses %3d named %3d max runs %2d;%s\n", knob.name.c_str(), n, cross, named, worst, bad.c_str());
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace

@@ -127,6 +127,7 @@ MixedRunResult Bisector::run_split(Backend& backend, StageCache& cache, const st
   mo.end = stage_count();
   mo.cache = &cache;
   mo.compare = compare_all ? "" : watch_.stage;
+  mo.replay_selections = opt_.replay_selections;
   mo.end_to_end = true;  // the watched output's question: does the whole path stay within its formats?
   mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
     if (s.name != watch_.stage) return;

@@ -169,6 +169,11 @@ struct BisectOptions {
   std::string watch = "logits";
   ThresholdPolicy thresholds;
   std::size_t max_culprits = 8;
+  // Selection replay in every mixed run, the candidate's and the floor's (exec/mixed_run.h):
+  // the stages after a candidate expert or indexer choice get the reference's, so a near-tie
+  // flip (the floor's or the candidate's) cannot move the watched error by O(1) on one split
+  // and not on the next. Knobs that act only through a choice then leave the output alone.
+  bool replay_selections = false;
   std::size_t cache_bytes = std::size_t{2} << 30;  // per stage cache (the candidate's and the floor's)
   std::function<void(const Probe&)> on_probe;  // after every mixed run
   // Before each piece of work: ("all-floor run", 0, 0), ("step 3 search: 1-40 (...)", 0, 0),
