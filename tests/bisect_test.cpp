@@ -586,6 +586,28 @@ TEST_F(BisectTrained, EveryCatalogKnobFromFixedIsNamedOrLeadsToItsStage) {
 }
 
 
+// The faults that do cross on this profile, every one named: norm_stats=fp16 (fp16 sums of
+// squares overflow past a channel of 256, and the trained profile's massive activations reach
+// ~10^3). Of its 35 stages, the sweep below finds these four crossing the floor gate (4.8-8.1x
+// the floor's logits rmse; the other 31 take 0.3-8 s each, so they stay in the sweep): bisect
+// names exactly each stage within ceil(log2 N)+2 mixed runs and the candidate passes with it
+// pinned.
+TEST_F(BisectTrained, NormStatsOverflowIsNamedExactlyWhereItCrosses) {
+  const auto& stages = session_->stages;
+  for (const std::string stage : {"L00.attn_norm", "L01.attn_norm", "L02.attn_norm", "final.norm"}) {
+    const std::string set = stage + ":norm_stats=fp16";
+    const Result r = bisect({set});
+    ASSERT_TRUE(r.o.search->full_fails) << set << "\n" << r.o.dump();
+    ASSERT_EQ(r.o.search->culprits.size(), 1u) << set << "\n" << r.o.dump();
+    EXPECT_EQ(r.o.search->culprits[0].stage, stage) << set << "\n" << r.o.dump();
+    EXPECT_TRUE(r.o.search->passes_after) << set << "\n" << r.o.dump();
+    EXPECT_LE(r.o.totals.mixed_runs, budget(stages.size())) << set << "\n" << r.o.dump();
+    EXPECT_NE(r.o.outcome.find("first culprit " + stage), std::string::npos) << r.o.outcome;
+    std::printf("%s: named in %d mixed runs (logits rmse %.3gx the floor's)\n", set.c_str(), r.o.totals.mixed_runs,
+                r.o.trace.front().watched.vs_floor());
+  }
+}
+
 // Selection replay in bisect's mixed runs (BisectOptions::replay_selections, with the stage
 // cache): the all-fixed floor no longer carries its near-tie flips, so its logits error drops,
 // and a replayed floor against itself still crosses nothing.
