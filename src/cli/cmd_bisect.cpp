@@ -83,7 +83,9 @@ void suggest_next(BisectReport& rep, const BisectCmd& c) {
                                   top.worst.key());
   else if (top.score > k)
     rep.next_reason = fmt::format("{} deviates from the floor on its own ({}, beyond floor_k = {:g}) but the "
-                                  "deviation does not reach {}: bisect on its output to confirm where it starts",
+                                  "deviation does not reach {}: bisect on its output to confirm where it starts (if "
+                                  "that crosses nothing either, the floor's rounding its inputs carry outweighs the "
+                                  "fault end to end, and this isolation ranking is the finding)",
                                   top.worst.key(),
                                   std::isinf(top.score) ? "an error where the floor has none" : fmt::format("{:.3g}x", top.score),
                                   k, rep.watch.key());
