@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -30,10 +31,12 @@ namespace fs = std::filesystem;
 
 constexpr std::uint64_t kRunSeed = 7;
 
-// Writes a case of one prompt x 32 random tokens and its float64 reference.
-void make_case(const std::string& model, const std::string& path, std::uint64_t seed) {
+// Writes a case of `rows` prompts x `len` random tokens (as `tdiff case new --random-prompts
+// ROWS --len LEN --seed SEED` does) and its float64 reference.
+void make_case(const std::string& model, const std::string& path, std::uint64_t seed, std::int64_t rows = 1,
+               std::int64_t len = 32) {
   CaseInfo info = case_for_model(model);
-  const PromptSet prompts = random_prompts(1, 32, info.config.vocab_size, seed);
+  const PromptSet prompts = random_prompts(rows, len, info.config.vocab_size, seed);
   info.batch = pad_prompts(prompts, 0, false, info.config.vocab_size);
   info.seed = seed;
   info.prompts = prompts.lines;
@@ -451,6 +454,202 @@ TEST_F(BisectTiny, StageCacheReplaysARunBitForBit) {
   split.back() = true;
   const MixedRunResult other = run_mixed(*session_, cand, ref, split, ctx, mo);
   EXPECT_EQ(other.cached + other.reused, session_->stages.size() - 1);
+}
+
+
+// Issue 21 item 3: the same injection on the trained-like profile (`tdiff synth --profile
+// trained`), from the default floor `fixed`, as `tdiff bisect CASE --policy fixed --set
+// 'STAGE:knob=bad'` runs it (default thresholds, the floor gate judging the logits).
+class BisectTrained : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / fmt::format("tdiff-bisect-trained-{}", ::getpid()));
+    fs::remove_all(*dir_);
+    fs::create_directories(*dir_);
+    const std::string model = (*dir_ / "tiny-trained").string();
+    SynthOptions so;
+    so.profile = SynthProfile::trained;
+    write_synth_model(synth_preset("tiny"), 1, model, {}, so);
+    const std::string path = (*dir_ / "c.h5").string();
+    make_case(model, path, 1, 2, 64);
+    session_ = new CaseSession(open_session(path, model));
+  }
+  static void TearDownTestSuite() {
+    delete session_;
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  struct Result {
+    Outcome o;
+    std::optional<IsolationResult> leads;
+  };
+  // `replay`: selection replay in the mixed runs (BisectOptions::replay_selections).
+  static Result bisect(const std::vector<std::string>& sets, bool replay = false, const std::string& watch = "logits") {
+    Policy policy = Policy::preset("fixed");
+    for (const auto& s : sets) policy.add_set(s);
+    policy.validate(session_->stages);
+    RunContext ctx = session_->context();
+    refcpu::RefCpuBackend ref;
+    emu::EmuBackend cand(policy, kRunSeed), fl(Policy::preset("fixed"), kRunSeed);
+    BisectOptions opt;
+    opt.replay_selections = replay;
+    opt.watch = watch;
+    Bisector b(*session_, cand, ref, ctx, opt);
+    b.set_floor(fl);
+    Result r;
+    BisectReport rep;
+    rep.watch = b.watch();
+    r.o.search = rep.search = b.search();
+    if (!r.o.search->full_fails && watch == "logits") r.leads = rep.leads = b.isolate();
+    r.o.trace = b.trace();
+    r.o.totals = b.totals();
+    r.o.outcome = rep.outcome();
+    return r;
+  }
+  static int budget(std::size_t n) { return static_cast<int>(std::ceil(std::log2(static_cast<double>(n)))) + 2; }
+  static fs::path* dir_;
+  static CaseSession* session_;
+};
+fs::path* BisectTrained::dir_ = nullptr;
+CaseSession* BisectTrained::session_ = nullptr;
+
+// Issue 21 item 3, "bisect from the default": every knob's known-bad setting at one stage
+// drawn with a fixed seed among the stages it touches, on top of `fixed`, judged against the
+// `fixed` floor with the default thresholds, as `tdiff bisect CASE --set 'STAGE:knob=bad'`
+// does. A fault whose logits cross the floor gate must be named exactly within ceil(log2 N)+2
+// mixed runs. On this profile none does: the floor's own logits error is large (rmse 0.11,
+// rel_l2 0.057: bf16 stores of activations near 10^3, and near-tied routing flips), and no
+// single catalog fault moves the logits past 3x it (the largest, sinkhorn=fp16, 1.5x). Such a
+// run is inconclusive and must still point at the fault: every fault whose local error on the
+// reference's inputs exceeds floor_k x the floor candidate's is among the five leads (first,
+// today) and FAILs there. The suggested next command (watching the first lead's output end to
+// end) is run and printed, not asserted: it names the stage only where the fault also stands
+// out of the floor's error accumulated upstream, and today it never does (sinkhorn=fp16 at
+// L00.hc_attn.mix is 3.7e3x the floor on the reference's inputs, 1.03x end to end at its own
+// output: the bf16 embedding's rounding already dominates there). Faults within floor_k of the
+// floor even locally (fp16 storage or GEMM operands are finer than fixed's bf16; conditional
+// knobs whose condition these inputs do not meet) cannot be told from the floor by any run:
+// the test prints them. Prints the table of bench/README.md.
+TEST_F(BisectTrained, EveryCatalogKnobFromFixedIsNamedOrLeadsToItsStage) {
+  const auto& stages = session_->stages;
+  const double floor_k = Thresholds().floor_k;
+  std::printf("| knob | stage | crosses the floor gate (logits rmse / floor's) | named | mixed runs | local / floor (lead rank) | next command names |\n");
+  int crossed = 0, led = 0;
+  for (const auto& knob : knob_catalog()) {
+    std::vector<std::size_t> touched;
+    for (std::size_t i = 0; i < stages.size(); ++i)
+      if (std::find(knob.kinds.begin(), knob.kinds.end(), stages[i].kind) != knob.kinds.end()) touched.push_back(i);
+    ASSERT_FALSE(touched.empty()) << knob.name;
+    std::mt19937_64 rng(std::hash<std::string>{}(knob.name) ^ 0x7a1);
+    const std::size_t at = touched[rng() % touched.size()];
+    const std::string stage = stages[at].name;
+    const std::string set = fmt::format("{}:{}={}", stage, knob.name, knob.bad);
+    const Result r = bisect({set});
+    const Probe& full = r.o.trace.front();
+    if (r.o.search->full_fails) {
+      ++crossed;
+      ASSERT_EQ(r.o.search->culprits.size(), 1u) << set << "\n" << r.o.dump();
+      EXPECT_EQ(r.o.search->culprits[0].stage, stage) << set << "\n" << r.o.dump();
+      EXPECT_TRUE(r.o.search->passes_after) << set << "\n" << r.o.dump();
+      EXPECT_LE(r.o.totals.mixed_runs, budget(stages.size())) << set << "\n" << r.o.dump();
+      std::printf("| %s | %s | yes, %.3gx | %s | %d | | |\n", knob.name.c_str(), stage.c_str(), full.watched.vs_floor(),
+                  r.o.search->culprits[0].stage.c_str(), r.o.totals.mixed_runs);
+      continue;
+    }
+    EXPECT_EQ(r.o.totals.mixed_runs, 1) << set;
+    EXPECT_NE(r.o.outcome.find("inconclusive: nothing crosses the threshold"), std::string::npos) << r.o.outcome;
+    ASSERT_TRUE(r.leads);
+    const auto& ranked = r.leads->ranked;
+    const auto it = std::find_if(ranked.begin(), ranked.end(), [&](const IsolatedStage& e) { return e.stage == stage; });
+    ASSERT_NE(it, ranked.end()) << set;
+    const std::size_t rank = static_cast<std::size_t>(it - ranked.begin()) + 1;
+    std::string next = "-";
+    if (it->score > floor_k) {
+      ++led;
+      EXPECT_LE(rank, 5u) << set << ": local " << it->score << "x the floor, not among the leads";
+      EXPECT_EQ(it->worst.verdict, Verdict::fail) << set << ": " << it->worst.reason;
+      // The next command: the same bisection watching the first lead's output (see above).
+      const Result n = bisect({set}, false, ranked.front().worst.key());
+      next = n.o.search->full_fails && !n.o.search->culprits.empty()
+                 ? fmt::format("{} in {} mixed runs", n.o.search->culprits[0].stage, n.o.totals.mixed_runs)
+                 : fmt::format("inconclusive ({:.3g}x)", n.o.trace.front().watched.vs_floor());
+      if (n.o.search->full_fails) {
+        EXPECT_EQ(n.o.search->culprits[0].stage, stage) << set << "\n" << n.o.dump();
+        EXPECT_LE(n.o.totals.mixed_runs, budget(stages.size())) << set << "\n" << n.o.dump();
+      }
+    }
+    std::printf("| %s | %s | no, %.3gx | - | 1 | %.3gx (%zu) | %s |\n", knob.name.c_str(), stage.c_str(),
+                full.watched.vs_floor(), it->score, rank, next.c_str());
+  }
+  std::printf("crossed the floor gate: %d; inconclusive with the fault among the leads and named next: %d\n", crossed, led);
+  EXPECT_GT(led, 0);
+}
+
+
+// The faults that do cross on this profile, every one named: norm_stats=fp16 (fp16 sums of
+// squares overflow past a channel of 256, and the trained profile's massive activations reach
+// ~10^3). Of its 35 stages, the sweep below finds these four crossing the floor gate (4.8-8.1x
+// the floor's logits rmse; the other 31 take 0.3-8 s each, so they stay in the sweep): bisect
+// names exactly each stage within ceil(log2 N)+2 mixed runs and the candidate passes with it
+// pinned.
+TEST_F(BisectTrained, NormStatsOverflowIsNamedExactlyWhereItCrosses) {
+  const auto& stages = session_->stages;
+  for (const std::string stage : {"L00.attn_norm", "L01.attn_norm", "L02.attn_norm", "final.norm"}) {
+    const std::string set = stage + ":norm_stats=fp16";
+    const Result r = bisect({set});
+    ASSERT_TRUE(r.o.search->full_fails) << set << "\n" << r.o.dump();
+    ASSERT_EQ(r.o.search->culprits.size(), 1u) << set << "\n" << r.o.dump();
+    EXPECT_EQ(r.o.search->culprits[0].stage, stage) << set << "\n" << r.o.dump();
+    EXPECT_TRUE(r.o.search->passes_after) << set << "\n" << r.o.dump();
+    EXPECT_LE(r.o.totals.mixed_runs, budget(stages.size())) << set << "\n" << r.o.dump();
+    EXPECT_NE(r.o.outcome.find("first culprit " + stage), std::string::npos) << r.o.outcome;
+    std::printf("%s: named in %d mixed runs (logits rmse %.3gx the floor's)\n", set.c_str(), r.o.totals.mixed_runs,
+                r.o.trace.front().watched.vs_floor());
+  }
+}
+
+// Selection replay in bisect's mixed runs (BisectOptions::replay_selections, with the stage
+// cache): the all-fixed floor no longer carries its near-tie flips, so its logits error drops,
+// and a replayed floor against itself still crosses nothing.
+TEST_F(BisectTrained, ReplayedSelectionsLowerTheFloor) {
+  const Result free_run = bisect({}, false), replayed = bisect({}, true);
+  const double free_floor = free_run.o.trace.front().watched.floor_error;
+  const double replayed_floor = replayed.o.trace.front().watched.floor_error;
+  EXPECT_LT(replayed_floor, 0.7 * free_floor) << free_floor << " " << replayed_floor;
+  EXPECT_FALSE(replayed.o.search->full_fails);
+  EXPECT_EQ(replayed.o.trace.front().watched.vs_floor(), 1.0);
+  std::printf("fixed floor, logits rmse: selections free %.3g, replayed %.3g\n", free_floor, replayed_floor);
+}
+
+// Every (knob, stage) pair rather than one drawn stage a knob: a few minutes on 2 cores, for
+// bench/README.md (--gtest_also_run_disabled_tests; REPLAY=1 replays the selections).
+TEST_F(BisectTrained, DISABLED_Sweep) {
+  const auto& stages = session_->stages;
+  const int max_runs = static_cast<int>(std::ceil(std::log2(static_cast<double>(stages.size())))) + 2;
+  const bool replay = std::getenv("REPLAY") != nullptr;
+  for (const auto& knob : knob_catalog()) {
+    int n = 0, cross = 0, named = 0, worst = 0;
+    std::string bad;
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      if (std::find(knob.kinds.begin(), knob.kinds.end(), stages[i].kind) == knob.kinds.end()) continue;
+      ++n;
+      const std::string set = fmt::format("{}:{}={}", stages[i].name, knob.name, knob.bad);
+      const Result r = bisect({set}, replay);
+      if (!r.o.search->full_fails) continue;
+      ++cross;
+      worst = std::max(worst, r.o.totals.mixed_runs);
+      const bool ok = r.o.search->culprits.size() == 1 && r.o.search->culprits[0].stage == stages[i].name &&
+                      r.o.totals.mixed_runs <= max_runs && r.o.search->passes_after;
+      if (ok) ++named;
+      else {
+        std::string c;
+        for (const auto& x : r.o.search->culprits) c += x.stage + ",";
+        bad += fmt::format(" {}->{}({}, {:.3g}x)", stages[i].name, c, r.o.totals.mixed_runs, r.o.trace.front().watched.vs_floor());
+      }
+    }
+    std::printf("%-17s stages %3d crosses %3d named %3d max runs %2d;%s\n", knob.name.c_str(), n, cross, named, worst, bad.c_str());
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace

@@ -24,9 +24,10 @@
 //     flips a near-tie routing choice of its own must not hide a fault),
 // so the watched tensor FAILs when its rmse > floor_k x that floor's rmse + floor_atol
 // (floor_k = 3 unless --threshold floor_k=... says otherwise), when a threshold fires that
-// the floor passes (thresholds the floor already fails cannot tell the candidate from it and
-// are switched off; for integer tensors the mismatch budget becomes floor_k times the floor's
-// share), or on a NaN/Inf the reference lacks.
+// the floor passes with that margin (thresholds that floor_k times the floor's error would
+// cross cannot tell the candidate from noise the gate accepts and are switched off; for
+// integer tensors the mismatch budget becomes floor_k times the floor's share), or on a
+// NaN/Inf the reference lacks.
 // When the candidate differs from the floor only at some stages (a fault injected on top of
 // the floor's policy), every split before the first of them computes the same bits as its
 // companion and passes without any margin for noise. Right behind the culprit the floor has
@@ -169,6 +170,11 @@ struct BisectOptions {
   std::string watch = "logits";
   ThresholdPolicy thresholds;
   std::size_t max_culprits = 8;
+  // Selection replay in every mixed run, the candidate's and the floor's (exec/mixed_run.h):
+  // the stages after a candidate expert or indexer choice get the reference's, so a near-tie
+  // flip (the floor's or the candidate's) cannot move the watched error by O(1) on one split
+  // and not on the next. Knobs that act only through a choice then leave the output alone.
+  bool replay_selections = false;
   std::size_t cache_bytes = std::size_t{2} << 30;  // per stage cache (the candidate's and the floor's)
   std::function<void(const Probe&)> on_probe;  // after every mixed run
   // Before each piece of work: ("all-floor run", 0, 0), ("step 3 search: 1-40 (...)", 0, 0),
@@ -239,9 +245,10 @@ class Bisector {
   PhaseTimes step_times_;  // of the probe under way (Probe::times)
 };
 
-// Adds, for every tensor of `floor` (judged under `policy`), a rule that switches off the FAIL
-// thresholds the floor already fails there (integer tensors: mismatch_fail = floor_k x its
-// share); returns the keys touched.
+// Adds, for every tensor of `floor` (judged under `policy`), a rule that switches off the
+// thresholds that floor_k times the floor's error would cross there (the gate allows that
+// much: 1 - cosine and KL, quadratic in the error, scale by floor_k^2; integer tensors:
+// mismatch_fail = floor_k x its share); returns the keys touched.
 std::vector<std::string> relax_for_floor(ThresholdPolicy& policy, const CompareResult& floor);
 
 }  // namespace tdiff

@@ -83,7 +83,9 @@ void suggest_next(BisectReport& rep, const BisectCmd& c) {
                                   top.worst.key());
   else if (top.score > k)
     rep.next_reason = fmt::format("{} deviates from the floor on its own ({}, beyond floor_k = {:g}) but the "
-                                  "deviation does not reach {}: bisect on its output to confirm where it starts",
+                                  "deviation does not reach {}: bisect on its output to confirm where it starts (if "
+                                  "that crosses nothing either, the floor's rounding its inputs carry outweighs the "
+                                  "fault end to end, and this isolation ranking is the finding)",
                                   top.worst.key(),
                                   std::isinf(top.score) ? "an error where the floor has none" : fmt::format("{:.3g}x", top.score),
                                   k, rep.watch.key());
@@ -265,13 +267,15 @@ void setup_bisect(CLI::App& app) {
       "Examples:\n"
       "  tdiff bisect case.h5 --policy fp32 --floor fp32 --set 'L02.attn.core:qk_accum=fp16'   # names L02.attn.core\n"
       "  tdiff bisect case.h5 --set 'L02.attn.core:qk_accum=fp16'   # on fixed, random weights: inconclusive, ranks it first\n"
+      "  tdiff bisect trained.h5 --set 'L00.hc_attn.mix:sinkhorn=fp16'   # synth --profile trained: inconclusive, lead 1 FAILs\n"
       "  tdiff bisect case.h5 --policy naive --attribute                 # culprits and the error share per operator class\n"
       "  tdiff bisect case.h5 --policy naive --mode isolate              # every stage on the reference's inputs, ranked\n"
-      "  tdiff bisect case.h5 --set 'L01.moe.router:matmul_accum=fp16' --watch L02.moe.select/idx --floor none\n"
+      "  tdiff bisect case.h5 --policy fp32 --set 'L01.moe.router:router=bf16' --watch L02.moe.select/idx --floor none\n"
       "Search: stages 1..k on the candidate and the rest on the reference; the smallest k that makes the watched\n"
       "output FAIL names the first culprit; pinning culprits to the reference and searching again gives the culprit\n"
       "set. The watched output FAILs when its error exceeds floor_k (--threshold floor_k=3) times the error of the\n"
-      "floor run (--floor, default the fixed policy on the same backend), in rmse or in the median token's rmse.\n"
+      "floor run (--floor, default the fixed policy on the same backend), in rmse; a threshold\n"
+      "that floor_k x the floor's error would cross is off (1 - cosine and KL: floor_k^2).\n"
       "Inconclusive (no split fails): every stage is isolated on the reference's inputs, and the five that deviate most\n"
       "from the floor are listed with the command to run next. Progress goes to stderr, the trace to stdout as it runs.\n"
       "Exit code: 0 nothing crosses the threshold, 1 a culprit found (isolate: a stage fails), 2 usage or input error.");

@@ -28,7 +28,9 @@ struct MixedRunOptions {
   // stage is judged on the same discrete choices as the reference and a near-tie flip cannot
   // move a whole token downstream. Verdicts then judge a selection only by the flips its own
   // scores do not explain (diff/metrics.h). Off: the candidate follows its own choices.
-  // Not combined with `cache` (a cached stage is not replayed).
+  // With `cache`: the candidate's selection stages are always run (never taken from the
+  // cache) so that their choices are compared and replaced; every other cached output was
+  // computed on replayed choices, so one cache serves runs of one replay setting only.
   bool replay_selections = false;
   // Expected errors (diff/expected.h) judged end to end: every input carries its modelled
   // error, not the one this run measured (a bisect's watched output); otherwise each stage is

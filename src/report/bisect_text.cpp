@@ -147,7 +147,7 @@ std::string watch_rule(const BisectReport& r) {
                        t.max_abs_fail);
   return fmt::format(
       "FAIL when {} has {} > {:g} x the floor's{} (floor: {} on the same split, or the all-floor run where that is "
-      "smaller; equal bits to the floor pass), crosses a threshold the floor passes, or holds a new NaN/Inf",
+      "smaller; equal bits to the floor pass), crosses a threshold that floor_k x the floor's error would not, or holds a new NaN/Inf",
       r.watch.key(), r.trace.empty() || !exact(r.trace.front().watched.diff) ? "rmse" : "a mismatch share", t.floor_k,
       atol, r.floor);
 }
