@@ -38,8 +38,9 @@ std::vector<std::pair<std::string, bool>> on_off() { return {{"on", true}, {"off
 // came from measured; the audit prints its own beside them. Its other fixes have no number.
 std::vector<KnobInfo> with_paper_factors(std::vector<KnobInfo> catalog) {
   const std::pair<const char*, double> paper[] = {{"qk_accum", 10}, {"softmax_stats", 5}, {"pv_accum", 8}, {"logits", 3}};
-  for (const auto& [name, factor] : paper)
-    std::find_if(catalog.begin(), catalog.end(), [&](const KnobInfo& k) { return k.name == name; })->paper_factor = factor;
+  for (const auto& entry : paper)  // (not a structured binding: clang 14 cannot capture one)
+    std::find_if(catalog.begin(), catalog.end(), [&](const KnobInfo& k) { return k.name == entry.first; })->paper_factor =
+        entry.second;
   return catalog;
 }
 
