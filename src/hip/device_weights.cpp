@@ -1,5 +1,6 @@
 #include "hip/device_weights.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -71,6 +72,22 @@ DeviceWeights::DeviceWeights(const WeightStore& w) {
   }
   streamed_ = model_bytes_ > budget_;
   if (streamed_) upload_ = stream_create();
+  // The model with its release codes decoded into 16-bit operands: FP8 (one byte a value) and
+  // FP4 (I8, two values a byte) become two bytes a value; everything else stays as stored.
+  const ModelWeights& files = w.files();
+  for (const auto& name : files.names()) {
+    const TensorInfo& t = files.info(name);
+    const std::size_t stored = t.end - t.begin;
+    const bool fp8 = w.release_layout() && t.dtype == DType::f8_e4m3, fp4 = w.release_layout() && t.format == "I8";
+    decoded_bytes_ += fp8 ? stored * 2 : fp4 ? stored * 4 : stored;
+    holds_codes_ = holds_codes_ || fp8 || fp4;
+  }
+  const char* mode = std::getenv("TDIFF_HIP_DECODE");
+  const std::string m = mode && *mode ? mode : "auto";
+  if (m == "once") decode_once_ = true;
+  else if (m == "kernel") decode_once_ = false;
+  else if (m == "auto") decode_once_ = !streamed_ && decoded_bytes_ <= budget_;
+  else input_error("TDIFF_HIP_DECODE='{}' is not auto, once or kernel (how release codes reach the GEMMs)", m);
 }
 
 DeviceWeights::~DeviceWeights() {
@@ -128,8 +145,13 @@ DeviceWeights::Held DeviceWeights::make(WeightStore& w, const Key& key, Stream s
     h = w.stored_format(name) == ReleaseFormat::fp8 ? upload_fp8(w, name, s) : upload_fp4(w, name, s);
   } else if (form >= kBits16 && form < kQuant) {
     const auto in = static_cast<Fmt>(form - kBits16);
-    const Tensor t = w.stored(name);
     const std::int64_t n = shape_numel(w.shape(name));
+    if (w.stored_format(name) != ReleaseFormat::plain) {
+      h.buf = decode_bits16(w, name, in, s);
+      stream_sync(s);
+      return h;
+    }
+    const Tensor t = w.stored(name);
     h.buf = DeviceBuffer(static_cast<std::size_t>(n) * 2);
     if (t.dtype() == DType::bf16 && in == Fmt::bf16) {
       // A bf16 operand of a bf16 weight is the weight: its stored patterns, copied as they are.
@@ -239,7 +261,7 @@ const float* DeviceWeights::f32(WeightStore& w, const std::string& name, Fmt in,
 
 GemmWeight DeviceWeights::gemm(WeightStore& w, const std::string& name, const GemmSpec& spec, Stream s) {
   if (!runs_on_matrix_cores(spec)) return f32(w, name, spec.in, s);
-  const bool quant = w.stored_format(name) != ReleaseFormat::plain;
+  const bool quant = w.stored_format(name) != ReleaseFormat::plain && !decode_once_;
   const Key key{name, quant ? kQuant : kBits16 + static_cast<int>(spec.in)};
   on_request(w, key, s);
   const Held& h = obtain(w, key, s);
@@ -280,6 +302,33 @@ DeviceWeights::Held DeviceWeights::upload_fp8(WeightStore& w, const std::string&
   if (nan) dequantize_fp8(parts.codes, parts.scale, parts.what);  // names the first NaN code (InputError)
   release_resident_pages(parts.codes.raw(), parts.codes.nbytes());
   return h;
+}
+
+DeviceBuffer DeviceWeights::decode_bits16(WeightStore& w, const std::string& name, Fmt in, Stream s) {
+  const Shape& shape = w.shape(name);
+  const std::int64_t n = shape_numel(shape), K = shape.back(), rows = n / K;
+  // The codes and scales as stored, for the length of the decode only.
+  const Held q = w.stored_format(name) == ReleaseFormat::fp8 ? upload_fp8(w, name, s) : upload_fp4(w, name, s);
+  DeviceBuffer out(static_cast<std::size_t>(n) * 2);
+  // Blocks of whole 128-row scale blocks, at most 256 MiB of float32 each.
+  const std::int64_t block = std::max<std::int64_t>(128, ((std::int64_t{64} << 20) / std::max<std::int64_t>(K, 1)) / 128 * 128);
+  DeviceBuffer f(static_cast<std::size_t>(std::min(block, rows) * K) * 4);
+  for (std::int64_t r0 = 0; r0 < rows; r0 += block) {
+    const std::int64_t r = std::min(block, rows - r0);
+    QuantWeight part = q.quant;
+    if (part.format == QuantWeight::Format::fp8) {
+      part.codes += r0 * K;
+      part.block_scale += (r0 / 128) * ((K + 127) / 128);
+    } else {
+      part.codes += r0 * ((K + 1) / 2);
+      part.e8m0 += r0 * ((K + 31) / 32);
+    }
+    dequantize_weight(part, r, K, f.as<float>(), s);
+    quantize_weight(f.as<float>(), r, K, in, s);
+    pack_bits16(f.as<float>(), out.as<std::uint16_t>() + r0 * K, r * K, in, s);
+  }
+  stream_sync(s);  // q and f go next
+  return out;
 }
 
 DeviceWeights::Held DeviceWeights::upload_fp4(WeightStore& w, const std::string& name, Stream s) {

@@ -6,6 +6,10 @@
 //   - GEMM weights on the matrix-core path: 16-bit patterns, or, for a release checkpoint's
 //     FP8 linears and FP4 experts, the codes and scales as stored (GemmWeight::quant; the
 //     kernels decode them while staging, hip/gemm.h): 1.06 bytes a weight for FP8, 0.53 for FP4;
+//     or, when the decoded model fits the budget (TDIFF_HIP_DECODE, below), those codes decoded
+//     once on the device into the operands' 16-bit patterns, which the pipelined kernel reads:
+//     the same operands (the in-kernel decode is tested bit for bit against them), 2 bytes a
+//     weight, and the GEMMs at the speed of a bf16 checkpoint's;
 //   - every other use: float32 values rounded as an operand of a format (a release weight is
 //     dequantised on the device from its codes, never through a host float64 copy).
 //
@@ -63,6 +67,13 @@ class DeviceWeights {
   // Whether the decoder layers' weights are streamed (decided at the first weight: the
   // model's files against the budget), the budget and the model's bytes.
   bool streamed() const { return streamed_; }
+  // How release codes reach the matrix-core GEMMs. TDIFF_HIP_DECODE=kernel: as stored, decoded
+  // by the kernels while staging; once: decoded on the device at upload into 16-bit operands;
+  // auto (default): once when the model decoded (decoded_bytes) fits the budget and is not
+  // streamed, kernel otherwise. The GEMMs' bits are the same either way.
+  bool decode_once() const { return decode_once_; }
+  bool holds_codes() const { return holds_codes_; }  // the model has FP8 or FP4 release codes
+  std::size_t decoded_bytes() const { return decoded_bytes_; }
   std::size_t budget() const { return budget_; }
   std::size_t model_bytes() const { return model_bytes_; }
   // Device bytes held now, and the seconds the forward waited for layer uploads (streaming).
@@ -90,6 +101,9 @@ class DeviceWeights {
   DeviceBuffer load(WeightStore& w, const std::string& name, arith::Fmt in, Stream s);
   Held upload_fp8(WeightStore& w, const std::string& name, Stream s);
   Held upload_fp4(WeightStore& w, const std::string& name, Stream s);
+  // A release weight decoded into the 16-bit patterns of operands of `in` (bf16, f16), a
+  // block of rows at a time through a bounded float32 buffer.
+  DeviceBuffer decode_bits16(WeightStore& w, const std::string& name, arith::Fmt in, Stream s);
 
   // Streaming: called with every request of the forward (not the prefetcher's).
   void on_request(WeightStore& w, const Key& key, Stream s);
@@ -100,8 +114,8 @@ class DeviceWeights {
   mutable std::mutex mutex_;
   std::condition_variable done_;
 
-  bool streamed_ = false;
-  std::size_t budget_ = 0, model_bytes_ = 0;
+  bool streamed_ = false, decode_once_ = false, holds_codes_ = false;
+  std::size_t budget_ = 0, model_bytes_ = 0, decoded_bytes_ = 0;
   int layer_ = -1;                           // the layer the forward is in (streaming)
   std::set<Key> pattern_;                    // (name after "model.layers.{i}.", form) asked so far
   std::thread prefetcher_;

@@ -101,12 +101,18 @@ std::map<std::string, std::string> HipBackend::environment() const {
 std::string HipBackend::weights_description() const {
   if (!weights_) return "none uploaded";
   const double gib = double(std::size_t{1} << 30);
+  // How release codes reach the matrix-core GEMMs (TDIFF_HIP_DECODE); said only for a release checkpoint.
+  const std::string codes =
+      !weights_->holds_codes() ? ""
+      : weights_->decode_once()
+          ? fmt::format("; release codes decoded once into 16-bit operands ({:.2f} GiB decoded)", weights_->decoded_bytes() / gib)
+          : fmt::format("; release codes decoded in the GEMM kernels ({:.2f} GiB if decoded once)", weights_->decoded_bytes() / gib);
   if (!weights_->streamed())
-    return fmt::format("resident: {:.2f} GiB on the device (model files {:.2f} GiB, budget {:.2f} GiB)", weights_->bytes() / gib,
-                       weights_->model_bytes() / gib, weights_->budget() / gib);
+    return fmt::format("resident: {:.2f} GiB on the device (model files {:.2f} GiB, budget {:.2f} GiB){}", weights_->bytes() / gib,
+                       weights_->model_bytes() / gib, weights_->budget() / gib, codes);
   return fmt::format("streamed layer by layer: model files {:.2f} GiB over the budget of {:.2f} GiB (TDIFF_HIP_WEIGHT_GB); "
-                     "{:.2f} GiB held now; the forward waited {:.2f} s for layer uploads",
-                     weights_->model_bytes() / gib, weights_->budget() / gib, weights_->bytes() / gib, weights_->wait_s());
+                     "{:.2f} GiB held now; the forward waited {:.2f} s for layer uploads{}",
+                     weights_->model_bytes() / gib, weights_->budget() / gib, weights_->bytes() / gib, weights_->wait_s(), codes);
 }
 
 std::vector<std::pair<std::string, double>> HipBackend::stage_ms() const {

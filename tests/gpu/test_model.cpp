@@ -192,10 +192,36 @@ TEST(Model, MatrixCoresMatchEmuSmallReplayed) { compare_with_emu("small", false,
 TEST(Model, HipMatchesEmuSmallReleaseFormat) { compare_with_emu("small", false, false, false, true, true); }
 TEST(Model, MatrixCoresMatchEmuSmallReleaseFormat) { compare_with_emu("small", false, true, false, true, true); }
 
+// The tensors of `a` and `b` that differ in dtype, shape or a bit (each one reported as `what`).
+std::size_t count_differing(const Outputs& a, const Outputs& b, const std::string& what) {
+  EXPECT_EQ(a.size(), b.size());
+  std::size_t differ = 0;
+  for (const auto& [key, t] : a) {
+    const Tensor& u = b.at(key);
+    const bool same = t.dtype() == u.dtype() && t.shape() == u.shape() && std::memcmp(t.raw(), u.raw(), t.nbytes()) == 0;
+    differ += !same;
+    EXPECT_TRUE(same) << key << " differs: " << what;
+  }
+  return differ;
+}
+
+// A copy of the model folder, removed at the end of the scope: another model to the device's
+// weight cache (keyed by folder), so a run on it uploads its weights afresh under the
+// environment (TDIFF_HIP_WEIGHT_GB, TDIFF_HIP_DECODE) set at that time.
+struct ModelCopy {
+  std::filesystem::path dir;
+  ModelCopy(const std::string& model, const std::string& tag)
+      : dir(std::filesystem::path(model).parent_path() / (tag + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(model, dir);
+  }
+  ~ModelCopy() { std::filesystem::remove_all(dir); }
+};
+
 // Weights streamed layer by layer (TDIFF_HIP_WEIGHT_GB below the model's size: the layers
 // before the current one dropped, the next uploaded by a second thread) give every output of
-// the resident run, bit for bit. A copy of the model folder is another model to the device
-// cache, so the two runs do not share uploads.
+// the resident run, bit for bit. The release-format model: resident, its codes are decoded
+// once at upload (it fits); streamed, the GEMM kernels decode them.
 TEST(Model, StreamedWeightsEqualResident) {
   const auto cached = case_for("small", false, true);
   const Policy policy = Policy::preset("fixed");
@@ -206,30 +232,45 @@ TEST(Model, StreamedWeightsEqualResident) {
     resident = run_all(session, hip_b);
     EXPECT_NE(hip_b.environment().at("gpu_weights").find("resident"), std::string::npos) << hip_b.environment().at("gpu_weights");
   }
-  const std::filesystem::path copy = std::filesystem::path(cached.model).parent_path() / ("streamed-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(copy);
-  std::filesystem::copy(cached.model, copy);
+  const ModelCopy copy(cached.model, "streamed");
   ::setenv("TDIFF_HIP_WEIGHT_GB", "0", 1);
   for (int run = 0; run < 2; ++run) {  // the second forward re-enters layer 0 after the last layer
     SCOPED_TRACE("streamed forward " + std::to_string(run + 1));
-    CaseSession session = open_session(cached.path, copy.string());
+    CaseSession session = open_session(cached.path, copy.dir.string());
     hip::HipBackend hip_b(policy, 1);
     const Outputs streamed = run_all(session, hip_b);
     const std::string how = hip_b.environment().at("gpu_weights");
     EXPECT_NE(how.find("streamed"), std::string::npos) << how;
     std::printf("forward %d: %s\n", run + 1, how.c_str());
-    ASSERT_EQ(resident.size(), streamed.size());
-    std::size_t differ = 0;
-    for (const auto& [key, t] : resident) {
-      const Tensor& u = streamed.at(key);
-      const bool same = t.dtype() == u.dtype() && t.shape() == u.shape() && std::memcmp(t.raw(), u.raw(), t.nbytes()) == 0;
-      differ += !same;
-      EXPECT_TRUE(same) << key << " differs between the streamed and the resident run";
-    }
+    const std::size_t differ = count_differing(resident, streamed, "the streamed and the resident run");
     std::printf("streamed vs resident: %zu of %zu tensors differ\n", differ, resident.size());
   }
   ::unsetenv("TDIFF_HIP_WEIGHT_GB");
-  std::filesystem::remove_all(copy);
+}
+
+// Release codes decoded once at upload into 16-bit operands (the pipelined matrix-core
+// kernel reads them) or decoded by the register-staged kernel while it stages them: every
+// stage output the same, bit for bit, on the release-format model.
+TEST(Model, ReleaseDecodedOnceEqualsDecodedInKernel) {
+  const auto cached = case_for("small", false, true);
+  const Policy policy = Policy::preset("fixed");
+  auto forward = [&](const char* mode) {
+    const ModelCopy copy(cached.model, std::string("decode-") + mode);
+    ::setenv("TDIFF_HIP_DECODE", mode, 1);
+    CaseSession session = open_session(cached.path, copy.dir.string());
+    hip::HipBackend hip_b(policy, 1);
+    Outputs out = run_all(session, hip_b);
+    ::unsetenv("TDIFF_HIP_DECODE");
+    const std::string how = hip_b.environment().at("gpu_weights");
+    std::printf("TDIFF_HIP_DECODE=%s: %s\n", mode, how.c_str());
+    EXPECT_NE(how.find(std::string("decoded ") + (std::string(mode) == "once" ? "once" : "in the GEMM kernels")),
+              std::string::npos) << how;
+    return out;
+  };
+  if (!hip::has_matrix_cores(hip::HipBackend(policy, 1).device().arch)) GTEST_SKIP() << "no matrix cores";
+  const Outputs in_kernel = forward("kernel"), once = forward("once");
+  const std::size_t differ = count_differing(in_kernel, once, "decoded once vs in the kernels");
+  std::printf("decoded once vs in the kernels: %zu of %zu tensors differ\n", differ, once.size());
 }
 
 TEST(Model, FixedRepeatsAtomicDiffers) {
