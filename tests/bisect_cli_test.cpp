@@ -57,6 +57,22 @@ TEST_F(CliBisect, FaultIsNamedExitsOneAndWritesTheReports) {
   EXPECT_NE(info.find("bisect-"), std::string::npos) << info;
 }
 
+// --suffix floor: the floor runs the stages after each split; the same culprit, no companion
+// runs, and the reports say what ran after the split.
+TEST_F(CliBisect, TheFloorAfterTheSplitNamesTheSameCulprit) {
+  const CliResult r = run(fmt::format("bisect {} --set 'L01.attn.q_a:matmul_input=fp8' --seed 7 --suffix floor -o '{}'", c(),
+                                      path("rep-floor")));
+  ASSERT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("first culprit L01.attn.q_a (attn.q_a)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("on the floor the candidate passes"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("floor stages"), std::string::npos) << "the timing lines name the floor's stages\n" << r.err;
+  EXPECT_NE(r.out.find("--suffix floor"), std::string::npos) << "the reproduce command keeps it\n" << r.out;
+  const auto j = nlohmann::json::parse(slurp(path("rep-floor/bisect.json")));
+  EXPECT_EQ(j["rest"], "the floor");
+  EXPECT_EQ(j["totals"]["floor_runs"], 1);
+  EXPECT_NE(slurp(path("rep-floor/bisect.html")).find("the rest on the floor"), std::string::npos);
+}
+
 TEST_F(CliBisect, NothingCrossesTheThresholdExitsZero) {
   const CliResult r = run(fmt::format("bisect {} --no-reports", c()));
   EXPECT_EQ(r.code, 0) << r.out << r.err;
@@ -125,11 +141,14 @@ TEST_F(CliBisect, IsolateAndAttribute) {
 
 TEST_F(CliBisect, InputErrorsExitTwoWithOneLine) {
   for (const std::string args : {"--watch L99.attn.core", "--watch lm_head/nope", "--floor nosuchpolicy",
-                                 "--set 'L99.attn.core:qk_accum=fp16'", "--mode fast"}) {
+                                 "--set 'L99.attn.core:qk_accum=fp16'", "--mode fast", "--suffix gpu",
+                                 "--suffix floor --floor none"}) {
     const CliResult r = run(fmt::format("bisect {} {} --no-reports", c(), args));
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
     EXPECT_LE(count_lines(r.err), 3u) << args << "\n" << r.err;
   }
+  const CliResult no_floor = run(fmt::format("bisect {} --suffix floor --floor none --no-reports", c()));
+  EXPECT_NE(no_floor.err.find("--suffix floor needs a floor"), std::string::npos) << no_floor.err;
   const CliResult watch = run(fmt::format("bisect {} --watch L99.attn.core --no-reports", c()));
   EXPECT_NE(watch.err.find("L99.attn.core"), std::string::npos) << watch.err;
 

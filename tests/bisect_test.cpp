@@ -121,13 +121,15 @@ class BisectTiny : public ::testing::Test {
   // `floor`: the floor policy ("" for none).
   // `rules`: threshold overrides ("PATTERN:key=value"), as --rule gives them.
   static Outcome bisect(const Policy& policy, Mode mode = Mode::search, const std::string& watch = "logits",
-                        const std::string& floor = "fixed", const std::vector<std::string>& rules = {}) {
+                        const std::string& floor = "fixed", const std::vector<std::string>& rules = {},
+                        Suffix suffix = Suffix::reference) {
     RunContext ctx = session_->context();
     refcpu::RefCpuBackend ref;
     emu::EmuBackend cand(policy, kRunSeed);
     std::optional<emu::EmuBackend> fl;
     BisectOptions opt;
     opt.watch = watch;
+    opt.suffix = suffix;
     for (const auto& r : rules) add_threshold_override(opt.thresholds, r);
     Bisector b(*session_, cand, ref, ctx, opt);
     if (!floor.empty()) b.set_floor(fl.emplace(Policy::preset(floor), kRunSeed));
@@ -283,6 +285,65 @@ TEST_F(BisectTiny, Fp8OperandsAtOneGemmAreNamedExactly) {
         EXPECT_EQ(p.watched.vs_floor(), 1.0) << p.split;
       }
   }
+}
+
+// The floor after each split (--suffix floor, the default on hip): every split's companion is
+// the all-floor run, so the search costs its mixed runs and one floor run, and the same
+// stages are named. Splits before the culprit compute the all-floor run's bits: ratio 1.
+TEST_F(BisectTiny, WithTheFloorAfterTheSplitTheSameStagesAreNamed) {
+  for (const std::string stage : {"L00.attn.q_a", "L01.attn.q_a", "L02.moe.experts"}) {
+    const Outcome o = bisect(fixed_with({stage + ":matmul_input=fp8"}), Mode::search, "logits", "fixed", {}, Suffix::floor);
+    ASSERT_TRUE(o.search->full_fails) << stage << "\n" << o.dump();
+    ASSERT_EQ(o.search->culprits.size(), 1u) << o.dump();
+    EXPECT_EQ(o.search->culprits[0].stage, stage) << o.dump();
+    EXPECT_TRUE(o.search->passes_after) << o.dump();
+    EXPECT_LE(o.totals.mixed_runs, budget(session_->stages.size())) << o.dump();
+    EXPECT_EQ(o.totals.floor_runs, 1) << "no companion runs with the floor after the split";
+    EXPECT_EQ(o.totals.reused, 0u) << "nothing read from /reference in place of a floor stage";
+    for (const auto& p : o.trace)
+      if (p.prefix <= o.search->culprits[0].index || !p.pinned.empty()) {
+        EXPECT_EQ(p.verdict(), Verdict::pass) << p.split;
+        EXPECT_EQ(p.watched.vs_floor(), 1.0) << p.split;
+      }
+  }
+  const Outcome two = bisect(fixed_with({"L01.attn.q_a:matmul_input=fp8", "L02.moe.shared:matmul_input=fp8"}),
+                             Mode::search, "logits", "fixed", {}, Suffix::floor);
+  ASSERT_EQ(two.search->culprits.size(), 2u) << two.dump();
+  EXPECT_EQ(two.search->culprits[0].stage, "L01.attn.q_a");
+  EXPECT_EQ(two.search->culprits[1].stage, "L02.moe.shared");
+  EXPECT_TRUE(two.search->passes_after) << two.dump();
+  const Outcome clean = bisect(fixed_with({}), Mode::search, "logits", "fixed", {}, Suffix::floor);
+  EXPECT_FALSE(clean.search->full_fails) << clean.dump();
+}
+
+// The catalog on an fp32 base with the floor after each split: every knob the reference
+// suffix names (EveryCatalogKnobOnAnFp32BaseIsNamedExactly) is named here too, exactly and
+// within the run budget.
+TEST_F(BisectTiny, EveryCatalogKnobOnAnFp32BaseIsNamedExactlyWithTheFloorAfterTheSplit) {
+  const auto& stages = session_->stages;
+  std::vector<std::string> found, below;
+  for (const auto& knob : knob_catalog()) {
+    std::vector<std::size_t> touched;
+    for (std::size_t i = 0; i < stages.size(); ++i)
+      if (std::find(knob.kinds.begin(), knob.kinds.end(), stages[i].kind) != knob.kinds.end()) touched.push_back(i);
+    std::mt19937_64 rng(std::hash<std::string>{}(knob.name) ^ 0xf32);  // the stages of the reference-suffix test
+    const std::string stage = stages[touched[rng() % touched.size()]].name;
+    const std::string set = fmt::format("{}:{}={}", stage, knob.name, knob.bad);
+    const Policy policy = fixed_with({set}, "fp32");
+    const Outcome ref = bisect(policy, Mode::search, "logits", "fp32");
+    const Outcome o = bisect(policy, Mode::search, "logits", "fp32", {}, Suffix::floor);
+    if (!ref.search->full_fails) {
+      below.push_back(knob.name + "@" + stage + (o.search->full_fails ? "(floor suffix: crosses)" : ""));
+      continue;
+    }
+    ASSERT_EQ(o.search->culprits.size(), 1u) << set << "\n" << o.dump();
+    EXPECT_EQ(o.search->culprits[0].stage, stage) << set << "\n" << o.dump();
+    EXPECT_TRUE(o.search->passes_after) << set << "\n" << o.dump();
+    EXPECT_LE(o.totals.mixed_runs, budget(stages.size())) << set << "\n" << o.dump();
+    found.push_back(fmt::format("{}@{}({})", knob.name, stage, o.totals.mixed_runs));
+  }
+  std::printf("fp32 base, floor suffix, found exactly (mixed runs): %s\nthe reference suffix finds nothing: %s\n",
+              fmt::format("{}", fmt::join(found, " ")).c_str(), fmt::format("{}", fmt::join(below, " ")).c_str());
 }
 
 // Each fault alone fails the logits several times over the floor. (Not every pair does: with

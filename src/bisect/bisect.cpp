@@ -134,6 +134,11 @@ MixedRunResult Bisector::run_split(Backend& backend, StageCache& cache, const st
   MixedRunOptions mo;
   mo.end = stage_count();
   mo.cache = &cache;
+  // The candidate's splits with the floor after them: the floor's outputs are not the
+  // reference's, so nothing is read from /reference in their place.
+  const bool floor_after = &backend == &candidate_ && floor_suffix();
+  mo.reuse_reference = !floor_after;
+  if (floor_after) mo.rest_phase = kPhaseFloor;
   mo.compare = compare_all ? "" : watch_.stage;
   mo.replay_selections = opt_.replay_selections;
   mo.end_to_end = true;  // the watched output's question: does the whole path stay within its formats?
@@ -142,7 +147,7 @@ MixedRunResult Bisector::run_split(Backend& backend, StageCache& cache, const st
     for (std::size_t k = 0; k < out.size(); ++k)
       if (watch_.tensor.empty() || s.outputs[k] == watch_.tensor) watched[s.name + "/" + s.outputs[k]] = out[k];
   };
-  MixedRunResult r = run_mixed(session_, backend, reference_, on_candidate, ctx_, mo);
+  MixedRunResult r = run_mixed(session_, backend, floor_after ? *floor_backend_ : reference_, on_candidate, ctx_, mo);
   step_times_.add(r.times, &backend == &candidate_ ? "" : "floor ");
   totals_.computed += r.on_candidate + r.on_reference - r.reused - r.cached;
   totals_.reused += r.reused;
@@ -203,6 +208,9 @@ WatchedError Bisector::judge_watched(CompareResult& diff, const Outputs& outputs
     }
     ThresholdPolicy t = opt_.thresholds;
     relax_for_floor(t, base);
+    if (floor_suffix())  // the expected errors model an exact suffix; the floor's is not (bisect.h)
+      for (const auto& [key, out] : outputs)
+        t.rules.push_back({{key}, {{"expected_fail", kInf}, {"expected_warn", kInf}}, "the floor suffix"});
     judge(diff, t, &base);
   } else {
     judge(diff, opt_.thresholds);
@@ -264,9 +272,11 @@ const Probe& Bisector::probe(std::string phase, const std::vector<bool>& on_cand
   p.cached = r.cached;
   p.computed = r.on_candidate + r.on_reference - r.reused - r.cached;
   if (floor_backend_) {
-    // The all-candidate split's companion is the all-floor run itself.
+    // The all-candidate split's companion is the all-floor run itself, and so is every
+    // split's with the floor as the suffix.
     const std::vector<bool> all = prefix_assignment(stage_count(), {});
-    if (std::equal(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(stage_count()), on_candidate.begin())) {
+    if (floor_suffix() ||
+        std::equal(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(stage_count()), on_candidate.begin())) {
       p.watched = judge_watched(r.diff, outputs, &*floor_, &floor_watched_);
     } else {
       Outputs companion;

@@ -2,7 +2,7 @@
 // The bisector (DESIGN.md section 7): which candidate stage makes the watched output fail?
 //
 //   first culprit  the smallest k such that stages 1..k on the candidate (the rest on the
-//                  reference) make the watched output FAIL: a binary search over k between a
+//                  reference, or on the floor: BisectOptions::suffix) make the watched output FAIL: a binary search over k between a
 //                  known PASS (k = 0, the reference itself) and the all-candidate run, so
 //                  ceil(log2 N) mixed runs after the all-candidate one;
 //   culprit set    the culprits found so far pinned to the reference, the search repeated
@@ -35,6 +35,16 @@
 // and the search lands on it. Faults that fail only together with later candidate stages
 // (whose rounding then tips a near-tie router) are named where the output starts to fail,
 // which is what "first culprit" means. Without a floor, the thresholds alone judge.
+//
+// The suffix on the floor (Suffix::floor). Stages k+1..N run on the floor backend instead
+// of the float64 reference: a port engineer's own move (swap in the known-good kernels on the
+// same device), and at real widths the difference between a GPU forward (milliseconds) and
+// the reference recomputing every layer after the split on the CPU (seconds a layer). Every
+// split's companion is then the all-floor run itself (floor prefix + floor suffix), so a
+// probe is one mixed run and no companion; a split before the fault computes the all-floor
+// run's bits and passes as identical, one at or after it carries the fault's error through
+// the floor's stages. The watched tensor is judged by the floor gate alone there: the
+// expected-error rule models the reference's exact suffix, not the floor's.
 //
 // Mixed runs reuse the case's /reference for reference stages whose inputs are unchanged and
 // keep every other stage output in a StageCache, so the search computes each stage about
@@ -166,8 +176,12 @@ struct BisectTotals {
   double seconds = 0;
 };
 
+// What runs the stages after a split (see above).
+enum class Suffix { reference, floor };
+
 struct BisectOptions {
   std::string watch = "logits";
+  Suffix suffix = Suffix::reference;  // floor: needs set_floor()
   ThresholdPolicy thresholds;
   std::size_t max_culprits = 8;
   // Selection replay in every mixed run, the candidate's and the floor's (exec/mixed_run.h):
@@ -191,6 +205,8 @@ class Bisector {
   // the same stages, compared with the reference. Run on first use; not a mixed run.
   void set_floor(Backend& floor);
   bool has_floor() const { return floor_backend_ != nullptr; }
+  // Whether the stages after a split run on the floor (BisectOptions::suffix with a floor set).
+  bool floor_suffix() const { return opt_.suffix == Suffix::floor && floor_backend_ != nullptr; }
   const CompareResult* floor_diff();  // null without a floor
 
   const Watch& watch() const { return watch_; }

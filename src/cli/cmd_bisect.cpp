@@ -29,6 +29,7 @@ struct BisectCmd {
   std::string watch = "logits";
   std::string floor = "fixed";
   std::string mode = "search";
+  std::string suffix = "auto";
   bool attribute = false;
   std::string attribute_by = "class";
   std::size_t max_culprits = 8;
@@ -52,6 +53,7 @@ std::string flags(const BisectCmd& c) {
   if (c.watch != "logits") s += " --watch " + shell_quote(c.watch);
   if (c.floor != "fixed") s += " --floor " + shell_quote(c.floor);
   if (c.mode != "search") s += " --mode " + c.mode;
+  if (c.suffix != "auto") s += " --suffix " + c.suffix;
   if (c.attribute) s += " --attribute" + (c.attribute_by != "class" ? " --attribute-by " + c.attribute_by : "");
   if (c.max_culprits != 8) s += fmt::format(" --max-culprits {}", c.max_culprits);
   return s;
@@ -142,6 +144,12 @@ void run_bisect(BisectCmd c) {
   }
   refcpu::RefCpuBackend reference;
   setup.stop();
+  // auto: the floor after a split on the GPU (a forward there takes milliseconds, the
+  // reference's suffix seconds a layer at real widths), the reference elsewhere.
+  if (c.suffix == "floor" && !floor)
+    input_error("--suffix floor needs a floor (--floor none was given): the stages after a split run on it");
+  const Suffix suffix = c.suffix == "floor" || (c.suffix == "auto" && floor && c.cand.backend == "hip") ? Suffix::floor
+                                                                                                      : Suffix::reference;
   const auto ref_attrs = h5_read_attrs(c.case_path, "/reference");
   const auto tie = ref_attrs.find("tie_rule");
   RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));
@@ -150,6 +158,7 @@ void run_bisect(BisectCmd c) {
   rep.mode = c.mode;
   rep.candidate = fmt::format("{} under {}", c.cand.backend, policy.describe());
   rep.floor = floor_label;
+  rep.rest = suffix == Suffix::floor ? "the floor" : "the reference";
   const bool color = want_color(stdout);
   StatusLine status("bisect");
   Bisector* live = nullptr;  // set below; the callbacks run only inside the bisector's calls
@@ -158,6 +167,7 @@ void run_bisect(BisectCmd c) {
   bo.watch = c.watch;
   bo.thresholds = thresholds;
   bo.max_culprits = c.max_culprits;
+  bo.suffix = suffix;
   bo.on_progress = [&](const std::string& what, std::size_t done, std::size_t total) { status.show(what, done, total); };
   // The trace line by line as the search runs (flushed: CI logs read a pipe), head first.
   bo.on_probe = [&](const Probe& p) {
@@ -215,6 +225,7 @@ void run_bisect(BisectCmd c) {
   hashing.stop();
   env.extra["seed"] = std::to_string(c.cand.seed);
   env.extra["floor"] = floor_label.empty() ? "none" : floor_label;
+  env.extra["bisect_suffix"] = suffix == Suffix::floor ? "floor" : "reference";
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
 
   // The per-stage comparison of the all-candidate run (or of the isolated stages).
@@ -271,9 +282,11 @@ void setup_bisect(CLI::App& app) {
       "  tdiff bisect case.h5 --policy naive --attribute                 # culprits and the error share per operator class\n"
       "  tdiff bisect case.h5 --policy naive --mode isolate              # every stage on the reference's inputs, ranked\n"
       "  tdiff bisect case.h5 --policy fp32 --set 'L01.moe.router:router=bf16' --watch L02.moe.select/idx --floor none\n"
-      "Search: stages 1..k on the candidate and the rest on the reference; the smallest k that makes the watched\n"
-      "output FAIL names the first culprit; pinning culprits to the reference and searching again gives the culprit\n"
-      "set. The watched output FAILs when its error exceeds floor_k (--threshold floor_k=3) times the error of the\n"
+      "  tdiff bisect big.h5 --backend hip --set 'L01.attn.core:pv_accum=fp16' --suffix reference   # exact suffix, slower\n"
+      "Search: stages 1..k on the candidate and the rest on the reference (--suffix reference) or on the floor\n"
+      "(--suffix floor: the floor policy's own kernels, each split then one forward; auto, the default, takes the\n"
+      "floor on hip and the reference elsewhere); the smallest k that makes the watched output FAIL names the first\n"
+      "culprit; pinning culprits to the same and searching again gives the culprit set. The watched output FAILs when its error exceeds floor_k (--threshold floor_k=3) times the error of the\n"
       "floor run (--floor, default the fixed policy on the same backend), in rmse; a threshold\n"
       "that floor_k x the floor's error would cross is off (1 - cosine and KL: floor_k^2).\n"
       "Inconclusive (no split fails): every stage is isolated on the reference's inputs, and the five that deviate most\n"
@@ -285,6 +298,10 @@ void setup_bisect(CLI::App& app) {
   cmd->add_option("--floor", c->floor, "noise-floor policy on the same backend (preset or file), or none (default fixed)");
   cmd->add_option("--mode", c->mode, "search (default): mixed runs; isolate: each stage on the reference's inputs")
       ->check(CLI::IsMember({"search", "isolate"}));
+  cmd->add_option("--suffix", c->suffix,
+                  "what runs the stages after a split: reference (float64, exact), floor (the floor policy on the "
+                  "candidate's backend: fast on a GPU), auto (default: floor on hip, else reference)")
+      ->check(CLI::IsMember({"auto", "reference", "floor"}));
   cmd->add_flag("--attribute", c->attribute, "also swap each operator class alone and report its share of the error");
   cmd->add_option("--attribute-by", c->attribute_by, "group stages by class (stage_class, default) or kind (operator kind)")
       ->check(CLI::IsMember({"class", "kind"}));

@@ -121,7 +121,7 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   TensorMap env;
   put_inputs(session.info.batch, env);
   const std::vector<Stage> head(stages.begin(), stages.begin() + static_cast<std::ptrdiff_t>(std::min(opt.end, stages.size())));
-  TimedBackend timed_cand(candidate, times, kPhaseCandidate, kPhaseFinish), timed_ref(reference, times, kPhaseReference, kPhaseFinish);
+  TimedBackend timed_cand(candidate, times, kPhaseCandidate, kPhaseFinish), timed_ref(reference, times, opt.rest_phase ? opt.rest_phase : kPhaseReference, kPhaseFinish);
   execute(head, [&](const Stage& s) -> Backend& {
     return on_candidate[static_cast<std::size_t>(&s - head.data())] ? static_cast<Backend&>(timed_cand) : timed_ref;
   }, ctx, env, hooks);

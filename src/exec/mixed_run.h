@@ -36,6 +36,9 @@ struct MixedRunOptions {
   // error, not the one this run measured (a bisect's watched output); otherwise each stage is
   // judged on what it adds to its inputs' measured errors.
   bool end_to_end = false;
+  // The phase the stages off the candidate count under (kPhaseReference; a bisect with the
+  // floor after its splits: kPhaseFloor).
+  const char* rest_phase = nullptr;
   std::function<void(const Stage&, std::size_t index)> progress;
   // Every stage's outputs, for callers that keep or store them.
   std::function<void(const Stage&, const std::vector<Tensor>&)> on_outputs;
@@ -60,6 +63,7 @@ struct MixedRunResult {
 inline constexpr const char* kPhaseCandidate = "candidate";
 inline constexpr const char* kPhaseFinish = "finish";
 inline constexpr const char* kPhaseReference = "reference stages";
+inline constexpr const char* kPhaseFloor = "floor stages";
 inline constexpr const char* kPhaseReadRef = "reference reads";
 inline constexpr const char* kPhaseCompare = "compare";
 inline constexpr const char* kPhaseOutputs = "outputs";

@@ -129,7 +129,7 @@ std::string culprit_section(const BisectReport& r) {
                                  : std::string("PASS with no stage on the candidate"),
                      c.fail_step, c.fail_step);
   o += "</tbody></table>\n";
-  if (s.passes_after) o += "<p>With the culprit set on the reference, the candidate passes.</p>\n";
+  if (s.passes_after) o += fmt::format("<p>With the culprit set on {}, the candidate passes.</p>\n", html_escape(r.rest));
   else if (s.capped) o += "<p>Stopped at the culprit limit; the candidate still fails with these pinned.</p>\n";
   return o;
 }
@@ -193,11 +193,11 @@ std::string attribution_section(const BisectReport& r) {
   const AttributionResult& a = *r.attribution;
   const bool floor = !r.floor.empty();
   std::string o = fmt::format(
-      "<h2>Attribution by {}</h2>\n<p class=\"sub\">Each {} alone on the candidate, every other stage on the reference. "
+      "<h2>Attribution by {}</h2>\n<p class=\"sub\">Each {} alone on the candidate, every other stage on {}. "
       "share = its watched error&sup2; / the sum over all classes of error&sup2; (independent errors add in quadrature); "
       "alone/all = its error / the all-candidate run's ({}). The classes' errors in quadrature come to {} &times; the "
       "all-candidate error{}.</p>\n",
-      grouping_name(a.by), grouping_name(a.by), num(a.all_error, "{:.3e}"), num(a.quadrature, "{:.3g}"),
+      grouping_name(a.by), grouping_name(a.by), html_escape(r.rest), num(a.all_error, "{:.3e}"), num(a.quadrature, "{:.3g}"),
       std::abs(a.quadrature - 1) > 0.25 ? ": the classes interact (near-tie routing flips, cancellation)" : "");
   o += fmt::format("<table><thead><tr><th>{}</th><th>stages</th><th>error</th><th>share</th><th></th><th>alone/all</th>"
                    "{}{}<th>verdict</th></tr></thead><tbody>\n",
@@ -257,9 +257,10 @@ std::string render_bisect_html(const BisectReport& r) {
   o += story_section(r);
   if (!r.trace.empty()) {
     o += "<h2>Search trace</h2>\n" + trace_plot(r);
-    o += "<p class=\"legend\">One point per mixed run in step order. full: every stage up to the watched one on the "
-         "candidate; search: stages 1..k on the candidate, the rest on the reference; verify: the culprits found so far "
-         "pinned to the reference; class: one operator class on the candidate.</p>\n";
+    o += fmt::format("<p class=\"legend\">One point per mixed run in step order. full: every stage up to the watched one on "
+                     "the candidate; search: stages 1..k on the candidate, the rest on {0}; verify: the culprits found so "
+                     "far pinned to {0}; class: one operator class on the candidate.</p>\n",
+                     html_escape(r.rest));
     o += "<div class=\"tools\"><label><input type=\"checkbox\" id=\"only-bad\"> show only WARN and FAIL</label>"
          "<span>click a column to sort</span></div>\n";
     o += trace_table(r);

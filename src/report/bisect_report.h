@@ -18,6 +18,7 @@ struct BisectReport {
   std::string mode;         // "search" | "isolate"
   std::string candidate;    // "emu under fixed + L02.attn.core:qk_accum=fp16"
   std::string floor;        // "emu under fixed", or "" without a floor
+  std::string rest = "the reference";  // what ran the stages after a split: or "the floor" (Suffix::floor)
   Watch watch;
   std::size_t stages = 0;   // N: the stages up to the watched one
   Thresholds watch_thresholds;  // as they apply to the watched tensor

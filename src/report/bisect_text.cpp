@@ -97,7 +97,7 @@ std::string BisectReport::outcome() const {
   if (!search->full_fails) return "nothing crosses the threshold: the all-candidate run passes on " + watch.key();
   const auto& c = search->culprits;
   std::string s = fmt::format("first culprit {} ({}); culprit set {{{}}}", c.front().stage, c.front().cls, stage_list(c));
-  if (search->passes_after) s += fmt::format(": with {} on the reference the candidate passes", c.size() == 1 ? "it" : "them");
+  if (search->passes_after) s += fmt::format(": with {} on {} the candidate passes", c.size() == 1 ? "it" : "them", rest);
   else if (search->capped) s += fmt::format(": stopped after {} culprits, the candidate still fails", c.size());
   return s;
 }
@@ -179,8 +179,8 @@ void print_ranking(std::FILE* out, const IsolationResult& iso, bool floor, std::
 
 void print_attribution(std::FILE* out, const BisectReport& r, bool color) {
   const AttributionResult& a = *r.attribution;
-  fmt::print(out, "\nattribution by {}: each alone on the candidate, the rest on the reference ({} {})\n",
-             grouping_name(a.by), r.watch.key(), exact(r.trace.front().watched.diff) ? "mismatch share" : "rmse");
+  fmt::print(out, "\nattribution by {}: each alone on the candidate, the rest on {} ({} {})\n",
+             grouping_name(a.by), r.rest, r.watch.key(), exact(r.trace.front().watched.diff) ? "mismatch share" : "rmse");
   fmt::print(out, "{:<24} {:>6} {:>10} {:>7} {:>9} {:>9}  {}\n", "class", "stages", "error", "share", "alone/all",
              r.floor.empty() ? "" : "vs floor", "verdict");
   for (const auto& c : a.rows)
@@ -195,7 +195,9 @@ void print_attribution(std::FILE* out, const BisectReport& r, bool color) {
 void print_totals(std::FILE* out, const BisectReport& r) {
   const BisectTotals& t = r.totals;
   std::string runs = fmt::format("{} mixed run{}", t.mixed_runs, t.mixed_runs == 1 ? "" : "s");
-  if (t.floor_runs) runs += fmt::format(" + {} floor run{} (the floor on the same splits)", t.floor_runs, t.floor_runs == 1 ? "" : "s");
+  if (t.floor_runs)
+    runs += fmt::format(" + {} floor run{} ({})", t.floor_runs, t.floor_runs == 1 ? "" : "s",
+                        r.rest == "the floor" ? "the all-floor run, every split's companion" : "the floor on the same splits");
   if (t.isolated_runs) runs += fmt::format(", {} isolated stage runs", t.isolated_runs);
   fmt::print(out, "runs      {}; stages computed {}, read from the case {}, from earlier runs {}; {:.2f} s\n", runs,
              t.computed, t.reused, t.cached, t.seconds);
@@ -316,6 +318,7 @@ std::string render_bisect_json(const BisectReport& r) {
   j["mode"] = r.mode;
   j["candidate"] = r.candidate;
   j["floor"] = r.floor;
+  j["rest"] = r.rest;  // what ran the stages after a split
   j["watch"] = {{"tensor", r.watch.key()}, {"stage_index", r.watch.index + 1}, {"stages", r.stages}};
   j["rule"] = watch_rule(r);
   j["notes"] = r.notes;
