@@ -1,5 +1,7 @@
 // tdiff bisect through the binary: exit codes (0 nothing crosses the threshold, 1 a culprit,
 // 2 an input error), the terminal trace, the report files and the run's record in the case.
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
@@ -101,9 +103,18 @@ TEST_F(CliBisect, InconclusiveSearchRanksTheStagesAndSuggestsTheNextCommand) {
   EXPECT_TRUE(std::filesystem::exists(path("rep/leads.csv")));
   EXPECT_NE(slurp(path("rep/bisect.html")).find("Inconclusive: where to look"), std::string::npos);
 
-  // The suggested command is a valid command line (exit 0 or 1, never a usage error).
-  const CliResult again = run(cmd + " --no-reports");
-  EXPECT_TRUE(again.code == 0 || again.code == 1) << cmd << "\n" << again.out << again.err;
+  // The suggested command is a valid command line (exit 0 or 1, never a usage error), and
+  // following the suggestions never loops: each next command differs from the one that
+  // printed it (watching the lead already, none is suggested).
+  std::set<std::string> seen = {cmd};
+  for (int hop = 0; hop < 4; ++hop) {
+    const CliResult again = run(cmd + " --no-reports");
+    ASSERT_TRUE(again.code == 0 || again.code == 1) << cmd << "\n" << again.out << again.err;
+    const auto n = again.out.find("next      tdiff bisect ");
+    if (again.code == 1 || n == std::string::npos) break;
+    cmd = again.out.substr(n + 16, again.out.find('\n', n) - n - 16);
+    EXPECT_TRUE(seen.insert(cmd).second) << "the suggestion loops: " << cmd << "\n" << again.out;
+  }
 }
 
 // The trace reaches a log as each mixed run ends, not at exit: in one stream for stdout and

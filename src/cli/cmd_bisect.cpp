@@ -74,6 +74,16 @@ void suggest_next(BisectReport& rep, const BisectCmd& c) {
   if (rep.leads->ranked.empty()) return;
   const IsolatedStage& top = rep.leads->ranked.front();
   const double k = rep.watch_thresholds.floor_k;
+  if (top.stage == rep.watch.stage) {
+    // Watching the lead already: the same command again would be this run (a loop). The
+    // isolation ranking is the finding.
+    rep.next_reason = fmt::format(
+        "the watched stage {} itself deviates most on its own inputs ({}) yet its output stays within the gate end to "
+        "end: the floor's rounding its inputs carry outweighs its own deviation. The ranking above is the finding; no "
+        "further bisect would name more",
+        top.stage, std::isinf(top.score) ? "an error where the floor has none" : fmt::format("{:.3g}x the floor", top.score));
+    return;
+  }
   BisectCmd next = c;
   next.watch = top.worst.key();
   next.report.run_id.clear();

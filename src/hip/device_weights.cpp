@@ -306,28 +306,12 @@ DeviceWeights::Held DeviceWeights::upload_fp8(WeightStore& w, const std::string&
 
 DeviceBuffer DeviceWeights::decode_bits16(WeightStore& w, const std::string& name, Fmt in, Stream s) {
   const Shape& shape = w.shape(name);
-  const std::int64_t n = shape_numel(shape), K = shape.back(), rows = n / K;
+  const std::int64_t n = shape_numel(shape), K = shape.back();
   // The codes and scales as stored, for the length of the decode only.
   const Held q = w.stored_format(name) == ReleaseFormat::fp8 ? upload_fp8(w, name, s) : upload_fp4(w, name, s);
   DeviceBuffer out(static_cast<std::size_t>(n) * 2);
-  // Blocks of whole 128-row scale blocks, at most 256 MiB of float32 each.
-  const std::int64_t block = std::max<std::int64_t>(128, ((std::int64_t{64} << 20) / std::max<std::int64_t>(K, 1)) / 128 * 128);
-  DeviceBuffer f(static_cast<std::size_t>(std::min(block, rows) * K) * 4);
-  for (std::int64_t r0 = 0; r0 < rows; r0 += block) {
-    const std::int64_t r = std::min(block, rows - r0);
-    QuantWeight part = q.quant;
-    if (part.format == QuantWeight::Format::fp8) {
-      part.codes += r0 * K;
-      part.block_scale += (r0 / 128) * ((K + 127) / 128);
-    } else {
-      part.codes += r0 * ((K + 1) / 2);
-      part.e8m0 += r0 * ((K + 31) / 32);
-    }
-    dequantize_weight(part, r, K, f.as<float>(), s);
-    quantize_weight(f.as<float>(), r, K, in, s);
-    pack_bits16(f.as<float>(), out.as<std::uint16_t>() + r0 * K, r * K, in, s);
-  }
-  stream_sync(s);  // q and f go next
+  decode_weight_bits16(q.quant, n / K, K, in, out.as<std::uint16_t>(), s);
+  stream_sync(s);  // q goes next
   return out;
 }
 

@@ -101,8 +101,7 @@ class DeviceWeights {
   DeviceBuffer load(WeightStore& w, const std::string& name, arith::Fmt in, Stream s);
   Held upload_fp8(WeightStore& w, const std::string& name, Stream s);
   Held upload_fp4(WeightStore& w, const std::string& name, Stream s);
-  // A release weight decoded into the 16-bit patterns of operands of `in` (bf16, f16), a
-  // block of rows at a time through a bounded float32 buffer.
+  // A release weight decoded into the 16-bit patterns of operands of `in` (bf16, f16).
   DeviceBuffer decode_bits16(WeightStore& w, const std::string& name, arith::Fmt in, Stream s);
 
   // Streaming: called with every request of the forward (not the prefetcher's).

@@ -123,6 +123,12 @@ void widen_bits16(const std::uint16_t* d_src, float* d_dst, std::int64_t n, arit
 // dequantisation the GEMM kernels do while staging, without the operand rounding (exact).
 void dequantize_weight(const QuantWeight& w, std::int64_t rows, std::int64_t K, float* d_dst, hipStream_t stream);
 
+// dst [rows, K] = the bf16 or fp16 bit patterns of a release weight's values rounded as MMA
+// operands of `in`: dequantize_weight, quantize_weight and pack_bits16 in one pass, so the
+// pipelined kernel reads the operands the in-kernel decode would stage (a model decoded once).
+void decode_weight_bits16(const QuantWeight& w, std::int64_t rows, std::int64_t K, arith::Fmt in, std::uint16_t* d_dst,
+                          hipStream_t stream);
+
 // Sets *d_flag (a device int the caller zeroed) to 1 when an FP8 release weight holds a NaN
 // code (e4m3 0x7F / 0xFF; E2M1 has none, and scales are checked on the host).
 void mark_nan_codes(const QuantWeight& w, std::int64_t rows, std::int64_t K, int* d_flag, hipStream_t stream);

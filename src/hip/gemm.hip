@@ -644,7 +644,7 @@ void launch_mma(const Args& a, std::int64_t groups, int tile_rows, int tile_k, h
   // 2048) takes 32-row tiles instead, four times the workgroups (the same products in the
   // same order: the same bits). At twice the SMs as the bar, o_b (256 workgroups of 128 rows)
   // lost a third on 32-row tiles on the H200.
-  const bool tall = !a.rows && a.M >= 96 &&
+  bool tall = !a.rows && a.M >= 96 &&
                     static_cast<std::int64_t>(blocks_for(a.O, kMmaBN)) * blocks_for(a.M, 128) * groups >= device_sms();
   if (pipe_rows(a)) {
     // bench_gemm (H200): 128 x 32-deep for tall products; 32-row tiles (the routed experts' few
@@ -665,6 +665,8 @@ void launch_mma(const Args& a, std::int64_t groups, int tile_rows, int tile_k, h
     return;
   }
   const bool vec4 = float4_rows(a);
+  // The register-staged kernel has 32- and 128-row tiles: a caller's 64 takes 128.
+  if (tile_rows) tall = tile_rows >= 64;
   if (a.x16) {
     if (tall) launch_mma_tile<kBf16, 128, std::uint16_t>(a, groups, vec4, stream);
     else launch_mma_tile<kBf16, 32, std::uint16_t>(a, groups, vec4, stream);
@@ -781,6 +783,11 @@ __global__ void dequantize_kernel(QuantWeight q, std::int64_t rows, std::int64_t
   if (i < rows * K) dst[i] = decoded(q, i / K, i % K, K);
 }
 
+__global__ void decode_bits16_kernel(QuantWeight q, std::int64_t rows, std::int64_t K, Fmt in, std::uint16_t* dst) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * K) dst[i] = mma::bits16(arith::mfma_operand(decoded(q, i / K, i % K, K), in), in == Fmt::bf16);
+}
+
 __global__ void nan_codes_kernel(const std::uint8_t* codes, std::int64_t n, int* flag) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n && (codes[i] & 0x7fu) == 0x7fu) atomicOr(flag, 1);
@@ -793,6 +800,15 @@ void dequantize_weight(const QuantWeight& w, std::int64_t rows, std::int64_t K, 
   if (n == 0) return;
   dequantize_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(w, rows, K, d_dst);
   check_kernel("dequantize_weight");
+}
+
+void decode_weight_bits16(const QuantWeight& w, std::int64_t rows, std::int64_t K, Fmt in, std::uint16_t* d_dst,
+                          hipStream_t stream) {
+  if (in != Fmt::bf16 && in != Fmt::f16) throw std::logic_error("decode_weight_bits16: the format is not 16-bit");
+  const std::int64_t n = rows * K;
+  if (n == 0) return;
+  decode_bits16_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(w, rows, K, in, d_dst);
+  check_kernel("decode_weight_bits16");
 }
 
 void mark_nan_codes(const QuantWeight& w, std::int64_t rows, std::int64_t K, int* d_flag, hipStream_t stream) {

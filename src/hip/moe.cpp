@@ -99,6 +99,12 @@ std::vector<Tensor> run_moe_experts(StageCall& k) {
   GemmGroups g1;
   g1.count = E, g1.w_stride = 2 * I * D, g1.d_rows = rows, g1.d_starts = starts, g1.a_div = static_cast<std::int32_t>(K);
   g1.y_rows = NK;
+  // Tile height from the rows an expert gets on average: each tile of rows reads the expert's
+  // whole weight, so at 4096 tokens (96 rows an expert) 32-row tiles read every weight three
+  // times and 128-row tiles once; a few dozen rows (1024 tokens) keep 32 (the grid covers the
+  // SMs). The tile does not change the bits (gemm.h).
+  const std::int64_t mean_rows = NK / std::max<std::int64_t>(E, 1);
+  g1.tile_rows = mean_rows >= 80 ? 128 : mean_rows >= 40 ? 64 : 0;
   gemm(z, D, k.gemm_weight(0, gu_spec), gu, 2 * I, max_rows, D, 2 * I, gu_spec, k.cs, g1);
   swiglu(gu, NK, I, ffn.clip, static_cast<float>(k.c.swiglu_limit), ffn.st, h, k.cs);
   GemmGroups g2 = g1;

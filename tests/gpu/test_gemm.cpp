@@ -285,6 +285,14 @@ void check_grouped(bool matrix_cores) {
     Dev<float> d_out16(T * Kp * I);
     hip::gemm(z16, D, w16, d_out16.ptr(), I, T * Kp, D, I, spec, test_stream(), gg);
     EXPECT_EQ(d_out16.get(), out) << "gathered rows: 16-bit operand patterns give other bits";
+    // Every tile height (the routed experts take 128 at 4096 tokens, hip/moe.cpp): the same bits.
+    for (int tile_rows : {32, 64, 128}) {
+      hip::GemmGroups gt = gg;
+      gt.tile_rows = tile_rows;
+      Dev<float> d_tile(T * Kp * I);
+      hip::gemm(z16, D, w16, d_tile.ptr(), I, T * Kp, D, I, spec, test_stream(), gt);
+      EXPECT_EQ(d_tile.get(), out) << "gathered rows: " << tile_rows << "-row tiles give other bits";
+    }
   });
   for (std::int64_t e = 0; e < E; ++e)
     for (auto i = starts[e]; i < starts[e + 1]; ++i) {
@@ -369,6 +377,10 @@ void expect_decoded_equals_dequantised(const hip::QuantWeight& q, const std::vec
   Dev<std::uint16_t> d_w16(n), d_x16(x_rows * K);
   hip::pack_bits16(d_w.ptr(), d_w16.ptr(), n, in, test_stream());
   hip::pack_bits16(d_x.ptr(), d_x16.ptr(), x_rows * K, in, test_stream());
+  // Decoded once into 16-bit operands (a model whose decoded weights fit): the same patterns.
+  Dev<std::uint16_t> d_once(n);
+  hip::decode_weight_bits16(q, n / K, K, in, d_once.ptr(), test_stream());
+  EXPECT_EQ(d_once.get(), d_w16.get()) << "decode_weight_bits16 differs from dequantise, quantize_weight, pack_bits16";
   const hip::GemmSpec spec{in, Fmt::f32, Fmt::bf16, false, true};
   const std::int64_t ny = g.y_rows ? g.y_rows * O : M * O;
   for (const bool x_bits : {false, true}) {
@@ -432,8 +444,12 @@ TEST(Gemm, ReleaseWeightsDecodedInTheKernel) {
     std::int64_t most = 0;
     for (std::int64_t e = 0; e < E; ++e) most = std::max<std::int64_t>(most, starts[e + 1] - starts[e]);
     for (Fmt in : {Fmt::bf16, Fmt::f16})
-      expect_decoded_equals_dequantised(q, r.dequant, most, K, R, in, g, T,
-                                        "fp4 experts K=" + std::to_string(K) + " R=" + std::to_string(R));
+      for (int tile_rows : {0, 128}) {  // the register-staged kernel's 32- and 128-row tiles
+        g.tile_rows = tile_rows;
+        expect_decoded_equals_dequantised(q, r.dequant, most, K, R, in, g, T,
+                                          "fp4 experts K=" + std::to_string(K) + " R=" + std::to_string(R) +
+                                              " tile rows " + std::to_string(tile_rows));
+      }
   }
 }
 
