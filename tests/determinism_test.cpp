@@ -151,6 +151,99 @@ TEST_F(Determinism, NaiveEmuDiffersBetweenRunsFromItsAtomicsAndTies) {
   EXPECT_EQ(r.table.rows.size(), r.table.rows.size());
 }
 
+// A host stand-in for a device (what hip does with --on-device, exec/device_comparison.h):
+// the wrapped backend keeps its real outputs to itself (its later stages read them there),
+// hands back undefined tensors, and its outputs are kept (run 1) or compared (later runs).
+class HostSideComparison final : public DeviceComparison {
+ public:
+  class Wrapped final : public Backend {
+   public:
+    explicit Wrapped(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+    std::string name() const override { return inner_->name(); }
+    bool implements(OpKind k) const override { return inner_->implements(k); }
+    const Policy* numerics() const override { return inner_->numerics(); }
+    void release(const std::string& key) override { own_.erase(key); }
+    std::vector<Tensor> run(const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx) override {
+      std::vector<const Tensor*> real;
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        const auto it = own_.find(s.inputs[i].key());
+        real.push_back(it != own_.end() ? &it->second : in[i]);
+      }
+      std::vector<Tensor> out = inner_->run(s, real, ctx);
+      for (std::size_t k = 0; k < out.size(); ++k) {
+        const std::string key = s.name + "/" + s.outputs[k];
+        own_[key] = out[k];
+        if (owner_->keep_) owner_->kept_[key] = out[k];
+        else owner_->pending_.emplace_back(key, out[k]);
+      }
+      return std::vector<Tensor>(out.size());
+    }
+    HostSideComparison* owner_ = nullptr;
+
+   private:
+    std::unique_ptr<Backend> inner_;
+    std::map<std::string, Tensor> own_;
+  };
+  void attach(Backend& b, bool keep) override {
+    dynamic_cast<Wrapped&>(b).owner_ = this;
+    keep_ = keep;
+  }
+  std::vector<Diff> collect(Backend&) override {
+    std::vector<Diff> out;
+    for (const auto& [key, t] : pending_) {
+      const BitDiff d = bit_diff(kept_.at(key), t);
+      out.push_back({key, d.numel, d.differing, d.max_abs, d.identical() ? Tensor() : kept_.at(key),
+                     d.identical() ? Tensor() : t});
+    }
+    pending_.clear();
+    return out;
+  }
+
+ private:
+  bool keep_ = false;
+  std::map<std::string, Tensor> kept_;
+  std::vector<std::pair<std::string, Tensor>> pending_;
+};
+
+// The on-device path of check_determinism (only the comparisons come back, run by run) finds
+// what the host path finds: the same tensors, runs, origins and differences.
+TEST_F(Determinism, ComparedOnTheDeviceFindsWhatTheHostFinds) {
+  CaseSession s = open_session(case_path());
+  DeterminismOptions o;
+  o.runs = 3;
+  o.seed = 5;
+  const DeterminismResult host = check_determinism(s, emu("naive"), o);
+  ASSERT_FALSE(host.deterministic());
+  HostSideComparison device;
+  o.on_device = &device;
+  const BackendFactory naive = emu("naive");
+  const DeterminismResult on_device = check_determinism(s, [&](std::uint64_t seed) -> std::unique_ptr<Backend> {
+    return std::make_unique<HostSideComparison::Wrapped>(naive(seed));
+  }, o);
+  ASSERT_EQ(on_device.findings.size(), host.findings.size());
+  for (std::size_t i = 0; i < host.findings.size(); ++i) {
+    const Finding &a = host.findings[i], &b = on_device.findings[i];
+    EXPECT_EQ(a.key(), b.key());
+    EXPECT_EQ(a.where, b.where) << a.key();
+    EXPECT_EQ(a.origin, b.origin) << a.key();
+    EXPECT_EQ(a.max_abs, b.max_abs) << a.key();
+    EXPECT_EQ(a.differing, b.differing) << a.key();
+  }
+  ASSERT_EQ(on_device.table.rows.size(), host.table.rows.size());
+  for (std::size_t i = 0; i < host.table.rows.size(); ++i)
+    EXPECT_EQ(on_device.table.rows[i].verdict, host.table.rows[i].verdict) << host.table.rows[i].key();
+  // fixed: every tensor identical, judged without a tensor reaching the host.
+  HostSideComparison fixed_device;
+  o.on_device = &fixed_device;
+  const BackendFactory fixed = emu("fixed");
+  const DeterminismResult same = check_determinism(s, [&](std::uint64_t seed) -> std::unique_ptr<Backend> {
+    return std::make_unique<HostSideComparison::Wrapped>(fixed(seed));
+  }, o);
+  EXPECT_TRUE(same.deterministic());
+  EXPECT_EQ(same.table.verdict, Verdict::pass);
+  EXPECT_EQ(same.table.rows.size(), host.table.rows.size());
+}
+
 TEST_F(Determinism, FixedEmuAndRefcpuAreBitIdenticalAcrossRunsAndThreadCounts) {
   CaseSession s = open_session(case_path(2));
   DeterminismOptions o;
@@ -230,7 +323,9 @@ TEST_F(DeterminismCli, BadInputsExitTwoWithOneLine) {
   for (const std::string& args :
        {fmt::format("determinism '{}' --runs 1", path("c.h5")), fmt::format("determinism '{}' --backend hip", path("c.h5")),
         fmt::format("determinism '{}' --stages 'L9*'", path("c.h5")), fmt::format("determinism '{}'", path("none.h5")),
-        fmt::format("determinism '{}' --batch-sweep 0,2", path("c.h5"))}) {
+        fmt::format("determinism '{}' --batch-sweep 0,2", path("c.h5")),
+        fmt::format("determinism '{}' --on-device", path("c.h5")),  // emu compares on the host
+        fmt::format("determinism '{}' --on-device --batch-sweep 1,2", path("c.h5"))}) {
     const auto r = run(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
     EXPECT_EQ(testing::count_lines(r.err), 1u) << args << ": " << r.err;

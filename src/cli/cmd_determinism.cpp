@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/shell.h"
+#include "exec/backend_registry.h"
 #include "core/env_record.h"
 #include "core/error.h"
 #include "report/report.h"
@@ -32,6 +34,7 @@ struct DeterminismCmd {
   std::string stages;
   std::string out_dir, run_id;
   bool all_rows = false, no_reports = false;
+  bool on_device = false;  // run to run compared on the backend's device (hip)
 };
 
 BackendFactory factory(const DeterminismCmd& c, const Policy& policy) {
@@ -50,6 +53,7 @@ std::string command_line(const DeterminismCmd& c, const std::string& run_id) {
   s += fmt::format(" --seed {}", c.cand.seed);
   if (c.batch_sweep.empty()) {
     s += fmt::format(" --runs {}", c.runs);
+    if (c.on_device) s += " --on-device";
     if (!c.threads.empty()) s += fmt::format(" --threads {}", fmt::join(c.threads, ","));
   } else {
     s += fmt::format(" --batch-sweep {} --pad-side {}", fmt::join(c.batch_sweep, ","), c.pad_side);
@@ -97,6 +101,12 @@ Outcome run_to_run(const DeterminismCmd& c, CaseSession& session, const BackendF
   o.threads = c.threads;
   o.seed = c.cand.seed;
   o.stages = c.stages;
+  std::unique_ptr<DeviceComparison> on_device;
+  if (c.on_device) {
+    on_device = backend_entry(c.cand.backend).device_comparison();
+    o.on_device = on_device.get();
+    env.extra["compared_on"] = "the device (--on-device)";
+  }
   const std::size_t n = session.stages.size();
   Progress progress("determinism", static_cast<std::size_t>(std::max<int>(c.runs, static_cast<int>(c.threads.size()))) * n);
   o.progress = [&](const RunSpec& r, const Stage& s, std::size_t i) {
@@ -175,6 +185,11 @@ void run_determinism(DeterminismCmd c) {
   if (c.threads.empty() && refcpu && c.batch_sweep.empty()) c.threads = {1, 2, 4};
   if (c.pad_side.empty()) c.pad_side = session.info.pad_side;
   const bool sweep = !c.batch_sweep.empty();
+  if (c.on_device && sweep)
+    input_error("--on-device compares runs of one batch with each other; --batch-sweep compares slices of different "
+                "batches on the host (leave one of them out)");
+  if (c.on_device && !backend_entry(c.cand.backend).device_comparison)
+    input_error("--on-device: backend {} compares on the host (only hip keeps its outputs on a device)", c.cand.backend);
   const std::string run_id = !c.run_id.empty() ? c.run_id : make_run_id(sweep ? "batch-sweep" : "determinism");
   const BackendFactory make = factory(c, policy);
 
@@ -229,6 +244,7 @@ void setup_determinism(CLI::App& app) {
       "  tdiff determinism case.h5 --backend emu --policy fixed --runs 3\n"
       "  tdiff determinism case.h5 --backend refcpu --runs 3 --threads 1,2,4\n"
       "  tdiff determinism case.h5 --backend emu --batch-sweep 1,2,4,8 --pad-side both\n"
+      "  tdiff determinism case.h5 --backend hip --runs 5 --on-device   # compared on the GPU: no tensor copied unless it differs\n"
       "Run k uses run seed SEED+k-1 (emu: the order of atomic reductions and unstable ties).\n"
       "--backend hip needs a tdiff built with -DTDIFF_HIP=AMD or NVIDIA and a GPU.\n"
       "Exit code: 0 bit-identical everywhere, 1 something differed, 2 usage or input error.");
@@ -251,6 +267,9 @@ void setup_determinism(CLI::App& app) {
   cmd->add_option("--stages", c->stages, "report only stages matching these globs (all stages still run)");
   cmd->add_option("-o,--out", c->out_dir, "report folder (default reports/<case>/<run-id>)");
   cmd->add_option("--run-id", c->run_id, "run id (default: time-based)");
+  cmd->add_flag("--on-device", c->on_device,
+                "hip: keep run 1's outputs on the GPU and compare each later run there; only the comparison and "
+                "the tensors that differ are copied to the host");
   cmd->add_flag("--all", c->all_rows, "list every differing tensor, not only the origins and the first 30");
   cmd->add_flag("--no-reports", c->no_reports, "print only; write no report files (the case still records the run)");
   cmd->callback([c] { run_determinism(*c); });

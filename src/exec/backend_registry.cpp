@@ -1,5 +1,7 @@
 #include "exec/backend_registry.h"
 
+#include <stdexcept>
+
 #include "core/error.h"
 #include "emu/emu_backend.h"
 #include "refcpu/refcpu_backend.h"
@@ -23,8 +25,30 @@ std::unique_ptr<Backend> make_hip(const Policy& policy, const BackendOptions& op
 }
 
 #if defined(TDIFF_WITH_HIP)
+// hip's outputs kept and compared on the GPU (hip/run_compare.h), one snapshot for the
+// backends of all runs.
+class HipDeviceComparison final : public DeviceComparison {
+ public:
+  void attach(Backend& b, bool keep) override { hip_of(b).set_run_snapshot(snapshot_, keep); }
+  std::vector<Diff> collect(Backend& b) override {
+    hip_of(b);
+    std::vector<Diff> out;
+    for (auto& d : snapshot_->collect(nullptr)) out.push_back({d.key, d.numel, d.differing, d.max_abs, d.base, d.other});
+    return out;
+  }
+
+ private:
+  static hip::HipBackend& hip_of(Backend& b) {
+    auto* h = dynamic_cast<hip::HipBackend*>(&b);
+    if (!h) throw std::logic_error("on-device comparison: not a hip backend");
+    return *h;
+  }
+  std::shared_ptr<hip::RunSnapshot> snapshot_ = std::make_shared<hip::RunSnapshot>();
+};
+std::unique_ptr<DeviceComparison> make_hip_comparison() { return std::make_unique<HipDeviceComparison>(); }
 constexpr bool kHipBuilt = true;
 #else
+std::unique_ptr<DeviceComparison> make_hip_comparison() { return nullptr; }  // unreachable, as make_hip
 constexpr bool kHipBuilt = false;
 #endif
 
@@ -39,7 +63,7 @@ const std::vector<BackendEntry>& backend_registry() {
       // Every knob: the hip handlers make their kernel arguments with emu's knob -> spec
       // functions, so each knob has emu's meaning (src/hip/README.md, "emu is the specification").
       {"hip", "the HIP kernels on a GPU: gfx90a, or NVIDIA through src/hip/vendor.h", true, kHipBuilt, true, true,
-       "configure with -DTDIFF_HIP=AMD or NVIDIA", make_hip},
+       "configure with -DTDIFF_HIP=AMD or NVIDIA", make_hip, make_hip_comparison},
       {"refcpu", "the float64 reference on the CPU", false, true, false, false, "",
        [](const Policy&, const BackendOptions&) -> std::unique_ptr<Backend> {
          return std::make_unique<refcpu::RefCpuBackend>();

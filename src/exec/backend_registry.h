@@ -10,6 +10,7 @@
 
 #include "core/backend.h"
 #include "core/policy.h"
+#include "exec/device_comparison.h"
 
 namespace tdiff {
 
@@ -27,6 +28,8 @@ struct BackendEntry {
   bool every_knob = false;  // implements every knob of the catalogue (audit needs it)
   std::string build_hint;   // how to get it when !built
   std::function<std::unique_ptr<Backend>(const Policy&, const BackendOptions&)> make;
+  // Run-to-run comparison on the backend's device (determinism --on-device); null: none.
+  std::function<std::unique_ptr<DeviceComparison>()> device_comparison = nullptr;
 };
 
 const std::vector<BackendEntry>& backend_registry();

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <set>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -70,14 +72,7 @@ BitDiff FindingTable::record(const Stage& s, const std::string& tensor, const Te
   const BitDiff d = bit_diff(base, other);
   if (!pattern_matches(report_, s.name)) return d;
   const std::string key = s.name + "/" + tensor;
-  auto [it, fresh] = entries_.try_emplace(key);
-  Entry& e = it->second;
-  if (fresh) {
-    e.order = stage_order_.at(s.name) * 64 + static_cast<std::size_t>(
-                  std::find(s.outputs.begin(), s.outputs.end(), tensor) - s.outputs.begin());
-    e.finding.stage = s.name;
-    e.finding.tensor = tensor;
-  }
+  Entry& e = entry(s, tensor);
   Finding& f = e.finding;
   const bool worse = !d.identical() && (f.where.empty() || d.max_abs > f.max_abs ||
                                         (d.max_abs == f.max_abs && d.differing > f.differing));
@@ -102,6 +97,28 @@ BitDiff FindingTable::record(const Stage& s, const std::string& tensor, const Te
     e.have_row = true;
   }
   return d;
+}
+
+FindingTable::Entry& FindingTable::entry(const Stage& s, const std::string& tensor) {
+  auto [it, fresh] = entries_.try_emplace(s.name + "/" + tensor);
+  Entry& e = it->second;
+  if (fresh) {
+    e.order = stage_order_.at(s.name) * 64 + static_cast<std::size_t>(
+                  std::find(s.outputs.begin(), s.outputs.end(), tensor) - s.outputs.begin());
+    e.finding.stage = s.name;
+    e.finding.tensor = tensor;
+  }
+  return e;
+}
+
+void FindingTable::record_identical(const Stage& s, const std::string& tensor, std::int64_t numel) {
+  if (!pattern_matches(report_, s.name)) return;
+  Entry& e = entry(s, tensor);
+  if (e.have_row) return;
+  e.worst = TensorDiff{};
+  e.worst.stage = s.name, e.worst.tensor = tensor;
+  e.worst.metrics.count = e.worst.metrics.compared = numel;  // identical: cosine 1, every difference 0
+  e.have_row = true;
 }
 
 std::vector<Finding> FindingTable::findings() const {
@@ -150,10 +167,35 @@ struct ThreadCountGuard {
   int saved = omp_get_max_threads();
   ~ThreadCountGuard() { omp_set_num_threads(saved); }
 };
+
+// A run compared on the device: each output's comparison in model order, origins found as the
+// host comparison finds them (differing while every input of its stage was identical).
+void judge_on_device(const std::vector<Stage>& stages, std::vector<DeviceComparison::Diff> diffs, FindingTable& table,
+                     int k, const std::string& label) {
+  std::map<std::string, DeviceComparison::Diff> by_key;
+  for (auto& d : diffs) by_key[d.key] = std::move(d);
+  std::set<std::string> differing;
+  for (const auto& s : stages) {
+    bool inputs_identical = true;
+    for (const auto& in : s.inputs) inputs_identical = inputs_identical && !differing.count(in.key());
+    for (const auto& t : s.outputs) {
+      const auto it = by_key.find(s.name + "/" + t);
+      if (it == by_key.end()) throw std::logic_error("determinism --on-device: no comparison of " + s.name + "/" + t);
+      const DeviceComparison::Diff& d = it->second;
+      if (d.differing == 0) {
+        table.record_identical(s, t, d.numel);
+        continue;
+      }
+      differing.insert(d.key);
+      table.record(s, t, d.base, d.other, k, label, inputs_identical);
+    }
+  }
+}
 }  // namespace
 
 DeterminismResult check_determinism(CaseSession& session, const BackendFactory& make, const DeterminismOptions& opt) {
   if (opt.runs < 2) input_error("determinism: --runs must be at least 2 (got {})", opt.runs);
+  if (opt.on_device && opt.run1) throw std::logic_error("determinism: a given run 1 cannot be compared on the device");
   for (int t : opt.threads)
     if (t < 1) input_error("determinism: thread counts must be positive (got {})", t);
   if (!opt.stages.empty()) select_stages(opt.stages, session.stages);
@@ -177,10 +219,12 @@ DeterminismResult check_determinism(CaseSession& session, const BackendFactory& 
     setup.stop();
     TimedBackend timed(*made, times, "candidate", "finish");
     Backend* backend = &timed;
+    if (opt.on_device) opt.on_device->attach(*made, k == 1);
     std::set<std::string> differing;  // keys of this run that differ from run 1
     ExecutorHooks hooks;
     hooks.on_stage = [&](const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
       if (opt.progress) opt.progress(spec, s, i);
+      if (opt.on_device) return;  // compared on the device: judged after the run
       bool inputs_identical = true;
       for (const auto& in : s.inputs) inputs_identical = inputs_identical && !differing.count(in.key());
       auto t = times.measure("compare");
@@ -197,6 +241,10 @@ DeterminismResult check_determinism(CaseSession& session, const BackendFactory& 
     TensorMap env;
     put_inputs(session.info.batch, env);
     execute(session.stages, [&](const Stage&) -> Backend& { return *backend; }, ctx, env, hooks);
+    if (opt.on_device && k > 1) {
+      auto t = times.measure("compare");
+      judge_on_device(session.stages, opt.on_device->collect(*made), table, k, spec.label());
+    }
     times.stop_clock();
   }
   res.findings = table.findings();

@@ -19,6 +19,7 @@
 #include "core/session.h"
 #include "core/timing.h"
 #include "diff/compare.h"
+#include "exec/device_comparison.h"
 
 namespace tdiff {
 
@@ -58,6 +59,10 @@ struct DeterminismOptions {
   std::string stages;        // report only these (globs); every stage runs and is checked
   // Run 1's outputs by key when the caller already has them (tdiff ci): run 1 is not repeated.
   const TensorMap* run1 = nullptr;
+  // Compare on the backend's device (exec/device_comparison.h; `--on-device`): each run's
+  // outputs stay there and only the comparison and the differing tensors reach the host, where
+  // those are compared again: the findings are the host comparison's.
+  DeviceComparison* on_device = nullptr;
   std::function<void(const RunSpec&, const Stage&, std::size_t index)> progress;
 };
 

@@ -18,6 +18,8 @@ class FindingTable {
   // `inputs_identical` whether every input of the stage was identical there.
   BitDiff record(const Stage& s, const std::string& tensor, const Tensor& base, const Tensor& other, int where,
                  const std::string& label, bool inputs_identical);
+  // A comparison found identical without the tensors at hand (compared on the device).
+  void record_identical(const Stage& s, const std::string& tensor, std::int64_t numel);
   std::vector<Finding> findings() const;  // model order, reported stages only
   // Rows in model order; verdict FAIL with the finding as the reason, PASS when identical.
   CompareResult table(const std::string& label_ref, const std::string& label_cand,
@@ -34,6 +36,7 @@ class FindingTable {
   std::map<std::string, std::size_t> stage_order_;
   CompareOptions copt_;
   std::map<std::string, Entry> entries_;  // by key
+  Entry& entry(const Stage& s, const std::string& tensor);  // created on first use
 };
 
 // "3.9e-03 in 12 of 3072 elements" (or "every element" / "shape differs").

@@ -293,6 +293,10 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t, const Ear
     }
     pending_.push_back(std::move(p));
   }
+  if (snapshot_) {
+    if (snapshot_keep_) snapshot_->keep(key, t.buf, t.shape, t.dtype, compute_);
+    else snapshot_->compare(key, t.buf, t.shape, t.dtype, compute_);
+  }
   t.host = host;
   dev_[key] = std::move(t);
   return host;

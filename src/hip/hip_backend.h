@@ -25,6 +25,7 @@
 #include "hip/device.h"
 #include "hip/device_weights.h"
 #include "hip/gemm.h"
+#include "hip/run_compare.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff::hip {
@@ -51,6 +52,13 @@ class HipBackend final : public Backend {
   // undefined host tensors: only for runs where this backend runs every stage and nothing
   // reads those outputs on the host (the capture-overhead benchmark).
   void set_capture(std::function<bool(const Stage&)> capture) { capture_ = std::move(capture); }
+  // Run-to-run comparison on the device (hip/run_compare.h): every output kept in `snapshot`
+  // (keep: run 1) or compared with it there (a later run), and none copied to the host (the
+  // outputs handed back are undefined: for determinism's runs, which read nothing else).
+  void set_run_snapshot(std::shared_ptr<RunSnapshot> snapshot, bool keep) {
+    snapshot_ = std::move(snapshot);
+    snapshot_keep_ = keep;
+  }
   // 16-bit GEMMs on the matrix cores (default where the device has them; `--hip-gemm`) or on
   // the vector ALU, whose sums equal emu's bit for bit. The
   // matrix cores sum inside each 16-deep product in the hardware's order: a few float ulps,
@@ -119,7 +127,7 @@ class HipBackend final : public Backend {
   struct EarlyCopy {
     Tensor host;  // float32, pinned
   };
-  bool captures(const Stage& s) const { return !capture_ || capture_(s); }
+  bool captures(const Stage& s) const { return !snapshot_ && (!capture_ || capture_(s)); }
   EarlyCopy early_copy_begin(const Shape& shape);
   // Copies elements [offset, offset + count) of d_src, once the compute stream has written them.
   void early_copy(EarlyCopy& c, const float* d_src, std::int64_t offset, std::int64_t count);
@@ -148,6 +156,8 @@ class HipBackend final : public Backend {
   std::vector<Event> events_in_use_;
   std::vector<std::string> since_sync_;  // stages enqueued since the last sync (fault attribution)
   std::function<bool(const Stage&)> capture_;
+  std::shared_ptr<RunSnapshot> snapshot_;
+  bool snapshot_keep_ = false;
   bool timing_ = false, sync_each_ = false, matrix_cores_ = false;
   int logit_blocks_ = 4;
   int copy_streams_ = 2;

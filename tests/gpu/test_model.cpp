@@ -13,10 +13,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include <unistd.h>
 
+#include "exec/backend_registry.h"
 #include "exec/mixed_run.h"
+#include "gates/determinism.h"
 #include "core/executor.h"
 #include "core/session.h"
 #include "core/synth.h"
@@ -271,6 +274,32 @@ TEST(Model, ReleaseDecodedOnceEqualsDecodedInKernel) {
   const Outputs in_kernel = forward("kernel"), once = forward("once");
   const std::size_t differ = count_differing(in_kernel, once, "decoded once vs in the kernels");
   std::printf("decoded once vs in the kernels: %zu of %zu tensors differ\n", differ, once.size());
+}
+
+// tdiff determinism --on-device: run 1's outputs kept on the GPU, later runs compared there.
+// fixed reproduces every stage; reduction=atomic does not, and its first origin is an
+// operator that sums with atomics; no tensor crosses the link unless it differs.
+TEST(Model, DeterminismComparedOnTheDevice) {
+  const auto cached = case_for("small");
+  CaseSession session = open_session(cached.path, cached.model);
+  auto check = [&](const Policy& policy) {
+    std::unique_ptr<DeviceComparison> device = backend_entry("hip").device_comparison();
+    DeterminismOptions o;
+    o.runs = 3;
+    o.on_device = device.get();
+    return check_determinism(session, [&](std::uint64_t seed) -> std::unique_ptr<Backend> {
+      return std::make_unique<hip::HipBackend>(policy, seed);
+    }, o);
+  };
+  const DeterminismResult fixed = check(Policy::preset("fixed"));
+  EXPECT_TRUE(fixed.deterministic()) << fixed.findings.front().key();
+  Policy atomic = Policy::preset("fixed");
+  atomic.add_set("reduction=atomic");
+  const DeterminismResult r = check(atomic);
+  ASSERT_FALSE(r.deterministic());
+  EXPECT_TRUE(r.findings.front().origin);
+  std::printf("on the device, reduction=atomic: %zu tensors differ, first %s (%s)\n", r.findings.size(),
+              r.findings.front().key().c_str(), r.findings.front().worst.c_str());
 }
 
 TEST(Model, FixedRepeatsAtomicDiffers) {
