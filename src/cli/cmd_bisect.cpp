@@ -126,6 +126,15 @@ void record_bisect(CaseUpdate& update, const BisectCmd& c, const std::string& ru
   update.commit();
 }
 
+// What runs the stages after a split. auto: the floor on the GPU (a forward there takes
+// milliseconds, the reference's suffix seconds a layer at real widths), the reference elsewhere.
+Suffix choose_suffix(const BisectCmd& c, bool has_floor) {
+  if (c.suffix == "floor" && !has_floor)
+    input_error("--suffix floor needs a floor (--floor none was given): the stages after a split run on it");
+  return c.suffix == "floor" || (c.suffix == "auto" && has_floor && c.cand.backend == "hip") ? Suffix::floor
+                                                                                            : Suffix::reference;
+}
+
 void run_bisect(BisectCmd c) {
   PhaseTimes times;  // the command's; each probe prints its own line as it ends
   auto opening = times.measure("open");
@@ -154,12 +163,7 @@ void run_bisect(BisectCmd c) {
   }
   refcpu::RefCpuBackend reference;
   setup.stop();
-  // auto: the floor after a split on the GPU (a forward there takes milliseconds, the
-  // reference's suffix seconds a layer at real widths), the reference elsewhere.
-  if (c.suffix == "floor" && !floor)
-    input_error("--suffix floor needs a floor (--floor none was given): the stages after a split run on it");
-  const Suffix suffix = c.suffix == "floor" || (c.suffix == "auto" && floor && c.cand.backend == "hip") ? Suffix::floor
-                                                                                                      : Suffix::reference;
+  const Suffix suffix = choose_suffix(c, floor != nullptr);
   const auto ref_attrs = h5_read_attrs(c.case_path, "/reference");
   const auto tie = ref_attrs.find("tie_rule");
   RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));

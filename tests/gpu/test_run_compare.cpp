@@ -1,5 +1,4 @@
-// covers: compare_bits, RunSnapshot (hip/run_compare.h)
-// The on-device run comparison against the host's bit_diff (gates/determinism.h): random
+// The on-device run comparison (hip/run_compare.h: compare_bits, RunSnapshot) against the host's bit_diff (gates/determinism.h): random
 // tensors with some elements changed (by one ulp, by a lot, to NaN and infinity), as float32
 // values, int64 selections and bool masks; then the snapshot's keep / compare / collect.
 #include <cmath>
