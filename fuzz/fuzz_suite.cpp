@@ -12,10 +12,8 @@ const std::string& suite_dir() {
   static const std::string dir = [] {
     const auto d = tdiff::fuzz::scratch_dir() / "suite";
     std::filesystem::create_directories(d);
-    std::filesystem::copy_file(tdiff::fuzz::write_file("golden.txt", "0\n255 255\n0 255 0\n\n1 2 3 4 5 6 7 8 9\n"),
-                               d / "golden.txt", std::filesystem::copy_options::overwrite_existing);
-    std::filesystem::copy_file(tdiff::fuzz::write_file("thresholds.toml", "[default]\nmax_abs_warn = 5e-3\n"),
-                               d / "thresholds.toml", std::filesystem::copy_options::overwrite_existing);
+    tdiff::fuzz::write_file("suite/golden.txt", "0\n255 255\n0 255 0\n\n1 2 3 4 5 6 7 8 9\n");
+    tdiff::fuzz::write_file("suite/thresholds.toml", "[default]\nmax_abs_warn = 5e-3\n");
     return d.string();
   }();
   return dir;
@@ -26,8 +24,9 @@ const std::string& suite_dir() {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tdiff;
   const std::string dir = suite_dir();
-  std::filesystem::copy_file(fuzz::write_file("suite.toml", fuzz::as_text(data, size)), dir + "/suite.toml",
-                             std::filesystem::copy_options::overwrite_existing);
+  // Written in place (std::filesystem::copy_file, used before, gives up on EINTR from
+  // libFuzzer's own timer signal: a crash of the harness, not of tdiff).
+  fuzz::write_file("suite/suite.toml", fuzz::as_text(data, size));
   fuzz::expect_input_errors([&] {
     const Suite s = load_suite(dir);
     std::uint64_t sum = s.hash.size();

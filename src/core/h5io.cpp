@@ -697,6 +697,7 @@ void copy_file_bytes(const std::string& path, const std::string& from, const std
       copied += static_cast<std::uint64_t>(n);
       continue;
     }
+    if (n < 0 && errno == EINTR) continue;  // a signal's handler ran (the copy goes on)
     if (n < 0 && copied == 0 && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP)) fallback = true;
     else err = n < 0 ? errno : EIO;  // 0 bytes before the end: the file shrank under us
     break;
