@@ -184,6 +184,12 @@ class HostSideComparison final : public DeviceComparison {
     std::unique_ptr<Backend> inner_;
     std::map<std::string, Tensor> own_;
   };
+  // `make`'s backends, each wrapped to report to the comparison it is attached to.
+  static BackendFactory wrapping(BackendFactory make) {
+    return [make = std::move(make)](std::uint64_t seed) -> std::unique_ptr<Backend> {
+      return std::make_unique<Wrapped>(make(seed));
+    };
+  }
   void attach(Backend& b, bool keep) override {
     dynamic_cast<Wrapped&>(b).owner_ = this;
     keep_ = keep;
@@ -216,10 +222,7 @@ TEST_F(Determinism, ComparedOnTheDeviceFindsWhatTheHostFinds) {
   ASSERT_FALSE(host.deterministic());
   HostSideComparison device;
   o.on_device = &device;
-  const BackendFactory naive = emu("naive");
-  const DeterminismResult on_device = check_determinism(s, [&](std::uint64_t seed) -> std::unique_ptr<Backend> {
-    return std::make_unique<HostSideComparison::Wrapped>(naive(seed));
-  }, o);
+  const DeterminismResult on_device = check_determinism(s, HostSideComparison::wrapping(emu("naive")), o);
   ASSERT_EQ(on_device.findings.size(), host.findings.size());
   for (std::size_t i = 0; i < host.findings.size(); ++i) {
     const Finding &a = host.findings[i], &b = on_device.findings[i];
@@ -235,10 +238,7 @@ TEST_F(Determinism, ComparedOnTheDeviceFindsWhatTheHostFinds) {
   // fixed: every tensor identical, judged without a tensor reaching the host.
   HostSideComparison fixed_device;
   o.on_device = &fixed_device;
-  const BackendFactory fixed = emu("fixed");
-  const DeterminismResult same = check_determinism(s, [&](std::uint64_t seed) -> std::unique_ptr<Backend> {
-    return std::make_unique<HostSideComparison::Wrapped>(fixed(seed));
-  }, o);
+  const DeterminismResult same = check_determinism(s, HostSideComparison::wrapping(emu("fixed")), o);
   EXPECT_TRUE(same.deterministic());
   EXPECT_EQ(same.table.verdict, Verdict::pass);
   EXPECT_EQ(same.table.rows.size(), host.table.rows.size());
