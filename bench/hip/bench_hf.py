@@ -14,19 +14,21 @@ says so in the JSON ("dtype").
 
 A model folder in DeepSeek's release layout (`tdiff synth --format release`: FP8 linears,
 FP4 experts, release names, shards, the release config.json; told apart as tdiff does, by a
-tensor named embed.weight; --layout forces either) is loaded by release_hf.py beside this
-file: the HF config built from the release one (legacy keys folded as tdiff reads them), the
+tensor named embed.weight; --layout forces either) is loaded by the tdiff_capture package's
+release module (python/tdiff_capture/release.py, as tdiff-capture loads one): the HF config built from the release one (legacy keys folded as tdiff reads them), the
 model built on the GPU in bf16, and each of its tensors filled from the release, dequantised
 on the GPU tensor by tensor (exact: codes of 4 significant bits times powers of two) and the
 routed experts stacked into HF's [E, 2I, D] / [E, D, I] tensors, a few experts at a time. No
 float32 fallback there (at real widths it would not fit): a failure is the script's exit.
 The timing is the same; the JSON adds "layout", "load_s" and the release's tensor counts.
-`python3 bench/hip/release_hf.py --self-test` checks that loader's logic without a GPU.
+`PYTHONPATH=python python3 -m tdiff_capture.release --self-test` checks that loader's logic
+without a GPU (ctest runs it: python_capture_package).
 
     python3 bench/hip/bench_hf.py --model DIR --case case.h5 [--runs 3] [--layout auto|hf|release] [-o bench_hf.json]
 """
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -35,7 +37,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-import release_hf
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from tdiff_capture import release as release_hf  # noqa: E402
 
 
 def load(model_dir, dtype):
@@ -47,37 +50,11 @@ def load(model_dir, dtype):
 
 def load_release(model_dir, dtype, info):
     """DeepseekV4ForCausalLM on cuda in `dtype`, its tensors from a release-layout folder
-    (release_hf.py). Fills `info` with what the JSON reports about the load."""
-    import transformers
-    t0 = time.perf_counter()
-    rel = release_hf.ReleaseFolder(model_dir)
-    cfg = release_hf.hf_config(rel.config)
-    config = transformers.DeepseekV4Config.from_dict(cfg)
-    # Built where it runs, in the load dtype: the weights are overwritten below, so nothing
-    # is materialised twice on the host and no float32 copy of the model exists.
-    prev = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device("cuda"):
-            try:
-                model = transformers.DeepseekV4ForCausalLM._from_config(config, dtype=dtype)
-            except TypeError:  # an older signature (torch_dtype), or none
-                model = transformers.DeepseekV4ForCausalLM._from_config(config)
-    finally:
-        torch.set_default_dtype(prev)
-    kept = sorted({str(p.dtype) for p in model.parameters()})
-    model.to(dtype)  # as load(): any float32-kept module cast
-    t1 = time.perf_counter()
-    stats = release_hf.load_into(rel, model.state_dict(), "cuda")
-    torch.cuda.synchronize()
-    t2 = time.perf_counter()
-    info.update({"layout": "release", "load_s": round(t2 - t0, 2), "build_s": round(t1 - t0, 2),
-                 "fill_s": round(t2 - t1, 2), "release_tensors_filled": stats["tensors"],
-                 "release_stored_gb": round(stats["stored_bytes"] / 1e9, 3),
-                 "model_tensors_not_in_release": stats["not_in_release"],
-                 "layer_types": list(cfg["layer_types"]), "mlp_layer_types": list(cfg["mlp_layer_types"]),
-                 "gpu_memory_gb_after_load": round(torch.cuda.memory_allocated() / 1e9, 2)})
-    return model.eval(), kept
+    (tdiff_capture.release.build_model). Fills `info` with what the JSON reports about the load."""
+    model, loaded = release_hf.build_model(model_dir, dtype, "cuda")
+    info.update(loaded)
+    info["gpu_memory_gb_after_load"] = round(torch.cuda.memory_allocated() / 1e9, 2)
+    return model, loaded["built_param_dtypes"]
 
 
 def main():

@@ -548,10 +548,24 @@ def load_model(model_dir, dtype=None, device="cpu", experts="eager", attn="eager
     (transformers keeps some in float32) are cast to it, with a note: a plain bf16 load
     otherwise fails (spec 3.10); buffers (the RoPE frequencies) are left as they are."""
     from transformers import DeepseekV4ForCausalLM
+
+    from . import release
     dtype = dtype or torch.float64
     notes = []
     kwargs = dict(dtype=dtype, attn_implementation=attn)
-    if experts == "eager":
+    if release.is_release_layout(model_dir):
+        # DeepSeek's release layout: built from the release config and filled with the
+        # release's tensors, FP8/FP4 dequantised exactly on `device` (release.py).
+        try:
+            model, info = release.build_model(model_dir, dtype, device)
+        except (ValueError, KeyError, OSError) as e:
+            raise InputError("%s: not a release folder tdiff-capture can load: %s" % (model_dir, e))
+        model.config._attn_implementation = attn
+        notes.append("release layout: %d tensors (%.3f GB stored) dequantised on %s in %.1f s%s"
+                     % (info["release_tensors_filled"], info["release_stored_gb"], device, info["load_s"],
+                        "; model tensors the release lacks, left as built: %s" % info["model_tensors_not_in_release"]
+                        if info["model_tensors_not_in_release"] else ""))
+    elif experts == "eager":
         try:
             model = DeepseekV4ForCausalLM.from_pretrained(model_dir, experts_implementation="eager", **kwargs)
         except (TypeError, ValueError) as e:  # a transformers without that keyword: set it below

@@ -128,6 +128,27 @@ class HfTest(unittest.TestCase):
                   "--dump-policy", "fixed", ok=(0, 1))
         self.assertIn("dump lacks", text)
 
+    def test_release_folder_capture_equals_the_reference(self):
+        # The tiny preset in DeepSeek's release layout (FP8 linears, FP4 experts, release names):
+        # loaded by tdiff_capture.release, its float64 capture equals tdiff's reference of the
+        # same folder within 1e-6, as the HF-layout capture does.
+        model = os.path.join(self.dir, "tiny-release")
+        case = os.path.join(self.dir, "tiny-release.h5")
+        sh(TDIFF, "synth", "--preset", "tiny", "--format", "release", "--seed", "1", "-o", model)
+        sh(TDIFF, "case", "new", "--model", model, "--random-prompts", "1", "--len", "96", "--seed", "2", "-o", case)
+        sh(TDIFF, "golden", case, "--tie-rule", "torch-cpu")
+        out = os.path.join(self.dir, "release-f64.h5")
+        p = subprocess.run([sys.executable, "-m", "tdiff_capture", "capture", "--model", model, "--case", case,
+                            "-o", out, "--dtype", "float64", "--device", "cpu", "--store", "f64"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")))
+        self.assertEqual(p.returncode, 0, p.stdout[-6000:])
+        self.assertIn("release layout", p.stdout)
+        with h5py.File(out, "r") as f:
+            self.assertEqual(json.loads(f.attrs["not_captured"]), {})
+        sh(sys.executable, os.path.join(ROOT, "tests", "oracle", "compare_hf.py"), case, out,
+           "--bound", "1e-6", "--score-bound", "1e-4")
+
 
 if __name__ == "__main__":
     unittest.main()

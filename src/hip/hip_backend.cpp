@@ -293,13 +293,17 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t, const Ear
     }
     pending_.push_back(std::move(p));
   }
+  t.host = host;
+  remember(key, std::move(t));
+  return host;
+}
+
+void HipBackend::remember(const std::string& key, DevTensor t) {
   if (snapshot_) {
     if (snapshot_keep_) snapshot_->keep(key, t.buf, t.shape, t.dtype, compute_);
     else snapshot_->compare(key, t.buf, t.shape, t.dtype, compute_);
   }
-  t.host = host;
   dev_[key] = std::move(t);
-  return host;
 }
 
 std::vector<Tensor> HipBackend::run(const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx) {

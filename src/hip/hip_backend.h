@@ -133,6 +133,9 @@ class HipBackend final : public Backend {
   void early_copy(EarlyCopy& c, const float* d_src, std::int64_t offset, std::int64_t count);
   Event next_event();
   Tensor publish(const Stage& s, std::size_t k, DevTensor t, const EarlyCopy* early = nullptr);
+  // Registers output `key` on the device (its host copy, if any, already in t.host), and keeps
+  // or compares it in the run snapshot: every output, host-computed ones included.
+  void remember(const std::string& key, DevTensor t);
   void sync_all(const char* when);
 
   Policy policy_;

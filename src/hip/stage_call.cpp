@@ -76,8 +76,7 @@ void StageCall::on_host() {
   for (auto& t : h) ptrs.push_back(&t);
   auto res = be.exact_.run(s, ptrs, ctx);
   for (std::size_t k = 0; k < res.size(); ++k) {
-    DevTensor d = be.upload(res[k]);
-    be.dev_[s.name + "/" + s.outputs[k]] = std::move(d);  // d.host = res[k]: no copy back needed
+    be.remember(s.name + "/" + s.outputs[k], be.upload(res[k]));  // its host = res[k]: no copy back needed
     outs_.push_back(res[k]);
   }
 }

@@ -1,5 +1,6 @@
-#!/usr/bin/env python3
-"""DeepSeek's release layout read into transformers' (HF) layout, for bench_hf.py.
+"""DeepSeek's release layout read into transformers' (HF) layout: how tdiff-capture loads a
+release folder (FP8 linears, FP4 experts, release names, shards) into DeepseekV4ForCausalLM,
+and how bench/hip/bench_hf.py benchmarks transformers on one.
 
 The release (shared spec sections 1.3, 2.6, 2.7; tdiff's src/core/release_format.*,
 release_weights.cpp, config.cpp and synth_release.cpp are the authority this mirrors):
@@ -11,15 +12,17 @@ release_weights.cpp, config.cpp and synth_release.cpp are the authority this mir
     everything else BF16, F32 or I64 with no scale; `mtp.*` is not part of the forward pass.
 
 Each product is exact in float32 (a code of at most 4 significant bits times a power of two,
-inside float32's range for any scale a checkpoint uses) and so is its cast to bf16. The
-routed experts, E release tensors per part, stack into HF's gate_up_proj [E, 2I, D]
-(rows [w1_e; w3_e]) and down_proj [E, D, I] (w2_e).
+inside float32's range for any scale a checkpoint uses), and so is its cast to bf16 or
+float64: a model built in any of those dtypes holds exactly the release's values. The routed
+experts, E release tensors per part, stack into HF's gate_up_proj [E, 2I, D] (rows
+[w1_e; w3_e]) and down_proj [E, D, I] (w2_e).
 
-Nothing here needs torch: the dequantisers take an `ops` object (NumpyOps here, TorchOps in
-load_into), so the numpy path that the self-test checks is the code the GPU path runs.
+The dequantisers take an `ops` object (NumpyOps here, TorchOps in load_into), so the numpy
+path that the self-test checks is the code the torch path runs; only build_model and
+load_into import torch.
 
-    python3 bench/hip/release_hf.py --self-test [--tdiff build/tdiff]   # unit and end-to-end checks
-    python3 bench/hip/release_hf.py --export RELEASE_DIR OUT_DIR        # an HF-layout float32 copy
+    python3 -m tdiff_capture.release --self-test [--tdiff build/tdiff]   # unit and end-to-end checks
+    python3 -m tdiff_capture.release --export RELEASE_DIR OUT_DIR        # an HF-layout float32 copy
 """
 import argparse
 import json
@@ -529,6 +532,45 @@ def load_into(rel, state, device, chunk_elements=EXPERT_CHUNK_ELEMENTS):
     return {"tensors": len(params), "stored_bytes": stored, "not_in_release": missing}
 
 
+def build_model(model_dir, dtype, device):
+    """DeepseekV4ForCausalLM in `dtype` on `device`, its tensors from the release folder
+    `model_dir`: the HF config built from the release one, the model built where it runs (the
+    weights are overwritten, so nothing is materialised twice and no float32 copy of the model
+    exists on the host), then every tensor filled by load_into (FP8/FP4 dequantised on
+    `device`). Returns (model in eval mode, info: what was loaded and how long it took)."""
+    import time
+
+    import torch
+    import transformers
+    t0 = time.perf_counter()
+    rel = ReleaseFolder(model_dir)
+    cfg = hf_config(rel.config)
+    config = transformers.DeepseekV4Config.from_dict(cfg)
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            try:
+                model = transformers.DeepseekV4ForCausalLM._from_config(config, dtype=dtype)
+            except TypeError:  # an older signature (torch_dtype), or none
+                model = transformers.DeepseekV4ForCausalLM._from_config(config)
+    finally:
+        torch.set_default_dtype(prev)
+    built_dtypes = sorted({str(p.dtype) for p in model.parameters()})
+    model.to(dtype)  # any module transformers keeps in float32, cast (spec 3.10: a bf16 model needs it)
+    t1 = time.perf_counter()
+    stats = load_into(rel, model.state_dict(), device)
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    t2 = time.perf_counter()
+    info = {"layout": "release", "load_s": round(t2 - t0, 2), "build_s": round(t1 - t0, 2),
+            "fill_s": round(t2 - t1, 2), "release_tensors_filled": stats["tensors"],
+            "release_stored_gb": round(stats["stored_bytes"] / 1e9, 3),
+            "model_tensors_not_in_release": stats["not_in_release"], "built_param_dtypes": built_dtypes,
+            "layer_types": list(cfg["layer_types"]), "mlp_layer_types": list(cfg["mlp_layer_types"])}
+    return model.eval(), info
+
+
 def _nbytes(rel, name):
     a, b = rel.info(name)["data_offsets"]
     return b - a
@@ -645,7 +687,7 @@ def torch_checks(rel, log):
         assert np.array_equal(bf, want), hf + ": not exact in bf16"
         n += 1
     log("torch %s path (cpu): %d FP8/FP4 tensors equal the numpy path bit for bit, and exact in bf16" % (torch.__version__, n))
-    # load_into, as bench_hf.py calls it (a model's state_dict: bf16, tid2eid int64), 3 experts a chunk.
+    # load_into, as build_model calls it (a model's state_dict: bf16, tid2eid int64), 3 experts a chunk.
     want = {hf: rel.value_f32(p) for hf, p in rel.params().items()}
     state = {hf: torch.empty(v.shape, dtype=torch.int64 if v.dtype == np.int64 else torch.bfloat16) for hf, v in want.items()}
     stats = load_into(rel, state, "cpu", chunk_elements=3 * 64 * 64)
@@ -676,7 +718,7 @@ def end_to_end(tdiff, log, keep=None):
     FP8/FP4 tensors within the formats' rounding of them; and tdiff's reference run on the
     export must give the same logits and stage outputs, bit for bit, as on the release folder."""
     import h5py
-    tmp = keep or tempfile.mkdtemp(prefix="release_hf.")
+    tmp = keep or tempfile.mkdtemp(prefix="tdiff-release.")
     try:
         for preset in ("tiny", "small"):
             d = lambda s: os.path.join(tmp, "%s-%s" % (preset, s))  # noqa: E731
@@ -787,7 +829,7 @@ def main():
         print("SKIP end to end: no tdiff binary (--tdiff PATH)")
     else:
         end_to_end(tdiff, log, a.keep)
-    print("release_hf self-test: all checks passed")
+    print("tdiff_capture.release self-test: all checks passed")
     return 0
 
 
