@@ -41,7 +41,7 @@ def run(args, isolate=False, written_by="tdiff-capture"):
     import torch
     import transformers
     from . import hf
-    from .rope import patch_rotary_f64
+    from .rope import patch_model_rotary_f64
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     if not transformers.__version__.startswith("5.17"):
@@ -77,7 +77,7 @@ def run(args, isolate=False, written_by="tdiff-capture"):
     undo_rope = None
     if args.rope_f64:
         try:
-            undo_rope, rope_notes = patch_rotary_f64(model.model.rotary_emb, config)
+            undo_rope, rope_notes = patch_model_rotary_f64(model, config)
         except ValueError as e:
             raise InputError(str(e))
         load_notes += rope_notes

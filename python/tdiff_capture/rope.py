@@ -4,8 +4,10 @@ A deliberate deviation from stock transformers, for the oracle only: transformer
 RoPE frequencies, angles, cos and sin in float32 even in a float64 model (spec 3.3 and 3.9,
 site F3), so its tables drift from the exact ones by about position x 2^-24 rad, and every
 stage after them with it (tests/oracle/README.md: rope.main/cos 2.7e-6 at 256 tokens, 2.7e-5 at
-2304). This patch replaces the forward of the model's rotary embedding module (one instance,
-not the class) by the same computation in float64 from spec 3.3's formulas: frequencies
+2304). This patch replaces the forward of every rotary embedding module of the model (the
+instances, not the class: the model's own, and the one each compressor and each indexer owns
+for the compressed entries' and the indexer queries' positions) by the same computation in
+float64 from spec 3.3's formulas: frequencies
 omega[f] (plain, or YaRN for a table whose rope_type is "yarn"), angles p * omega[f], cos and
 sin, times the module's own attention scaling, cast to the activation dtype. The rotation
 itself (spec F4) stays transformers' own. The float64 frequencies are checked against the
@@ -96,3 +98,26 @@ def patch_rotary_f64(rotary, config, tolerance=1e-6):
         else:
             del rotary.forward
     return undo, notes
+
+
+def patch_model_rotary_f64(model, config, tolerance=1e-6):
+    """patch_rotary_f64 on every rotary embedding module of `model` (those with per-table
+    frequencies: the model's, the compressors' and the indexers'); returns one function that
+    undoes them all and the notes of the first plus a count. ValueError when there is none."""
+    rotaries = [(n, m) for n, m in model.named_modules()
+                if type(m).__name__.endswith("RotaryEmbedding") and getattr(m, "layer_types", None)]
+    if not rotaries:
+        raise ValueError("--rope-f64: the model has no rotary embedding module with per-table frequencies")
+    undos, notes = [], []
+    for i, (_, m) in enumerate(rotaries):
+        undo, n = patch_rotary_f64(m, config, tolerance)
+        undos.append(undo)
+        if i == 0:
+            notes += n
+    notes.append("rope-f64: %d rotary modules patched (%s%s)" % (
+        len(rotaries), ", ".join(n or "model" for n, _ in rotaries[:3]), ", ..." if len(rotaries) > 3 else ""))
+
+    def undo_all():
+        for u in reversed(undos):
+            u()
+    return undo_all, notes

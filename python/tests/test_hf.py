@@ -99,6 +99,8 @@ class HfTest(unittest.TestCase):
         exact, log = self.capture("rope64", "--dtype", "float64", "--device", "cpu", "--stages", "rope.*",
                                   "--rope-f64")
         self.assertIn("rope-f64", log)
+        # the compressors and indexers own rotary modules of their own: every one is patched
+        self.assertRegex(log, r"rope-f64: ([3-9]|[1-9][0-9]+) rotary modules patched")
         with h5py.File(self.case, "r") as c, h5py.File(plain, "r") as a, h5py.File(exact, "r") as b:
             for key in ("rope.main/cos", "rope.main/sin", "rope.compress/cos", "rope.compress/sin"):
                 ref = c["reference/" + key][()]
