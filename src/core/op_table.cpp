@@ -31,8 +31,7 @@ constexpr std::array<OpInfo, kOpKindCount> kOps = {{
     {K::idx_weights,    "idx_weights",    F::indexer,          T::values,  no,  L::tokens,       gemm, split_k,S::f32,     ""},
     {K::idx_score,      "idx_score",      F::indexer,          T::values,  no,  L::query_entry,  no,   no,     S::f32,     "test_indexer.cpp"},
     {K::idx_topk,       "idx_topk",       F::indexer,          T::routing, sel, L::selected_ids, no,   no,     S::exact,   "test_indexer.cpp"},
-    // hip computes it on the host.
-    {K::cmp_mask,       "cmp_mask",       F::mask,             T::exact,   no,  L::query_entry,  no,   no,     S::exact,   ""},
+    {K::cmp_mask,       "cmp_mask",       F::mask,             T::exact,   no,  L::query_entry,  no,   no,     S::exact,   "test_mask.cpp"},
     {K::attention,      "attention",      F::attention,        T::values,  no,  L::tokens,       no,   no,     S::storage, "test_attention.cpp"},
     {K::rope_inverse,   "rope_inverse",   F::rope,             T::values,  no,  L::tokens,       no,   no,     S::storage, "test_rope.cpp"},
     {K::grouped_linear, "grouped_linear", F::linear,           T::values,  no,  L::tokens,       gemm, split_k,S::storage, "test_gemm.cpp"},

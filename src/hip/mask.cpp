@@ -1,5 +1,4 @@
-// The mask family on the device: the sliding window (hip/mask.h); the compressed-entry masks
-// are small and read the indexer's selection, so they are refcpu's integers, uploaded.
+// The mask family on the device: the sliding window and the compressed entries (hip/mask.h).
 #include "hip/mask.h"
 #include "hip/stage_call.h"
 
@@ -14,8 +13,15 @@ std::vector<Tensor> run_window_mask(StageCall& k) {
   return k.outputs();
 }
 
+// Inputs: the compressed entries C [B, n, d] (only its shape is read), pos [B, S], and for
+// CSA the indexer's selection [B, S, top].
 std::vector<Tensor> run_cmp_mask(StageCall& k) {
-  k.on_host();
+  const std::int64_t n = k.shape(0).at(1);
+  const bool picked = k.in.size() > 2;
+  auto vis = k.out({k.B, k.S, n}, arith::Fmt::f32, DType::u8);
+  compressed_mask(k.i64(1), k.batch_span(true), picked ? k.i64(2) : nullptr, k.B, k.S, n,
+                  picked ? k.shape(2).at(2) : 0, k.s.rate, vis.u8(), k.cs);
+  k.emit(std::move(vis));
   return k.outputs();
 }
 
