@@ -57,8 +57,10 @@ __device__ inline int swizzle(int kk, int c) { return c ^ (((kk >> 2) & 7) << 2)
 // emu computes where the operands are 16-bit (products exact in float, so an FMA gives the
 // bits of a rounded product plus sum) and in an SGEMM (float32 operands and accumulator);
 // otherwise (fp8's scaled operands, or float32 operands into a 16-bit accumulator) the
-// product is rounded first. kF32: accumulator float32.
-template <int BM, int BN, int TM, int TN, bool kFma, bool kF32, bool kAtomic>
+// product is rounded first. kAcc: the accumulator format, a template argument so that the
+// rounding after every product (fp16/bf16 accumulators) compiles to its own code, with no
+// format switch in the inner loop.
+template <int BM, int BN, int TM, int TN, bool kFma, Fmt kAcc, bool kAtomic>
 __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a, bool vec4) {
   static_assert((BM / TM) * (BN / TN) == kThreads && TN % 4 == 0, "one output block per thread");
   static_assert(BM >= 32 && BN >= 32 && (TM % 4 == 0 || TM < 4), "the swizzle stays inside a tile row");
@@ -160,13 +162,14 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a, bool vec4) {
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
           const float v = kFma ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]);
-          part[i][j] = kF32 ? v : arith::round_fmt(v, a.acc);
+          part[i][j] = kAcc == Fmt::f32 ? v : arith::round_fmt(v, kAcc);
         }
     }
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
-      for (int j = 0; j < TN; ++j) total[i][j] = kF32 ? total[i][j] + part[i][j] : arith::add_fmt(total[i][j], part[i][j], a.acc);
+      for (int j = 0; j < TN; ++j)
+        total[i][j] = kAcc == Fmt::f32 ? total[i][j] + part[i][j] : arith::add_fmt(total[i][j], part[i][j], kAcc);
     __syncthreads();
   }
   if (kAtomic && k0 >= k1) return;  // an empty split adds nothing
@@ -678,17 +681,26 @@ void launch_mma(const Args& a, std::int64_t groups, int tile_rows, int tile_k, h
 
 // Tile shapes: 128x128 for large products, 32x128 for short ones (the routed experts see a
 // few dozen rows per expert).
-template <int BM, int BN, int TM, int TN, bool kFma, bool kF32>
+template <int BM, int BN, int TM, int TN, bool kFma, Fmt kAcc>
 void launch_tile(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream) {
   const dim3 grid(blocks_for(a.O, BN), blocks_for(a.M, BM), static_cast<unsigned>(groups * (atomic ? kSplits : 1)));
   const bool vec4 = float4_rows(a);
-  if (atomic) gemm_kernel<BM, BN, TM, TN, kFma, kF32, true><<<grid, kThreads, 0, stream>>>(a, vec4);
-  else gemm_kernel<BM, BN, TM, TN, kFma, kF32, false><<<grid, kThreads, 0, stream>>>(a, vec4);
+  if (atomic) gemm_kernel<BM, BN, TM, TN, kFma, kAcc, true><<<grid, kThreads, 0, stream>>>(a, vec4);
+  else gemm_kernel<BM, BN, TM, TN, kFma, kAcc, false><<<grid, kThreads, 0, stream>>>(a, vec4);
 }
-template <bool kFma, bool kF32>
+template <bool kFma, Fmt kAcc>
+void launch_shape(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream) {
+  if (a.M >= 96) launch_tile<128, 128, 8, 8, kFma, kAcc>(a, groups, atomic, stream);
+  else launch_tile<32, 128, 2, 8, kFma, kAcc>(a, groups, atomic, stream);
+}
+template <bool kFma>
 void launch(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream) {
-  if (a.M >= 96) launch_tile<128, 128, 8, 8, kFma, kF32>(a, groups, atomic, stream);
-  else launch_tile<32, 128, 2, 8, kFma, kF32>(a, groups, atomic, stream);
+  switch (a.acc) {
+    case Fmt::f32: launch_shape<kFma, Fmt::f32>(a, groups, atomic, stream); break;
+    case Fmt::bf16: launch_shape<kFma, Fmt::bf16>(a, groups, atomic, stream); break;
+    case Fmt::f16: launch_shape<kFma, Fmt::f16>(a, groups, atomic, stream); break;
+    default: throw std::runtime_error("gemm: no accumulator of this format");
+  }
 }
 
 __global__ void bits16_kernel(const float* src, std::uint16_t* dst, std::int64_t n, bool bf16) {
@@ -861,14 +873,10 @@ void gemm(GemmInput x, std::int64_t ldx, GemmWeight w, float* d_y, std::int64_t 
   if (mma) {
     if (spec.in == Fmt::bf16) launch_mma<true>(a, groups.count, groups.tile_rows, groups.tile_k, stream);
     else launch_mma<false>(a, groups.count, groups.tile_rows, groups.tile_k, stream);
-  } else if ((exact || spec.in == Fmt::f32) && f32) {
-    launch<true, true>(a, groups.count, spec.atomic, stream);  // 16-bit operands, or an SGEMM (FMA)
-  } else if (exact) {
-    launch<true, false>(a, groups.count, spec.atomic, stream);
-  } else if (f32) {
-    launch<false, true>(a, groups.count, spec.atomic, stream);
+  } else if (exact || (spec.in == Fmt::f32 && f32)) {
+    launch<true>(a, groups.count, spec.atomic, stream);  // 16-bit operands, or an SGEMM (FMA)
   } else {
-    launch<false, false>(a, groups.count, spec.atomic, stream);
+    launch<false>(a, groups.count, spec.atomic, stream);
   }
   check_kernel("gemm");
 }

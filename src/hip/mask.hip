@@ -2,6 +2,7 @@
 #include "hip/vendor.h"  // first: the device memcpy that emu/arith.h uses
 #include "hip/mask.h"
 
+#include "hip/device.h"
 #include "hip/kernel_common.h"
 
 namespace tdiff::hip {
