@@ -11,6 +11,10 @@
 #else
 #define TDIFF_HD
 #endif
+#if defined(__CUDACC__) && !defined(__HIP__)
+#include <cuda_fp16.h>  // round_f16_pair's NVIDIA device path
+#define TDIFF_NVIDIA_DEVICE_HALF 1
+#endif
 
 namespace tdiff::arith {
 
@@ -52,6 +56,23 @@ TDIFF_HD inline float round_f16(float x) {
   std::uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
   r &= 0xffffe000u;
   return bits_float(sign | r);
+}
+
+// round_f16 of two values at once: the rule above, with NVIDIA's device path in the
+// hardware's paired conversion (cvt.rn.f16x2.f32: to nearest even, overflow to inf, fp16
+// subnormals kept, so the same bits; NaN kept as it came, as round_f16 keeps it). About a
+// sixth of the instructions of two round_f16 calls, where a GEMM with an fp16 accumulator
+// rounds after every product. Elsewhere (the host, AMD, whose paired conversion rounds
+// toward zero) it is round_f16 twice. A GPU test checks it on every float bit pattern.
+TDIFF_HD inline void round_f16_pair(float& a, float& b) {
+#if defined(TDIFF_NVIDIA_DEVICE_HALF) && defined(__CUDA_ARCH__)
+  const float2 r = __half22float2(__floats2half2_rn(a, b));
+  a = a != a ? a : r.x;
+  b = b != b ? b : r.y;
+#else
+  a = round_f16(a);
+  b = round_f16(b);
+#endif
 }
 
 // e4m3fn: max 448, values that round above become NaN; quantum 2^-9 below 2^-6.

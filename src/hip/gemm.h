@@ -145,4 +145,8 @@ void quantize_activations(const float* d_src, float* d_dst, std::int64_t rows, s
 // scales 2^ceil(log2(amax/448)).
 void quantize_weight(float* d_w, std::int64_t rows, std::int64_t cols, arith::Fmt in, hipStream_t stream);
 
+// The float bit patterns, of all 2^32, on which arith::round_f16_pair on this device differs
+// from arith::round_f16 in bits (the GEMM's fp16 accumulator uses the pair; tests: 0).
+std::uint64_t round_f16_pair_mismatches(hipStream_t stream);
+
 }  // namespace tdiff::hip

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "emu/release_codes.h"
+#include "hip/device.h"
 #include "hip/kernel_common.h"
 
 namespace tdiff::hip {
@@ -160,9 +161,15 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(Args a, bool vec4) {
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) {
-          const float v = kFma ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]);
-          part[i][j] = kAcc == Fmt::f32 ? v : arith::round_fmt(v, kAcc);
+        for (int j = 0; j < TN; j += 2) {  // in pairs: an fp16 accumulator rounds two at once
+          float v0 = kFma ? fmaf(xv[i], wv[j], part[i][j]) : add_rn(mul_rn(xv[i], wv[j]), part[i][j]);
+          float v1 = kFma ? fmaf(xv[i], wv[j + 1], part[i][j + 1]) : add_rn(mul_rn(xv[i], wv[j + 1]), part[i][j + 1]);
+          if constexpr (kAcc == Fmt::f16) {
+            arith::round_f16_pair(v0, v1);
+          } else if constexpr (kAcc != Fmt::f32) {
+            v0 = arith::round_fmt(v0, kAcc), v1 = arith::round_fmt(v1, kAcc);
+          }
+          part[i][j] = v0, part[i][j + 1] = v1;
         }
     }
 #pragma unroll
@@ -703,6 +710,22 @@ void launch(const Args& a, std::int64_t groups, bool atomic, hipStream_t stream)
   }
 }
 
+// Every float bit pattern u once, as the first of a pair (the second its neighbour u ^ 1, so
+// both lanes of the paired conversion meet every pattern).
+__global__ void round_f16_pair_check_kernel(unsigned long long* mismatches) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  unsigned long long bad = 0;
+  for (std::uint64_t u = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < (std::uint64_t{1} << 32);
+       u += stride) {
+    const float x = arith::bits_float(static_cast<std::uint32_t>(u)), y = arith::bits_float(static_cast<std::uint32_t>(u) ^ 1u);
+    float a = x, b = y;
+    arith::round_f16_pair(a, b);
+    bad += arith::float_bits(a) != arith::float_bits(arith::round_f16(x));
+    bad += arith::float_bits(b) != arith::float_bits(arith::round_f16(y));
+  }
+  if (bad) atomicAdd(mismatches, bad);
+}
+
 __global__ void bits16_kernel(const float* src, std::uint16_t* dst, std::int64_t n, bool bf16) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) dst[i] = mma::bits16(src[i], bf16);
@@ -938,6 +961,17 @@ void quantize_activations_bits16(const float* d_src, std::uint16_t* d_dst, std::
   if (n == 0) return;
   operand_bits16_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(d_src, d_dst, n, in);
   check_kernel("quantize_activations_bits16");
+}
+
+std::uint64_t round_f16_pair_mismatches(hipStream_t stream) {
+  DeviceBuffer count(sizeof(unsigned long long));
+  memset_async(count.get(), 0, sizeof(unsigned long long), stream);
+  round_f16_pair_check_kernel<<<4096, 256, 0, stream>>>(count.as<unsigned long long>());
+  check_kernel("round_f16_pair check");
+  unsigned long long host = 0;
+  copy_d2h(&host, count.get(), sizeof host, stream);
+  stream_sync(stream);
+  return host;
 }
 
 }  // namespace tdiff::hip

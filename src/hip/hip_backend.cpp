@@ -57,6 +57,7 @@ HipBackend::~HipBackend() {
   dev_.clear();
   stream_destroy(compute_);
   for (Stream c : copy_) stream_destroy(c);
+  if (compare_) stream_destroy(compare_);
 }
 
 // Waits for the compute and the copy stream; a kernel fault is reported with the stages that
@@ -65,6 +66,7 @@ void HipBackend::sync_all(const char* when) {
   try {
     stream_sync(compute_);
     for (Stream c : copy_) stream_sync(c);
+    if (compare_) stream_sync(compare_);
   } catch (const DeviceError& e) {
     std::string where = since_sync_.empty() ? std::string("no stage")
                         : since_sync_.size() == 1 ? "stage " + since_sync_.front()
@@ -299,9 +301,17 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t, const Ear
 }
 
 void HipBackend::remember(const std::string& key, DevTensor t) {
-  if (snapshot_) {
-    if (snapshot_keep_) snapshot_->keep(key, t.buf, t.shape, t.dtype, compute_);
-    else snapshot_->compare(key, t.buf, t.shape, t.dtype, compute_);
+  if (snapshot_ && snapshot_keep_) {
+    snapshot_->keep(key, t.buf, t.shape, t.dtype, compute_);  // in order: the output may be released after
+  } else if (snapshot_) {
+    // On a stream of its own, once the output is written: the comparisons (memory-bound)
+    // overlap the next stages' kernels instead of queueing between them. The snapshot holds
+    // the output until collect(), so its memory is not reused before they read it.
+    if (!compare_) compare_ = stream_create(true);
+    const Event ready = next_event();
+    event_record(ready, compute_);
+    stream_wait(compare_, ready);
+    snapshot_->compare(key, t.buf, t.shape, t.dtype, compare_);
   }
   dev_[key] = std::move(t);
 }

@@ -161,6 +161,7 @@ class HipBackend final : public Backend {
   std::function<bool(const Stage&)> capture_;
   std::shared_ptr<RunSnapshot> snapshot_;
   bool snapshot_keep_ = false;
+  Stream compare_ = nullptr;  // the snapshot's copies and comparisons (made with the first)
   bool timing_ = false, sync_each_ = false, matrix_cores_ = false;
   int logit_blocks_ = 4;
   int copy_streams_ = 2;

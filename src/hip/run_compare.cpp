@@ -28,8 +28,11 @@ Tensor to_host(const std::shared_ptr<DeviceBuffer>& buf, const Shape& shape, DTy
 
 }  // namespace
 
-BitCount* RunSnapshot::slot(std::size_t i) {
-  while (i >= slots_.size() * kSlots) slots_.emplace_back(kSlots * sizeof(BitCount));
+BitCount* RunSnapshot::slot(std::size_t i, Stream s) {
+  while (i >= slots_.size() * kSlots) {  // zeroed once here, then by collect() for the next run
+    slots_.emplace_back(kSlots * sizeof(BitCount));
+    memset_async(slots_.back().get(), 0, kSlots * sizeof(BitCount), s);
+  }
   return slots_[i / kSlots].as<BitCount>() + i % kSlots;
 }
 
@@ -47,8 +50,7 @@ void RunSnapshot::keep(const std::string& key, const std::shared_ptr<DeviceBuffe
 void RunSnapshot::compare(const std::string& key, const std::shared_ptr<DeviceBuffer>& buf, const Shape& shape,
                           DType dtype, Stream s) {
   const std::size_t i = pending_.size();
-  BitCount* out = slot(i);
-  memset_async(out, 0, sizeof(BitCount), s);
+  BitCount* out = slot(i, s);
   const auto k = kept_.find(key);
   if (k != kept_.end() && k->second.shape == shape && k->second.dtype == dtype)
     compare_bits(k->second.buf->get(), buf->get(), shape_numel(shape), static_cast<int>(elem_bytes(dtype)), out, s);
@@ -83,6 +85,8 @@ std::vector<RunSnapshot::Diff> RunSnapshot::collect(Stream s) {
     }
     out.push_back(std::move(d));
   }
+  for (std::size_t c = 0; c * kSlots < counts.size(); ++c)  // the next run's counts start at zero
+    memset_async(slots_[c].get(), 0, std::min(kSlots, counts.size() - c * kSlots) * sizeof(BitCount), s);
   stream_sync(s);
   pending_.clear();
   return out;

@@ -65,7 +65,7 @@ class RunSnapshot {
     Copy now;
     std::size_t slot;
   };
-  BitCount* slot(std::size_t i);  // result slot i of the current run
+  BitCount* slot(std::size_t i, Stream s);  // result slot i of the current run (zeroed)
   std::map<std::string, Copy> kept_;
   std::vector<Pending> pending_;
   std::vector<DeviceBuffer> slots_;  // chunks of kSlots results, zeroed as a run takes them

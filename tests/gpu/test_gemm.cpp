@@ -136,6 +136,10 @@ TEST(Gemm, FixedAllFormatsAwkwardShapes) {
   check_dense(40, 512, 200, {Fmt::f32, Fmt::f32, false});
 }
 
+// The fp16 accumulator's paired rounding (the hardware's conversion on NVIDIA) against the
+// software rule on every float bit pattern: inf, NaN, overflow, subnormals, ties.
+TEST(Gemm, Fp16AccumulatorRoundingOnEveryFloat) { EXPECT_EQ(hip::round_f16_pair_mismatches(test_stream()), 0u); }
+
 // The matrix-core path: 16-bit operands, float accumulator; awkward shapes (partial tiles,
 // K not a multiple of 16 or 32) and a large one (several workgroups each way, long K).
 TEST(Gemm, MatrixCoresAgainstEmu) {
