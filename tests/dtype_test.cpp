@@ -224,5 +224,28 @@ TEST(DTypeTensor, ToRoundTrips) {
   EXPECT_TRUE(std::isnan(nan.to(DType::bf16).value(0)));
 }
 
+TEST(DTypeTensor, ColumnsToF64AreExactAndFlagNonFinite) {
+  for (DType t : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
+    Tensor w(DType::f64, {3, 5});
+    for (std::int64_t i = 0; i < 15; ++i) w.data<double>()[i] = 0.25 * static_cast<double>(i) - 1.0;
+    const Tensor n = w.to(t);
+    std::vector<double> all(15), cols(9);  // up to 3 columns of 3 rows
+    n.to_f64(all.data());
+    EXPECT_TRUE(n.cols_to_f64(1, 3, cols.data())) << dtype_name(t);
+    for (std::int64_t r = 0; r < 3; ++r)
+      for (std::int64_t c = 1; c < 3; ++c) EXPECT_EQ(cols[static_cast<std::size_t>(r * 2 + c - 1)], all[static_cast<std::size_t>(r * 5 + c)]);
+    for (double bad : {std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::infinity()}) {
+      Tensor v = w.clone();
+      v.data<double>()[2 * 5 + 2] = bad;  // row 2, column 2
+      const Tensor nv = v.to(t);
+      EXPECT_FALSE(nv.cols_to_f64(2, 5, cols.data())) << dtype_name(t);
+      EXPECT_TRUE(nv.cols_to_f64(3, 5, cols.data())) << dtype_name(t);  // the bad column not asked
+    }
+  }
+  EXPECT_TRUE(all_finite(nullptr, 0));
+  const double big[] = {std::numeric_limits<double>::max(), -0.0, std::numeric_limits<double>::denorm_min()};
+  EXPECT_TRUE(all_finite(big, 3));
+}
+
 }  // namespace
 }  // namespace tdiff

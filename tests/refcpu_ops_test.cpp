@@ -94,6 +94,54 @@ TEST(RefCpuOps, StreamedLinearIsBitIdenticalToLinear) {
                InputError);
 }
 
+TEST(RefCpuOps, ExpertPiecesFollowOpenBlasKBlocking) {
+  EXPECT_EQ(expert_pieces(100), (std::vector<std::int64_t>{0, 100}));
+  EXPECT_EQ(expert_pieces(2048), (std::vector<std::int64_t>{0, 384, 768, 1152, 1536, 1792, 2048}));
+  const auto p = expert_pieces(4096);  // nine of 384, then 640 halved
+  ASSERT_EQ(p.size(), 12u);
+  EXPECT_EQ(p[9], 9 * 384);
+  EXPECT_EQ(p[10], 9 * 384 + 320);
+  EXPECT_EQ(p[11], 4096);
+}
+
+TEST(RefCpuOps, RoutedExpertsOverSeveralPiecesAreThreadAndBatchInvariant) {
+  // Widths of several column pieces and tiles (one tile short); expert 0 gets two row chunks.
+  const std::int64_t N = 45, D = 1000, I = 520, E = 3, K = 2;
+  const auto z = random_vec(N * D, 21), wt = random_vec(N * K, 22);
+  const auto gate_up = random_vec(E * 2 * I * D, 23, 1.0 / std::sqrt(double(D)));
+  const auto down = random_vec(E * D * I, 24, 1.0 / std::sqrt(double(I)));
+  std::vector<std::int64_t> idx(N * K);
+  for (std::int64_t t = 0; t < N; ++t) idx[t * K] = 0, idx[t * K + 1] = 1 + t % 3 / 2;
+  const ExpertRows rows = [&](std::int64_t e, int part, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                              std::int64_t c1, double* dst) {
+    const std::int64_t cols = part == 0 ? D : I;
+    const double* w = part == 0 ? gate_up.data() + e * 2 * I * D : down.data() + e * D * I;
+    for (std::int64_t r = r0; r < r1; ++r) std::copy(w + r * cols + c0, w + r * cols + c1, dst + (r - r0) * (c1 - c0));
+  };
+  auto run = [&](std::int64_t t0, std::int64_t n) {
+    std::vector<double> y(n * D);
+    routed_experts(z.data() + t0 * D, n, D, idx.data() + t0 * K, wt.data() + t0 * K, K, rows, E, I, 10.0, y.data());
+    return y;
+  };
+  omp_set_num_threads(1);
+  const auto y1 = run(0, N);
+  omp_set_num_threads(3);
+  EXPECT_EQ(run(0, N), y1);
+  const auto part = run(10, 5);  // five tokens alone: other row counts per expert
+  for (std::int64_t i = 0; i < 5 * D; ++i) ASSERT_EQ(part[i], y1[10 * D + i]) << i;
+  // The same FFN as the shared expert's (whole products), up to rounding.
+  for (std::int64_t t : {0, 44}) {
+    std::vector<double> ref(D, 0.0), f(D);
+    for (std::int64_t k = 0; k < K; ++k) {
+      const std::int64_t e = idx[t * K + k];
+      const double* gu = gate_up.data() + e * 2 * I * D;
+      swiglu_ffn(z.data() + t * D, 1, D, gu, gu + I * D, down.data() + e * D * I, I, 10.0, f.data());
+      for (std::int64_t c = 0; c < D; ++c) ref[c] += wt[t * K + k] * f[c];
+    }
+    for (std::int64_t c = 0; c < D; ++c) ASSERT_NEAR(y1[t * D + c], ref[c], 1e-12) << t << "," << c;
+  }
+}
+
 TEST(RefCpuOps, RmsNormHasUnitRmsBeforeTheWeight) {
   const std::int64_t rows = 5, n = 33;
   auto x = random_vec(rows * n, 5, 3.0);

@@ -166,6 +166,23 @@ TEST(ReleaseFormat, Fp4GroupsNotMultiplesOf32) {
             std::string::npos);
 }
 
+TEST(ReleaseFormat, Fp4ColumnPiecesAreThoseColumnsOfTheWhole) {
+  // Three rows of K = 100 with varied codes and scales; pieces across group boundaries.
+  const std::int64_t K = 100, R = 3;
+  std::vector<std::uint8_t> packed(static_cast<std::size_t>(R * 50)), scales(static_cast<std::size_t>(R * 4));
+  for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<std::uint8_t>((i * 37 + 11) & 0x77);
+  for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<std::uint8_t>(124 + i % 6);
+  const Tensor codes = bytes(DType::u8, {R, 50}, packed), scale = bytes(DType::u8, {R, 4}, scales);
+  std::vector<double> whole(static_cast<std::size_t>(R * K));
+  dequantize_fp4(codes, scale, K, whole.data(), "e");
+  for (const auto& [c0, c1] : {std::pair<std::int64_t, std::int64_t>{0, 40}, {40, 66}, {66, 100}, {30, 34}}) {
+    std::vector<double> piece(static_cast<std::size_t>(R * (c1 - c0)));
+    dequantize_fp4(codes, scale, K, piece.data(), "e", c0, c1);
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t k = c0; k < c1; ++k) ASSERT_EQ(piece[r * (c1 - c0) + k - c0], whole[r * K + k]) << r << "," << k;
+  }
+}
+
 TEST(ReleaseFormat, NamesFollowTheSpec) {
   EXPECT_EQ(release_name("model.embed_tokens.weight")->name, "embed.weight");
   EXPECT_EQ(release_name("lm_head.weight")->name, "head.weight");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -217,23 +218,27 @@ Tensor dequantize_fp8(const Tensor& codes, const Tensor& scale, const std::strin
   return out;
 }
 
-void dequantize_fp4(const Tensor& codes, const Tensor& scale, std::int64_t K, double* out, const std::string& what) {
+void dequantize_fp4(const Tensor& codes, const Tensor& scale, std::int64_t K, double* out, const std::string& what,
+                    std::int64_t c0, std::int64_t c1) {
   if (codes.dtype() != DType::u8 || codes.rank() != 2 || codes.dim(1) != ceil_div(K, 2))
     input_error("{}: FP4 weight must be 2-D I8 [rows, {}] (two codes a byte for {} columns), got {} {}", what,
                 ceil_div(K, 2), K, dtype_name(codes.dtype()), shape_str(codes.shape()));
-  const std::int64_t O = codes.dim(0), packed = codes.dim(1);
+  if (c1 < 0) c1 = K;
+  if (c0 < 0 || c0 % 2 != 0 || c1 < c0 || c1 > K)
+    throw std::logic_error(fmt::format("{}: FP4 columns [{}, {}) of {}", what, c0, c1, K));
+  const std::int64_t O = codes.dim(0), packed = codes.dim(1), W = c1 - c0;
   check_scale(scale, O, ceil_div(K, 32), false, what);
   const auto* c = codes.data<std::uint8_t>();
   const std::vector<double> sc = scale_values(scale, what);
   const std::int64_t groups = scale.dim(1);
-#pragma omp parallel for schedule(static) if (O * K > (std::int64_t{1} << 20))
+#pragma omp parallel for schedule(static) if (O * W > (std::int64_t{1} << 20))
   for (std::int64_t r = 0; r < O; ++r) {
-    for (std::int64_t g = 0; g * 32 < K; ++g) {
+    for (std::int64_t g = c0 / 32; g * 32 < c1; ++g) {
       const double s = sc[static_cast<std::size_t>(r * groups + g)];
-      for (std::int64_t k = g * 32; k < std::min(K, (g + 1) * 32); ++k) {
+      for (std::int64_t k = std::max(c0, g * 32); k < std::min(c1, (g + 1) * 32); ++k) {
         const std::uint8_t byte = c[r * packed + k / 2];
         const auto code = static_cast<std::uint8_t>(k % 2 == 0 ? byte & 0x0Fu : byte >> 4);  // low nibble: even column
-        out[r * K + k] = e2m1_value(code) * s;
+        out[r * W + k - c0] = e2m1_value(code) * s;
       }
     }
   }

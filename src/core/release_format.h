@@ -73,7 +73,9 @@ std::vector<double> scale_values(const Tensor& scale, const std::string& what);
 // FP8 codes are f8_e4m3 [O, K]; its scale u8 (the E8M0 bytes) or f32 [ceil(O/128), ceil(K/128)].
 Tensor dequantize_fp8(const Tensor& codes, const Tensor& scale, const std::string& what);
 // FP4 codes are u8 [O, ceil(K/2)] (the I8 bytes); scale u8 (E8M0 bytes) [O, ceil(K/32)].
-// Writes rows into `out` (float64, O * K values) so experts can be stacked without a copy.
-void dequantize_fp4(const Tensor& codes, const Tensor& scale, std::int64_t K, double* out, const std::string& what);
+// Writes rows into `out` (float64, O * K values) so experts can be stacked without a copy;
+// with c0/c1, only columns [c0, c1) of each row ([O, c1 - c0]; c0 even, on a code byte).
+void dequantize_fp4(const Tensor& codes, const Tensor& scale, std::int64_t K, double* out, const std::string& what,
+                    std::int64_t c0 = 0, std::int64_t c1 = -1);
 
 }  // namespace tdiff

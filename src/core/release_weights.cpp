@@ -108,24 +108,25 @@ Tensor ReleaseWeights::expert_f64(const std::string& hf, const WeightSpec& spec,
 }
 
 void ReleaseWeights::expert_rows_f64(const std::string& hf, const WeightSpec& spec, std::int64_t expert, std::int64_t r0,
-                                     std::int64_t r1, double* dst) const {
+                                     std::int64_t r1, double* dst, std::int64_t c0, std::int64_t c1) const {
   const ReleaseName rn = release_of(hf);
   const std::int64_t rows = spec.shape.at(1) / static_cast<std::int64_t>(rn.parts.size()), K = spec.shape.at(2);
+  if (c1 < 0) c1 = K;
   for (std::size_t p = 0; p < rn.parts.size(); ++p) {  // the parts [r0, r1) overlaps, each in its own tensor
     const std::int64_t p0 = static_cast<std::int64_t>(p) * rows, a = std::max(r0, p0), b = std::min(r1, p0 + rows);
     if (a >= b) continue;
     const std::string t = expert_tensor(rn, expert, rn.parts[p]);
-    double* out = dst + (a - r0) * K;
-    // Each tile is read once per stage: its pages are dropped once converted.
+    double* out = dst + (a - r0) * (c1 - c0);
     const Tensor codes = files_.tensor(t).rows(a - p0, b - p0);
+    const bool last = c1 == K;  // each tile is read once per stage: its pages are dropped once converted
     if (files_.has(scale_name(t))) {
       const Tensor scale = files_.tensor(scale_name(t)).rows(a - p0, b - p0);
-      dequantize_fp4(codes, scale, K, out, what(t));
-      release_resident_pages(scale.raw(), scale.nbytes());
+      dequantize_fp4(codes, scale, K, out, what(t), c0, c1);
+      if (last) release_resident_pages(scale.raw(), scale.nbytes());
     } else {
-      codes.to_f64(out);
+      codes.cols_to_f64(c0, c1, out);
     }
-    release_resident_pages(codes.raw(), codes.nbytes());
+    if (last) release_resident_pages(codes.raw(), codes.nbytes());
   }
 }
 

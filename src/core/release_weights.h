@@ -47,9 +47,10 @@ class ReleaseWeights {
   // One routed expert's slice of a stacked expert parameter in float64: [2I, D] of
   // gate_up_proj ([w1; w3]) or [D, I] of down_proj (w2), converting only that expert.
   Tensor expert_f64(const std::string& hf, const WeightSpec& spec, std::int64_t expert) const;
-  // Rows [r0, r1) of that slice, written to dst ([r1 - r0, columns]), converting only those rows.
+  // Rows [r0, r1) of that slice, columns [c0, c1) (c1 < 0: all), written to dst ([r1 - r0,
+  // c1 - c0]), converting only those; the rows' pages are released once their last column is.
   void expert_rows_f64(const std::string& hf, const WeightSpec& spec, std::int64_t expert, std::int64_t r0,
-                       std::int64_t r1, double* dst) const;
+                       std::int64_t r1, double* dst, std::int64_t c0 = 0, std::int64_t c1 = -1) const;
 
  private:
   std::string what(const std::string& release) const;  // "<dir>: tensor 'X'" for errors

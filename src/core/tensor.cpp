@@ -1,9 +1,11 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -79,29 +81,68 @@ void store(std::byte* p, DType t, double v) {
 }
 }  // namespace
 
-void Tensor::to_f64(double* dst) const {
-  const std::int64_t n = numel();
-  const bool big = n > (std::int64_t{1} << 20);  // threads only where they pay (never nested)
+// Finiteness on the bits, branch-free so that it vectorises: a value is NaN or Inf when its
+// exponent is all ones, and adding one to that exponent carries into the sign bit, which no
+// finite value's does.
+bool all_finite(const double* v, std::int64_t n) {
+  constexpr std::uint64_t kExponent = std::uint64_t{0x7FF} << 52, kOne = std::uint64_t{1} << 52;
+  std::uint64_t bad = 0;
+  for (std::int64_t i = 0; i < n; ++i) bad |= (std::bit_cast<std::uint64_t>(v[i]) & kExponent) + kOne;
+  return (bad >> 63) == 0;
+}
+
+bool Tensor::elements_to_f64(std::int64_t i0, std::int64_t n, double* dst) const {
   switch (dtype_) {
     case DType::f64:
-      if (n) std::memcpy(dst, data_, nbytes());
-      return;
-    case DType::f32: {
-      const auto* f = reinterpret_cast<const float*>(data_);
-#pragma omp parallel for schedule(static) if (big)
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = f[i];
-      return;
+      if (n) std::memcpy(dst, data_ + i0 * 8, static_cast<std::size_t>(n) * 8);
+      return all_finite(dst, n);
+    case DType::f32: case DType::bf16: {  // finiteness as all_finite's, on float32 bits
+      std::uint32_t bad = 0;
+      if (dtype_ == DType::f32) {
+        const auto* f = reinterpret_cast<const std::uint32_t*>(data_) + i0;
+        for (std::int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(f[i]), bad |= (f[i] & 0x7F800000u) + 0x00800000u;
+      } else {  // the upper half of a float32
+        const auto* b = reinterpret_cast<const std::uint16_t*>(data_) + i0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const std::uint32_t u = static_cast<std::uint32_t>(b[i]) << 16;
+          dst[i] = std::bit_cast<float>(u), bad |= (u & 0x7F800000u) + 0x00800000u;
+        }
+      }
+      return (bad >> 31) == 0;
     }
-    case DType::bf16: {  // the upper half of a float32
-      const auto* b = reinterpret_cast<const std::uint16_t*>(data_);
-#pragma omp parallel for schedule(static) if (big)
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(b[i]) << 16);
-      return;
+    default: {
+      bool finite = true;
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = value(i0 + i), finite = finite && std::isfinite(dst[i]);
+      return finite;
     }
-    default:
-#pragma omp parallel for schedule(static) if (big)
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = value(i);
   }
+}
+
+void Tensor::to_f64(double* dst) const {
+  constexpr std::int64_t kBlock = std::int64_t{1} << 16;
+  const std::int64_t n = numel(), blocks = (n + kBlock - 1) / kBlock;
+  // Threads only where they pay (never nested).
+#pragma omp parallel for schedule(static) if (n > (std::int64_t{1} << 20))
+  for (std::int64_t b = 0; b < blocks; ++b)
+    elements_to_f64(b * kBlock, std::min(kBlock, n - b * kBlock), dst + b * kBlock);
+}
+
+bool Tensor::cols_to_f64(std::int64_t c0, std::int64_t c1, double* dst) const {
+  if (rank() != 2 || c0 < 0 || c1 < c0 || c1 > dim(1))
+    throw std::logic_error(fmt::format("cols_to_f64: columns [{}, {}) of a {} tensor", c0, c1, shape_str(shape_)));
+  // A row's columns are a short stream the hardware prefetcher barely starts on (the rows of a
+  // weight tile are kilobytes apart), so a few rows ahead are fetched by hand.
+  constexpr std::int64_t kAhead = 4;
+  const std::size_t esize = dtype_size(dtype_), bytes = static_cast<std::size_t>(c1 - c0) * esize;
+  bool finite = true;
+  for (std::int64_t r = 0; r < dim(0); ++r) {
+    if (r + kAhead < dim(0)) {
+      const std::byte* ahead = data_ + static_cast<std::size_t>((r + kAhead) * dim(1) + c0) * esize;
+      for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(ahead + b);
+    }
+    finite &= elements_to_f64(r * dim(1) + c0, c1 - c0, dst + r * (c1 - c0));
+  }
+  return finite;
 }
 
 Tensor Tensor::to(DType dtype) const {

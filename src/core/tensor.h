@@ -18,6 +18,8 @@ using Shape = std::vector<std::int64_t>;
 inline constexpr int kMaxRank = 5;
 
 std::int64_t shape_numel(const Shape& s);
+// Whether no value is NaN or Inf (vectorised; for checking converted weights).
+bool all_finite(const double* v, std::int64_t n);
 std::string shape_str(const Shape& s);  // "[2,40,64]"
 
 template <class T> constexpr DType dtype_of();
@@ -62,6 +64,10 @@ class Tensor {
   // Every element as float64 into dst (numel() values), exactly; typed loops, so converting
   // weights costs about what reading them does (bf16 is a shift).
   void to_f64(double* dst) const;
+  // Columns [c0, c1) of every row of a 2-D tensor as float64 into dst ([rows, c1 - c0]): a
+  // piece of a weight that stays in cache for the product that consumes it. Returns whether
+  // every value is finite, found in the same pass.
+  bool cols_to_f64(std::int64_t c0, std::int64_t c1, double* dst) const;
   Tensor clone() const;
   // Same bytes, another shape with the same element count.
   Tensor reshaped(Shape shape) const;
@@ -70,6 +76,7 @@ class Tensor {
 
  private:
   template <class T> bool type_matches() const;
+  bool elements_to_f64(std::int64_t i0, std::int64_t n, double* dst) const;  // flat [i0, i0 + n), serial; all finite?
   void check_type(std::size_t size, bool match) const;
 
   DType dtype_ = DType::f64;

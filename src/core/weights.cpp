@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -163,9 +162,11 @@ ReleaseFormat WeightStore::stored_format(const std::string& name) const {
 }
 
 void WeightStore::check_finite(const std::string& name, const double* v, std::int64_t n) const {
+  constexpr std::int64_t kBlock = std::int64_t{1} << 16;
   bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite) if (n > (std::int64_t{1} << 20))
-  for (std::int64_t i = 0; i < n; ++i) finite = finite && std::isfinite(v[i]);
+  for (std::int64_t b = 0; b < (n + kBlock - 1) / kBlock; ++b)
+    finite = all_finite(v + b * kBlock, std::min(kBlock, n - b * kBlock)) && finite;
   if (!finite) input_error("{}: weight '{}' holds a non-finite value", weights_.dir(), name);
 }
 
@@ -208,18 +209,20 @@ Tensor WeightStore::expert_f64(const std::string& name, std::int64_t expert) con
 }
 
 void WeightStore::expert_rows_f64(const std::string& name, std::int64_t expert, std::int64_t r0, std::int64_t r1,
-                                  double* dst) const {
+                                  double* dst, std::int64_t c0, std::int64_t c1) const {
   const WeightSpec& spec = specs_.at(name);
   if (spec.shape.size() != 3) throw std::logic_error("expert rows of a parameter that is not stacked: " + name);
   const std::int64_t R = spec.shape[1], C = spec.shape[2];
+  if (c1 < 0) c1 = C;
   if (release_) {
-    release_->expert_rows_f64(name, spec, expert, r0, r1, dst);
-  } else {
-    const Tensor part = weights_.tensor(name).rows(expert, expert + 1).reshaped({R, C}).rows(r0, r1);
-    part.to_f64(dst);
-    release_resident_pages(part.raw(), part.nbytes());  // each tile is read once per stage
+    release_->expert_rows_f64(name, spec, expert, r0, r1, dst, c0, c1);
+    check_finite(name, dst, (r1 - r0) * (c1 - c0));
+    return;
   }
-  check_finite(name, dst, (r1 - r0) * C);
+  const Tensor part = weights_.tensor(name).rows(expert, expert + 1).reshaped({R, C}).rows(r0, r1);
+  // Checked in the conversion's pass; check_finite only to name the weight.
+  if (!part.cols_to_f64(c0, c1, dst)) check_finite(name, dst, (r1 - r0) * (c1 - c0));
+  if (c1 == C) release_resident_pages(part.raw(), part.nbytes());  // each tile is read once per stage
 }
 
 Tensor WeightStore::load_f64(const std::string& name) const {

@@ -56,9 +56,12 @@ class WeightStore {
   // rows [r0, r1) of a matrix parameter as float64, written to dst ([r1 - r0, columns]);
   void rows_f64(const std::string& name, std::int64_t r0, std::int64_t r1, double* dst) const;
   // one routed expert's slice [R, C] of a stacked expert parameter [E, R, C] as float64, or
-  // rows [r0, r1) of it written to dst.
+  // rows [r0, r1) of it, columns [c0, c1) (c1 < 0: all), written to dst ([r1 - r0, c1 - c0]).
+  // The pages the rows take in the mapping are released with their last column, so a caller
+  // converting a tile piece by piece asks for its columns in order.
   Tensor expert_f64(const std::string& name, std::int64_t expert) const;
-  void expert_rows_f64(const std::string& name, std::int64_t expert, std::int64_t r0, std::int64_t r1, double* dst) const;
+  void expert_rows_f64(const std::string& name, std::int64_t expert, std::int64_t r0, std::int64_t r1, double* dst,
+                       std::int64_t c0 = 0, std::int64_t c1 = -1) const;
   // Whether a parameter is too large to convert whole (more than stream_bytes() as float64):
   // the reference then streams it by rows (the lm_head and embedding at real widths, 129280 x
   // 4096: 4.2 GB; every other real-width matrix is at most 268 MB). Default 512 MiB; tests

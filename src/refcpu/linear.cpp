@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "refcpu/handlers.h"
@@ -19,11 +20,11 @@ namespace {
 // takes omp_get_max_threads() threads (openblas_set_num_threads would change the program's
 // OpenMP thread count), so outside a region the count is set to 1 around the call.
 void dgemm_serial(int M, int N, int K, const double* a, int lda, const double* b, int ldb, double* c, int ldc,
-                  bool b_transposed = true) {
+                  bool b_transposed = true, double beta = 0.0) {
   const bool own_region = omp_in_parallel() == 0;
   const int saved = own_region ? omp_get_max_threads() : 1;
   if (own_region) omp_set_num_threads(1);
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, M, N, K, 1.0, a, lda, b, ldb, 0.0,
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, M, N, K, 1.0, a, lda, b, ldb, beta,
               c, ldc);
   if (own_region) omp_set_num_threads(saved);
 }
@@ -94,11 +95,32 @@ void gemm_serial(std::int64_t M, std::int64_t N, std::int64_t K, const double* a
                static_cast<int>(ldb), c, static_cast<int>(ldc), b_transposed);
 }
 
-void expert_tile_product(const double* x, std::int64_t rows, std::int64_t in, const double* w_tile,
-                         std::int64_t width, double* y, std::int64_t ldy) {
-  for (std::int64_t c = 0; c * kExpertRowChunk < rows; ++c)
-    product_block(kExpertRowChunk, x, in, c * kExpertRowChunk, std::min(kExpertRowChunk, rows - c * kExpertRowChunk),
-                  in, w_tile, in, width, y, ldy);
+std::vector<std::int64_t> expert_pieces(std::int64_t in) {
+  constexpr std::int64_t kQ = 384, kUnroll = 16;
+  std::vector<std::int64_t> bounds{0};
+  for (std::int64_t k = 0; k < in;) {
+    std::int64_t step = in - k;
+    if (step >= 2 * kQ) step = kQ;
+    else if (step > kQ) step = (step / 2 + kUnroll - 1) / kUnroll * kUnroll;
+    bounds.push_back(k += step);
+  }
+  return bounds;
+}
+
+void expert_tile_product(const double* x, std::int64_t rows, std::int64_t in, const TileColumns& w,
+                         std::int64_t width, double* y, std::int64_t ldy, std::vector<double>& piece) {
+  if (rows % kExpertRowChunk != 0) throw std::logic_error("expert_tile_product: rows not padded to a chunk");
+  const std::vector<std::int64_t> bounds = expert_pieces(in);
+  for (std::size_t p = 0; p + 1 < bounds.size(); ++p) {
+    const std::int64_t k0 = bounds[p], kw = bounds[p + 1] - k0;
+    piece.resize(static_cast<std::size_t>(width * kw));
+    w(k0, k0 + kw, piece.data());
+    // The first piece sets the block (beta 0), the others add to it in order.
+    for (std::int64_t r = 0; r < rows; r += kExpertRowChunk)
+      dgemm_serial(static_cast<int>(kExpertRowChunk), static_cast<int>(width), static_cast<int>(kw), x + r * in + k0,
+                   static_cast<int>(in), piece.data(), static_cast<int>(kw), y + r * ldy, static_cast<int>(ldy), true,
+                   p == 0 ? 0.0 : 1.0);
+  }
 }
 
 void grouped_linear(const double* x, std::int64_t rows, std::int64_t groups, std::int64_t in_per_group,

@@ -52,53 +52,76 @@ void swiglu_ffn(const double* x, std::int64_t N, std::int64_t D, const double* W
   linear(g.data(), N, I, Wd, D, y);
 }
 
+namespace {
+
+// The (token, slot) rows grouped by expert, slot order kept inside each, every expert's group
+// padded with zero rows to whole kExpertRowChunk chunks: expert e's rows are [first[e],
+// first[e] + count[e]) of the padded layout, row r = t·K + k at at[r].
+struct ExpertLayout {
+  std::vector<std::int64_t> first, count, at, token;  // token: the token of each padded row (-1: padding)
+  std::int64_t rows = 0;                                 // padded rows in all
+};
+
+ExpertLayout layout_by_expert(const std::int64_t* idx, std::int64_t N, std::int64_t K, std::int64_t E) {
+  ExpertLayout L;
+  L.first.assign(static_cast<std::size_t>(E), 0), L.count.assign(static_cast<std::size_t>(E), 0);
+  L.at.resize(static_cast<std::size_t>(N * K));
+  for (std::int64_t r = 0; r < N * K; ++r) ++L.count[static_cast<std::size_t>(idx[r])];
+  for (std::int64_t e = 0; e < E; ++e) {
+    L.first[static_cast<std::size_t>(e)] = L.rows;
+    L.rows += (L.count[static_cast<std::size_t>(e)] + kExpertRowChunk - 1) / kExpertRowChunk * kExpertRowChunk;
+  }
+  L.token.assign(static_cast<std::size_t>(L.rows), -1);
+  std::vector<std::int64_t> fill(L.first);
+  for (std::int64_t r = 0; r < N * K; ++r) {
+    const std::int64_t pos = fill[static_cast<std::size_t>(idx[r])]++;
+    L.at[static_cast<std::size_t>(r)] = pos;
+    L.token[static_cast<std::size_t>(pos)] = r / K;
+  }
+  return L;
+}
+
+// Work items (expert, column tile) over the experts some token selects, so every thread is
+// busy however few experts there are; each item converts its tile of the expert's weights.
+std::vector<std::pair<std::int64_t, std::int64_t>> expert_items(const ExpertLayout& L, std::int64_t tiles) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> v;
+  for (std::size_t e = 0; e < L.count.size(); ++e)
+    if (L.count[e] > 0)
+      for (std::int64_t t = 0; t < tiles; ++t) v.emplace_back(static_cast<std::int64_t>(e), t);
+  return v;
+}
+
+}  // namespace
+
 void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::int64_t* idx, const double* wt,
                     std::int64_t K, const ExpertRows& weights, std::int64_t E, std::int64_t I, double limit,
                     double* routed) {
-  // The (token, slot) rows grouped by expert, slot order kept inside each: expert e's rows are
-  // sorted[first[e] .. first[e+1]).
-  std::vector<std::int64_t> first(static_cast<std::size_t>(E + 1), 0), sorted(static_cast<std::size_t>(N * K)),
-      at(static_cast<std::size_t>(N * K));
-  for (std::int64_t r = 0; r < N * K; ++r) ++first[static_cast<std::size_t>(idx[r] + 1)];
-  for (std::int64_t e = 0; e < E; ++e) first[static_cast<std::size_t>(e + 1)] += first[static_cast<std::size_t>(e)];
-  {
-    std::vector<std::int64_t> fill(first.begin(), first.end() - 1);
-    for (std::int64_t r = 0; r < N * K; ++r) {
-      const std::int64_t pos = fill[static_cast<std::size_t>(idx[r])]++;
-      sorted[static_cast<std::size_t>(pos)] = r;
-      at[static_cast<std::size_t>(r)] = pos;
-    }
-  }
-  // Work items (expert, column tile) over the experts some token selects, so every thread is
-  // busy however few experts there are; each item converts its tile of the expert's weights.
-  auto items = [&](std::int64_t tiles) {
-    std::vector<std::pair<std::int64_t, std::int64_t>> v;
-    for (std::int64_t e = 0; e < E; ++e)
-      if (first[static_cast<std::size_t>(e + 1)] > first[static_cast<std::size_t>(e)])
-        for (std::int64_t t = 0; t < tiles; ++t) v.emplace_back(e, t);
-    return v;
-  };
-  std::vector<double> h(static_cast<std::size_t>(N * K * I)), y(static_cast<std::size_t>(N * K * D));
+  const ExpertLayout L = layout_by_expert(idx, N, K, E);
+  auto rows_of = [&](std::int64_t e) { return L.count[static_cast<std::size_t>(e)]; };
+  auto padded_rows_of = [&](std::int64_t e) { return (rows_of(e) + kExpertRowChunk - 1) / kExpertRowChunk * kExpertRowChunk; };
+  // h's padding rows stay zero: they are the down product's padding.
+  std::vector<double> h(static_cast<std::size_t>(L.rows * I), 0.0), y(static_cast<std::size_t>(L.rows * D));
   ParallelErrors errors;
   // h = SwiGLU(x · Wgᵀ, x · Wuᵀ), gate = rows [0, I) of gate_up, up = rows [I, 2I).
-  const auto up_items = items(tiles_of(I));
+  const auto up_items = expert_items(L, tiles_of(I));
 #pragma omp parallel
   {
-    std::vector<double> x, wg, wu, g, u;
+    std::vector<double> x, g, u, piece;
 #pragma omp for schedule(dynamic)
     for (std::size_t w = 0; w < up_items.size(); ++w)
       errors.run([&] {
         const auto [e, t] = up_items[w];
-        const std::int64_t r0 = first[static_cast<std::size_t>(e)], n = first[static_cast<std::size_t>(e + 1)] - r0;
+        const std::int64_t r0 = L.first[static_cast<std::size_t>(e)], n = rows_of(e), np = padded_rows_of(e);
         const std::int64_t c0 = t * kColTile, width = std::min(kColTile, I - c0);
-        x.resize(static_cast<std::size_t>(n * D));
-        for (std::int64_t i = 0; i < n; ++i) std::copy_n(z + (sorted[static_cast<std::size_t>(r0 + i)] / K) * D, D, x.data() + i * D);
-        wg.resize(static_cast<std::size_t>(width * D)), wu.resize(wg.size());
-        g.resize(static_cast<std::size_t>(n * width)), u.resize(g.size());
-        weights(e, 0, c0, c0 + width, wg.data());
-        weights(e, 0, I + c0, I + c0 + width, wu.data());
-        expert_tile_product(x.data(), n, D, wg.data(), width, g.data(), width);
-        expert_tile_product(x.data(), n, D, wu.data(), width, u.data(), width);
+        x.assign(static_cast<std::size_t>(np * D), 0.0);
+        for (std::int64_t i = 0; i < n; ++i) std::copy_n(z + L.token[static_cast<std::size_t>(r0 + i)] * D, D, x.data() + i * D);
+        g.resize(static_cast<std::size_t>(np * width)), u.resize(g.size());
+        for (const auto& [first_row, out] : {std::pair{c0, g.data()}, std::pair{I + c0, u.data()}})
+          expert_tile_product(x.data(), np, D,
+                              [&, first_row = first_row](std::int64_t k0, std::int64_t k1, double* dst) {
+                                weights(e, 0, first_row, first_row + width, k0, k1, dst);
+                              },
+                              width, out, width, piece);
         for (std::int64_t i = 0; i < n; ++i)
           for (std::int64_t j = 0; j < width; ++j)
             h[static_cast<std::size_t>((r0 + i) * I + c0 + j)] =
@@ -107,19 +130,18 @@ void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::
   }
   errors.rethrow();
   // y = h · Wdᵀ, down = part 1.
-  const auto down_items = items(tiles_of(D));
+  const auto down_items = expert_items(L, tiles_of(D));
 #pragma omp parallel
   {
-    std::vector<double> wd;
+    std::vector<double> piece;
 #pragma omp for schedule(dynamic)
     for (std::size_t w = 0; w < down_items.size(); ++w)
       errors.run([&] {
         const auto [e, t] = down_items[w];
-        const std::int64_t r0 = first[static_cast<std::size_t>(e)], n = first[static_cast<std::size_t>(e + 1)] - r0;
-        const std::int64_t c0 = t * kColTile, width = std::min(kColTile, D - c0);
-        wd.resize(static_cast<std::size_t>(width * I));
-        weights(e, 1, c0, c0 + width, wd.data());
-        expert_tile_product(h.data() + r0 * I, n, I, wd.data(), width, y.data() + r0 * D + c0, D);
+        const std::int64_t r0 = L.first[static_cast<std::size_t>(e)], c0 = t * kColTile, width = std::min(kColTile, D - c0);
+        expert_tile_product(h.data() + r0 * I, padded_rows_of(e), I,
+                            [&](std::int64_t k0, std::int64_t k1, double* dst) { weights(e, 1, c0, c0 + width, k0, k1, dst); },
+                            width, y.data() + r0 * D + c0, D, piece);
       });
   }
   errors.rethrow();
@@ -129,7 +151,7 @@ void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::
     for (std::int64_t c = 0; c < D; ++c) {
       double acc = 0;
       for (std::int64_t k = 0; k < K; ++k)
-        acc += wt[t * K + k] * y[static_cast<std::size_t>(at[static_cast<std::size_t>(t * K + k)] * D + c)];
+        acc += wt[t * K + k] * y[static_cast<std::size_t>(L.at[static_cast<std::size_t>(t * K + k)] * D + c)];
       routed[t * D + c] = acc;
     }
 }
@@ -187,9 +209,8 @@ std::vector<Tensor> run_moe_experts(RefCall& r) {
   const WeightStore& w = r.ctx.weights;
   const std::string* parts[2] = {&r.s.weights.at(0), &r.s.weights.at(1)};
   routed_experts(r.f64(0), r.N, D, r.i64(1), r.f64(2), K,
-                 [&](std::int64_t e, int part, std::int64_t r0, std::int64_t r1, double* dst) {
-                   w.expert_rows_f64(*parts[part], e, r0, r1, dst);
-                 },
+                 [&](std::int64_t e, int part, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1,
+                     double* dst) { w.expert_rows_f64(*parts[part], e, r0, r1, dst, c0, c1); },
                  r.c.n_routed_experts, r.c.moe_intermediate_size, r.c.swiglu_limit, routed.data<double>());
   return {routed};
 }

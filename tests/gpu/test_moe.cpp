@@ -77,11 +77,13 @@ TEST(Moe, RoutedExpertsMatchReference) {
     }
   std::vector<double> zd(z.begin(), z.end()), gud(gate_up.begin(), gate_up.end()), dd(down.begin(), down.end()),
       wd(wt.begin(), wt.end()), yr(static_cast<std::size_t>(N * D));
-  // Rows of expert e's gate_up [2I, D] (part 0) or down [D, I] (part 1), as refcpu asks for them.
-  const refcpu::ExpertRows expert_rows = [&](std::int64_t e, int part, std::int64_t r0, std::int64_t r1, double* dst) {
+  // Rows and columns of expert e's gate_up [2I, D] (part 0) or down [D, I] (part 1), as refcpu
+  // asks for them.
+  const refcpu::ExpertRows expert_rows = [&](std::int64_t e, int part, std::int64_t r0, std::int64_t r1,
+                                             std::int64_t c0, std::int64_t c1, double* dst) {
     const std::int64_t cols = part == 0 ? D : I;
     const double* w = part == 0 ? gud.data() + e * 2 * I * D : dd.data() + e * D * I;
-    std::copy(w + r0 * cols, w + r1 * cols, dst);
+    for (std::int64_t r = r0; r < r1; ++r) std::copy(w + r * cols + c0, w + r * cols + c1, dst + (r - r0) * (c1 - c0));
   };
   refcpu::routed_experts(zd.data(), N, D, idx.data(), wd.data(), K, expert_rows, E, I, limit, yr.data());
   const Error e = error_vs(y, yr);
