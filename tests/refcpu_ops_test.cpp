@@ -94,6 +94,31 @@ TEST(RefCpuOps, StreamedLinearIsBitIdenticalToLinear) {
                InputError);
 }
 
+TEST(RefCpuOps, LinearOfScaledRowsIsBitIdenticalToLinearOfTheScaledRows) {
+  // Two row chunks (the second short), two column tiles, 1 and 3 threads, and a second call
+  // that reuses the threads' buffers.
+  const std::int64_t rows = kRowChunk + 9, in = 45, out = kColTile + 24;
+  auto x = random_vec(rows * in, 21), w = random_vec(out * in, 22), f = random_vec(rows, 23);
+  std::vector<double> scaled(x.size()), want(rows * out), got(rows * out);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t i = 0; i < in; ++i) scaled[r * in + i] = x[r * in + i] * f[r];
+  linear(scaled.data(), rows, in, w.data(), out, want.data());
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 3, 3}) {
+    omp_set_num_threads(threads);
+    std::fill(got.begin(), got.end(), 0.0);
+    linear_scaled_rows(x.data(), f.data(), rows, in, w.data(), out, got.data());
+    EXPECT_EQ(got, want) << threads << " threads";
+  }
+  omp_set_num_threads(saved);
+  // The mix is that product with f = 1/RMS of each row: the bits of rms_unweighted, then linear.
+  std::vector<double> u(x.size()), mix(rows * out), want_mix(rows * out);
+  rms_unweighted(x.data(), rows, in, 1e-6, u.data());
+  linear(u.data(), rows, in, w.data(), out, want_mix.data());
+  hc_mix(x.data(), rows, in, w.data(), out, 1e-6, mix.data());
+  EXPECT_EQ(mix, want_mix);
+}
+
 TEST(RefCpuOps, ExpertPiecesFollowOpenBlasKBlocking) {
   EXPECT_EQ(expert_pieces(100), (std::vector<std::int64_t>{0, 100}));
   EXPECT_EQ(expert_pieces(2048), (std::vector<std::int64_t>{0, 384, 768, 1152, 1536, 1792, 2048}));

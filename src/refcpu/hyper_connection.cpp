@@ -16,9 +16,12 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 void hc_mix(const double* X, std::int64_t tokens, std::int64_t flat, const double* fn, std::int64_t M, double eps,
             double* mix) {
-  std::vector<double> u(static_cast<std::size_t>(tokens * flat));
-  rms_unweighted(X, tokens, flat, eps, u.data());
-  linear(u.data(), tokens, flat, fn, M, mix);
+  // u = X/RMS(X) then fn · u, u made a row chunk at a time (linear_scaled_rows): the bits of
+  // rms_unweighted then linear.
+  std::vector<double> f(static_cast<std::size_t>(tokens));
+#pragma omp parallel for schedule(static)
+  for (std::int64_t t = 0; t < tokens; ++t) f[static_cast<std::size_t>(t)] = inv_rms(X + t * flat, flat, eps);
+  linear_scaled_rows(X, f.data(), tokens, flat, fn, M, mix);
 }
 
 void hc_sinkhorn(const double* mix, std::int64_t tokens, std::int64_t n, const double* base, const double* scale,

@@ -61,6 +61,23 @@ void product(const double* x, std::int64_t ldx, std::int64_t rows, std::int64_t 
 
 }  // namespace
 
+void linear_scaled_rows(const double* x, const double* f, std::int64_t rows, std::int64_t in, const double* w,
+                        std::int64_t out, double* y) {
+  const std::int64_t chunks = blocks(rows, kRowChunk), tiles = blocks(out, kColTile);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    thread_local std::vector<double> scaled;  // kept: its pages are touched once per thread, not per call
+    const std::int64_t r0 = c * kRowChunk, n = std::min(kRowChunk, rows - r0);
+    scaled.resize(static_cast<std::size_t>(kRowChunk * in));
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t i = 0; i < in; ++i) scaled[static_cast<std::size_t>(r * in + i)] = x[(r0 + r) * in + i] * f[r0 + r];
+    // The blocks of product(): the same calls on the same values, so the same bits.
+    for (std::int64_t t = 0; t < tiles; ++t)
+      product_block(kRowChunk, scaled.data(), in, 0, n, in, w + t * kColTile * in, in, std::min(kColTile, out - t * kColTile),
+                    y + r0 * out + t * kColTile, out);
+  }
+}
+
 // Column tile by column tile: convert the tile, then every row chunk against it; the tiles are
 // spread over threads, each holding one converted tile.
 void linear_streamed(const double* x, std::int64_t rows, std::int64_t in, const WeightRows& w, std::int64_t out,
