@@ -110,7 +110,8 @@ void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::
 #pragma omp for schedule(dynamic)
     for (std::size_t w = 0; w < up_items.size(); ++w)
       errors.run([&] {
-        const auto [e, t] = up_items[w];
+        // Plain variables, not a structured binding: clang 14 (the sanitizer build) cannot capture one.
+        const std::int64_t e = up_items[w].first, t = up_items[w].second;
         const std::int64_t r0 = L.first[static_cast<std::size_t>(e)], n = rows_of(e), np = padded_rows_of(e);
         const std::int64_t c0 = t * kColTile, width = std::min(kColTile, I - c0);
         x.assign(static_cast<std::size_t>(np * D), 0.0);
@@ -137,7 +138,7 @@ void routed_experts(const double* z, std::int64_t N, std::int64_t D, const std::
 #pragma omp for schedule(dynamic)
     for (std::size_t w = 0; w < down_items.size(); ++w)
       errors.run([&] {
-        const auto [e, t] = down_items[w];
+        const std::int64_t e = down_items[w].first, t = down_items[w].second;
         const std::int64_t r0 = L.first[static_cast<std::size_t>(e)], c0 = t * kColTile, width = std::min(kColTile, D - c0);
         expert_tile_product(h.data() + r0 * I, padded_rows_of(e), I,
                             [&](std::int64_t k0, std::int64_t k1, double* dst) { weights(e, 1, c0, c0 + width, k0, k1, dst); },
