@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .dump import CaptureError, InputError, from_numpy, to_numpy, write_tensor
-from .mapping import EXTRA_TENSORS, ISOLATION, MAP, pattern_matches, stage_class
+from .mapping import ISOLATION, MAP, pattern_matches, stage_class
 
 def _hc_maps(hc, flat):
     """DeepseekV4HyperConnection.forward's pre/post from its input_norm output (same code)."""
@@ -576,10 +576,7 @@ def load_model(model_dir, dtype=None, device="cpu", experts="eager", attn="eager
     model.eval()
     cast = []
     if dtype != torch.float64:  # float64 loads whole (and the oracle stays as it was validated)
-        cast = [n for n, p in model.named_parameters() if p.is_floating_point() and p.dtype != dtype]
-        for n, p in model.named_parameters():
-            if p.is_floating_point() and p.dtype != dtype:
-                p.data = p.data.to(dtype)
+        cast = release.cast_parameters(model, dtype)
     if cast:
         notes.append("%d parameters loaded in another dtype were cast to %s, e.g. %s"
                      % (len(cast), str(dtype).replace("torch.", ""), ", ".join(cast[:3])))

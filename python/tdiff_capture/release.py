@@ -355,7 +355,6 @@ class ReleaseFolder:
     def experts_value(self, p, e0, e1, ops, to):
         """Experts e0..e1-1 of a stacked parameter, float32 [e1-e0, rows, K]."""
         E, R, K = p.shape
-        rows = R // len(p.parts)
         chunks = []
         for part in p.parts:
             names = [p.experts[e][part] for e in range(e0, e1)]
@@ -557,7 +556,10 @@ def build_model(model_dir, dtype, device):
     finally:
         torch.set_default_dtype(prev)
     built_dtypes = sorted({str(p.dtype) for p in model.parameters()})
-    model.to(dtype)  # any module transformers keeps in float32, cast (spec 3.10: a bf16 model needs it)
+    # Parameters only, as hf.load_model treats a from_pretrained model (spec 3.10): the buffers
+    # stay as transformers built them, the rotary modules' inv_freq in float32. Cast to bf16
+    # with the rest (model.to), they moved RoPE angles by up to a radian at 2300 tokens.
+    cast_parameters(model, dtype)
     t1 = time.perf_counter()
     stats = load_into(rel, model.state_dict(), device)
     if torch.device(device).type == "cuda":
@@ -569,6 +571,16 @@ def build_model(model_dir, dtype, device):
             "model_tensors_not_in_release": stats["not_in_release"], "built_param_dtypes": built_dtypes,
             "layer_types": list(cfg["layer_types"]), "mlp_layer_types": list(cfg["mlp_layer_types"])}
     return model.eval(), info
+
+
+def cast_parameters(model, dtype):
+    """Every floating-point parameter of `model` not in `dtype` cast to it, buffers left alone;
+    returns the names cast."""
+    cast = [n for n, p in model.named_parameters() if p.is_floating_point() and p.dtype != dtype]
+    for p in model.parameters():
+        if p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
+    return cast
 
 
 def _nbytes(rel, name):

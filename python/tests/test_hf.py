@@ -20,7 +20,7 @@ TDIFF = os.environ.get("TDIFF") or os.path.join(ROOT, "build", "tdiff")
 try:
     import h5py
     import numpy as np
-    import torch  # noqa: F401
+    import torch
     import transformers  # noqa: F401
     SKIP = None
 except ImportError as e:
@@ -130,15 +130,39 @@ class HfTest(unittest.TestCase):
                   "--dump-policy", "fixed", ok=(0, 1))
         self.assertIn("dump lacks", text)
 
-    def test_release_folder_capture_equals_the_reference(self):
-        # The tiny preset in DeepSeek's release layout (FP8 linears, FP4 experts, release names):
-        # loaded by tdiff_capture.release, its float64 capture equals tdiff's reference of the
-        # same folder within 1e-6, as the HF-layout capture does.
+    def release_model(self):
+        """The tiny preset in DeepSeek's release layout (FP8 linears, FP4 experts, release
+        names), with a case and its reference; built once."""
         model = os.path.join(self.dir, "tiny-release")
         case = os.path.join(self.dir, "tiny-release.h5")
-        sh(TDIFF, "synth", "--preset", "tiny", "--format", "release", "--seed", "1", "-o", model)
-        sh(TDIFF, "case", "new", "--model", model, "--random-prompts", "1", "--len", "96", "--seed", "2", "-o", case)
-        sh(TDIFF, "golden", case, "--tie-rule", "torch-cpu")
+        if not os.path.exists(case + ".done"):
+            sh(TDIFF, "synth", "--preset", "tiny", "--format", "release", "--seed", "1", "-o", model)
+            sh(TDIFF, "case", "new", "--model", model, "--random-prompts", "1", "--len", "96", "--seed", "2",
+               "-o", case)
+            sh(TDIFF, "golden", case, "--tie-rule", "torch-cpu")
+            open(case + ".done", "w").close()
+        return model, case
+
+    def test_release_folder_builds_what_from_pretrained_builds(self):
+        # In bf16, the release reader's model holds every parameter and buffer in the dtype
+        # from_pretrained gives the HF-layout folder of the same preset: the rotary modules'
+        # inv_freq stays float32 (cast to bf16 it moves the RoPE angles by up to a radian
+        # at 2300 tokens: rope.main/cos rel_l2 0.14 instead of bf16's 1e-3 on real4).
+        from tdiff_capture import hf
+        release_dir, _ = self.release_model()
+        dtypes = {}
+        for name, folder in (("hf", self.model), ("release", release_dir)):
+            model, _ = hf.load_model(folder, dtype=torch.bfloat16, device="cpu")
+            dtypes[name] = {n: str(t.dtype) for n, t in list(model.named_parameters()) + list(model.named_buffers())}
+        self.assertEqual(dtypes["release"], dtypes["hf"])
+        inv_freq = {n: d for n, d in dtypes["release"].items() if n.endswith("inv_freq")}
+        self.assertTrue(inv_freq)
+        self.assertEqual(set(inv_freq.values()), {"torch.float32"}, inv_freq)
+
+    def test_release_folder_capture_equals_the_reference(self):
+        # The release-layout tiny loaded by tdiff_capture.release: its float64 capture equals
+        # tdiff's reference of the same folder within 1e-6, as the HF-layout capture does.
+        model, case = self.release_model()
         out = os.path.join(self.dir, "release-f64.h5")
         p = subprocess.run([sys.executable, "-m", "tdiff_capture", "capture", "--model", model, "--case", case,
                             "-o", out, "--dtype", "float64", "--device", "cpu", "--store", "f64"],
