@@ -556,10 +556,13 @@ def build_model(model_dir, dtype, device):
     finally:
         torch.set_default_dtype(prev)
     built_dtypes = sorted({str(p.dtype) for p in model.parameters()})
-    # Parameters only, as hf.load_model treats a from_pretrained model (spec 3.10): the buffers
-    # stay as transformers built them, the rotary modules' inv_freq in float32. Cast to bf16
-    # with the rest (model.to), they moved RoPE angles by up to a radian at 2300 tokens.
+    # The dtypes from_pretrained gives an HF-layout folder, and hf.load_model then (spec 3.10):
+    # every parameter in `dtype`; the buffers as transformers built them (the rotary modules'
+    # inv_freq float32: in bf16 they moved RoPE angles by up to a radian at 2300 tokens), but
+    # those the class keeps in float32 (the routers' e_score_correction_bias: in bf16 the
+    # selections move).
     cast_parameters(model, dtype)
+    kept = keep_buffers_in_float32(model, dtype)
     t1 = time.perf_counter()
     stats = load_into(rel, model.state_dict(), device)
     if torch.device(device).type == "cuda":
@@ -569,6 +572,7 @@ def build_model(model_dir, dtype, device):
             "fill_s": round(t2 - t1, 2), "release_tensors_filled": stats["tensors"],
             "release_stored_gb": round(stats["stored_bytes"] / 1e9, 3),
             "model_tensors_not_in_release": stats["not_in_release"], "built_param_dtypes": built_dtypes,
+            "buffers_kept_float32": kept,
             "layer_types": list(cfg["layer_types"]), "mlp_layer_types": list(cfg["mlp_layer_types"])}
     return model.eval(), info
 
@@ -581,6 +585,29 @@ def cast_parameters(model, dtype):
         if p.is_floating_point() and p.dtype != dtype:
             p.data = p.data.to(dtype)
     return cast
+
+
+def keep_buffers_in_float32(model, dtype):
+    """The floating buffers from_pretrained keeps in float32 whatever `dtype`: those named by
+    the class's _keep_in_fp32_modules_strict (and _keep_in_fp32_modules under float16), matched
+    as transformers matches them (whole dotted components). Returns their names."""
+    import re
+
+    import torch
+    names = list(getattr(model, "_keep_in_fp32_modules_strict", None) or [])
+    if dtype == torch.float16:
+        names += list(getattr(model, "_keep_in_fp32_modules", None) or [])
+    if not names:
+        return []
+    pattern = re.compile("|".join(r"((^|\.)%s($|\.))" % re.escape(n) for n in names))
+    kept = []
+    for module_name, module in model.named_modules():
+        for name, buf in list(module._buffers.items()):
+            full = "%s.%s" % (module_name, name) if module_name else name
+            if buf is not None and buf.is_floating_point() and buf.dtype != torch.float32 and pattern.search(full):
+                module._buffers[name] = buf.float()
+                kept.append(full)
+    return kept
 
 
 def _nbytes(rel, name):
