@@ -2,11 +2,13 @@
 // and bad release files (exit 2, one line naming the tensor).
 #include "cli_support.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "core/case_file.h"
 #include "core/config.h"
 #include "core/h5io.h"
 #include "core/safetensors.h"
@@ -173,6 +175,53 @@ TEST_F(CliReleaseTest, NanCodeNamesTheTensor) {
   EXPECT_NE(r.err.find("layers.0.attn.wq_a.weight"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("NaN code"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(path("c.h5")));
+}
+
+// case new reads the weights on all threads: with NaN codes in two tensors (in two shards) the
+// error names the first by name, on 1 thread and on 4.
+TEST_F(CliReleaseTest, TwoNanCodesNameTheFirstWhateverTheThreadCount) {
+  const std::string rel = path("rel");
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --format release --shard-gb 0.0002 --seed 3 -o '{}'", rel)).code, 0);
+  ASSERT_NE(shard_of(rel, "layers.0.attn.wq_a.weight"), shard_of(rel, "layers.3.attn.wq_a.weight"));
+  patch_byte(rel, "layers.3.attn.wq_a.weight", 7, 0x7F);
+  patch_byte(rel, "layers.0.attn.wq_a.weight", 5, 0xFF);  // -NaN
+  const char* before = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = before ? before : "";
+  for (const char* threads : {"1", "4"}) {
+    ::setenv("OMP_NUM_THREADS", threads, 1);
+    const Result r = run(fmt::format("case new --model '{}' --random-prompts 1 --len 16 --seed 5 -o '{}'", rel, path("c.h5")));
+    if (before) ::setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+    else ::unsetenv("OMP_NUM_THREADS");
+    EXPECT_EQ(r.code, 2) << threads << ": " << r.err;
+    EXPECT_EQ(testing::count_lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("layers.0.attn.wq_a.weight"), std::string::npos) << threads << ": " << r.err;
+    EXPECT_FALSE(fs::exists(path("c.h5")));
+  }
+}
+
+// Every shard's SHA-256 is recorded (hashed on all threads, each under its own name), and a
+// shard changed afterwards is named by golden.
+TEST_F(CliReleaseTest, EveryShardIsRecordedAndAChangedOneIsNamed) {
+  const std::string rel = path("rel"), c = path("c.h5");
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --format release --shard-gb 0.0002 --seed 3 -o '{}'", rel)).code, 0);
+  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 1 --len 16 --seed 5 -o '{}'", rel, c)).code, 0);
+  const CaseInfo info = read_case(c);
+  std::size_t shards = 0;
+  for (const auto& entry : fs::directory_iterator(rel)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.ends_with(".safetensors")) continue;
+    ++shards;
+    ASSERT_TRUE(info.checksums.count(name)) << name;
+    EXPECT_EQ(info.checksums.at(name), file_sha256(entry.path().string())) << name;
+  }
+  EXPECT_GT(shards, 2u);
+  EXPECT_EQ(info.checksums.size(), shards);
+  const std::string changed = shard_of(rel, "layers.3.attn.wq_a.weight");
+  patch_byte(rel, "layers.3.attn.wq_a.weight", 7, 0x01);
+  const Result r = run(fmt::format("golden '{}'", c));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(testing::count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(changed), std::string::npos) << r.err;
 }
 
 TEST_F(CliReleaseTest, BadScaleShapeNamesTheScale) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -59,6 +60,31 @@ TEST(ReleaseFormat, E2M1EveryCode) {
   EXPECT_EQ(e2m1_value(e2m1_code(5.0)), 4.0);
   EXPECT_EQ(e2m1_value(e2m1_code(-5.1)), -6.0);
   EXPECT_EQ(e2m1_value(e2m1_code(100.0)), 6.0);  // saturates (the writer's scales never need it)
+  EXPECT_EQ(e2m1_code(-std::numeric_limits<double>::infinity()), 15);
+  EXPECT_EQ(e2m1_code(std::numeric_limits<double>::quiet_NaN()), 0);
+}
+
+// The quantiser's rule stated as a search (the nearest magnitude, ties to the even code) and the
+// writer's threshold chain agree on every double near each midpoint and on a sweep of [-8, 8].
+TEST(ReleaseFormat, E2M1CodeIsTheNearestWithTiesToEven) {
+  auto nearest = [](double x) {
+    const double a = std::fabs(x);
+    std::uint8_t best = 0;
+    for (std::uint8_t c = 1; c < 8; ++c) {
+      const double d = std::fabs(e2m1_value(c) - a), db = std::fabs(e2m1_value(best) - a);
+      if (d < db || (d == db && c % 2 == 0)) best = c;
+    }
+    return std::signbit(x) && best != 0 ? static_cast<std::uint8_t>(best | 8u) : best;
+  };
+  std::vector<double> xs;
+  for (const double m : {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.0})
+    for (const double sign : {1.0, -1.0}) {
+      double below = m, above = m;
+      for (int i = 0; i < 4; ++i) below = std::nextafter(below, -10.0), above = std::nextafter(above, 10.0);
+      for (double v = below; v <= above; v = std::nextafter(v, 10.0)) xs.push_back(sign * v);
+    }
+  for (int i = -80000; i <= 80000; ++i) xs.push_back(i / 10000.0 + 1e-9 * (i % 7));
+  for (const double x : xs) ASSERT_EQ(e2m1_code(x), nearest(x)) << x;
 }
 
 TEST(ReleaseFormat, ScaleExponents) {

@@ -1,8 +1,11 @@
 #pragma once
 // An exception must not leave an OpenMP region (the program would terminate): work items run
 // through ParallelErrors::run, which keeps the first exception, and the thread that started
-// the region rethrows it after the region ends.
+// the region rethrows it after the region ends. run(item, work) keeps the exception of the
+// lowest item instead, so the error a user sees does not depend on the thread count.
+#include <cstddef>
 #include <exception>
+#include <limits>
 #include <mutex>
 
 namespace tdiff {
@@ -18,6 +21,15 @@ class ParallelErrors {
       if (!first_) first_ = std::current_exception();
     }
   }
+  template <class F>
+  void run(std::size_t item, F&& work) noexcept {
+    try {
+      work();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!first_ || item < first_item_) first_ = std::current_exception(), first_item_ = item;
+    }
+  }
   void rethrow() const {
     if (first_) std::rethrow_exception(first_);
   }
@@ -25,6 +37,7 @@ class ParallelErrors {
  private:
   std::mutex mutex_;
   std::exception_ptr first_;
+  std::size_t first_item_ = std::numeric_limits<std::size_t>::max();
 };
 
 }  // namespace tdiff

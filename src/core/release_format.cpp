@@ -138,14 +138,20 @@ double e2m1_value(std::uint8_t code) {
 }
 
 std::uint8_t e2m1_code(double x) {
+  // The midpoints between neighbouring magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}; a tie goes to
+  // the even code (mantissa bit 0), so `<=` below an even code's upper midpoint and `<` below
+  // an odd one's. Beyond 5 (and for infinity) it saturates at 6; NaN gives 0.
   const double a = std::fabs(x);
-  std::uint8_t best = 0;
-  for (std::uint8_t c = 1; c < 8; ++c) {
-    const double d = std::fabs(e2m1_value(c) - a), db = std::fabs(e2m1_value(best) - a);
-    // Nearer, or as near with an even code (the one whose mantissa bit is 0).
-    if (d < db || (d == db && c % 2 == 0)) best = c;
-  }
-  return std::signbit(x) && best != 0 ? static_cast<std::uint8_t>(best | 8u) : best;
+  std::uint8_t c;
+  if (!(a > 0.25)) c = 0;  // NaN too
+  else if (a < 0.75) c = 1;
+  else if (a <= 1.25) c = 2;
+  else if (a < 1.75) c = 3;
+  else if (a <= 2.5) c = 4;
+  else if (a < 3.5) c = 5;
+  else if (a <= 5.0) c = 6;
+  else c = 7;
+  return std::signbit(x) && c != 0 ? static_cast<std::uint8_t>(c | 8u) : c;
 }
 
 std::uint8_t e8m0_exponent_for(double amax, double format_max) {

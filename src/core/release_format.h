@@ -56,7 +56,8 @@ std::string scale_name(const std::string& weight_name);
 // Exact values of the storage codes.
 double e8m0_value(std::uint8_t e);     // 2^(e - 127); NaN for 0xFF
 double e2m1_value(std::uint8_t code);  // the low 4 bits
-// Round to the nearest code, ties to the even code (the writer's quantiser).
+// Round to the nearest code, ties to the even code (the writer's quantiser); beyond 6 it
+// saturates at +-6, NaN gives code 0.
 std::uint8_t e2m1_code(double x);
 
 // Power-of-two scale exponents as the release chooses them: the smallest e8m0 exponent whose

@@ -104,7 +104,7 @@ class Rng {
       s += (x >> 32) + (x & 0xFFFFFFFFull);
     }
     const auto centred = static_cast<std::int64_t>(s) - 6 * static_cast<std::int64_t>(0xFFFFFFFFull);
-    return std::ldexp(static_cast<double>(centred), -32);  // exact: |centred| < 2^35
+    return static_cast<double>(centred) * 0x1p-32;  // exact: |centred| < 2^35, a power-of-two scale
   }
 
   // Uniform integer in [0, n), unbiased (rejection).

@@ -17,6 +17,7 @@
 #include <openssl/evp.h>
 
 #include "core/error.h"
+#include "core/parallel_errors.h"
 #include "core/safetensors.h"
 
 namespace tdiff {
@@ -89,24 +90,35 @@ std::map<std::string, std::string> parse_stat(const std::string& record) {
   return out;
 }
 
-// Why `path` differs from its record, or "" when it matches; `stat_now` gets its current record.
-std::string compare_file(const std::string& path, const std::string& sha, const std::string& recorded, bool full,
-                         std::string& stat_now, WeightCheck& check) {
-  stat_now = weight_file_stat(path);
+// One file against its record: why it differs ("" when it matches), whether it was hashed
+// (and its size), and its current record when that should replace the case's.
+struct FileVerdict {
+  std::string why, refreshed;
+  bool hashed = false;
+  std::uintmax_t bytes = 0;
+};
+
+FileVerdict compare_file(const std::string& path, const std::string& sha, const std::string& recorded, bool full) {
+  FileVerdict v;
+  const std::string stat_now = weight_file_stat(path);
   const auto was = parse_stat(recorded), now = parse_stat(stat_now);
   if (!full && !recorded.empty()) {
-    if (was.count("size") && was.at("size") != now.at("size"))
-      return fmt::format("size {} bytes, recorded {}", now.at("size"), was.at("size"));
-    if (was.count("fingerprint") && was.at("fingerprint") != now.at("fingerprint"))
-      return "its header or sampled bytes differ from the record";
-    if (was.count("mtime_ns") && was.at("mtime_ns") == now.at("mtime_ns")) return "";
+    if (was.count("size") && was.at("size") != now.at("size")) {
+      v.why = fmt::format("size {} bytes, recorded {}", now.at("size"), was.at("size"));
+      return v;
+    }
+    if (was.count("fingerprint") && was.at("fingerprint") != now.at("fingerprint")) {
+      v.why = "its header or sampled bytes differ from the record";
+      return v;
+    }
+    if (was.count("mtime_ns") && was.at("mtime_ns") == now.at("mtime_ns")) return v;
   }
-  ++check.hashed_files;
+  v.hashed = true;
   std::error_code ec;
-  check.hashed_bytes += fs::file_size(path, ec);
-  if (file_sha256(path) != sha) return "its SHA-256 differs from the record";
-  if (recorded != stat_now) check.refreshed[fs::path(path).filename().string()] = stat_now;
-  return "";
+  v.bytes = fs::file_size(path, ec);
+  if (file_sha256(path) != sha) v.why = "its SHA-256 differs from the record";
+  else if (recorded != stat_now) v.refreshed = stat_now;
+  return v;
 }
 
 }  // namespace
@@ -134,20 +146,34 @@ WeightCheck check_weight_files(const std::vector<std::string>& files, const std:
   check.recorded = !sha256.empty();
   if (!check.recorded) return check;
   const auto t0 = std::chrono::steady_clock::now();
+  // The files are compared (hashed where their record cannot vouch for them) on all threads,
+  // then reported in their order.
+  std::vector<FileVerdict> verdicts(files.size());
+  ParallelErrors errors;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::size_t i = 0; i < files.size(); ++i)
+    errors.run(i, [&] {
+      const std::string name = fs::path(files[i]).filename().string();
+      auto sum = sha256.find(name);
+      if (sum == sha256.end()) return;
+      auto st = stats.find(name);
+      verdicts[i] = compare_file(files[i], sum->second, st == stats.end() ? "" : st->second, full);
+    });
+  errors.rethrow();
   std::set<std::string> seen;
-  for (const auto& path : files) {
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const std::string& path = files[i];
     const std::string name = fs::path(path).filename().string();
     seen.insert(name);
     ++check.files;
-    auto sum = sha256.find(name);
-    if (sum == sha256.end()) {
+    if (!sha256.count(name)) {
       check.changed.push_back(fmt::format("{}: not among the files the case records", path));
       continue;
     }
-    auto st = stats.find(name);
-    std::string now;
-    const std::string why = compare_file(path, sum->second, st == stats.end() ? "" : st->second, full, now, check);
-    if (!why.empty()) check.changed.push_back(fmt::format("{}: {}", path, why));
+    const FileVerdict& v = verdicts[i];
+    if (v.hashed) ++check.hashed_files, check.hashed_bytes += v.bytes;
+    if (!v.refreshed.empty()) check.refreshed[name] = v.refreshed;
+    if (!v.why.empty()) check.changed.push_back(fmt::format("{}: {}", path, v.why));
   }
   for (const auto& [name, sum] : sha256)
     if (!seen.count(name)) check.changed.push_back(fmt::format("{}: recorded in the case, missing from the model folder", name));

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/parallel_errors.h"
 
 namespace tdiff {
 
@@ -244,25 +245,42 @@ void WeightStore::trim() {
 }
 
 void WeightStore::check_all_finite() {
-  constexpr std::int64_t kBlockElems = std::int64_t{1} << 22;  // 32 MiB of float64 per block
+  // Work items in name order (blocks of rows of one expert; vectors whole), on all threads;
+  // the error names the first item's weight, whatever the thread count.
+  constexpr std::int64_t kBlockElems = std::int64_t{1} << 21;  // 16 MiB of float64 per block
+  struct Item {
+    const std::string* name;
+    std::int64_t expert, r0, r1;  // expert -1: a vector, whole
+  };
+  std::vector<Item> items;
   for (const auto& [name, spec] : specs_) {
     if (spec.integer) continue;
     const Shape& s = spec.shape;
     if (s.size() == 2 || s.size() == 3) {
       const std::int64_t R = s[s.size() - 2], C = s.back(), E = s.size() == 3 ? s[0] : 1;
       const std::int64_t step = std::max<std::int64_t>(1, kBlockElems / std::max<std::int64_t>(C, 1));
-      std::vector<double> buf(static_cast<std::size_t>(std::min(step, R) * C));
       for (std::int64_t e = 0; e < E; ++e)
-        for (std::int64_t r0 = 0; r0 < R; r0 += step) {
-          const std::int64_t r1 = std::min(R, r0 + step);
-          if (s.size() == 2) rows_f64(name, r0, r1, buf.data());  // both check the values
-          else expert_rows_f64(name, e, r0, r1, buf.data());
-        }
+        for (std::int64_t r0 = 0; r0 < R; r0 += step) items.push_back({&name, e, r0, std::min(R, r0 + step)});
     } else {
-      f64(name);  // vectors: converted and checked whole
-      trim();
+      items.push_back({&name, -1, 0, 0});
     }
   }
+  ParallelErrors errors;
+#pragma omp parallel
+  {
+    std::vector<double> buf;
+#pragma omp for schedule(dynamic, 1)
+    for (std::size_t i = 0; i < items.size(); ++i)
+      errors.run(i, [&] {
+        const Item& it = items[i];
+        const Shape& s = specs_.at(*it.name).shape;
+        if (it.expert < 0) return check_finite(*it.name, load_f64(*it.name));
+        buf.resize(static_cast<std::size_t>((it.r1 - it.r0) * s.back()));
+        if (s.size() == 2) rows_f64(*it.name, it.r0, it.r1, buf.data());  // both check the values
+        else expert_rows_f64(*it.name, it.expert, it.r0, it.r1, buf.data());
+      });
+  }
+  errors.rethrow();
 }
 
 }  // namespace tdiff
