@@ -57,12 +57,13 @@ void run_synth(const SynthOptions& o) {
     fmt::print(stderr, "\rsynth: {:3d}% of {:.1f} GB", pct, static_cast<double>(total) / 1e9);
     if (done == total) fmt::print(stderr, "\n");
   };
+  ReleaseWriteTimes times;
   if (release) {
     ReleaseOptions ro;
     ro.outliers = o.outliers;
     ro.profile = profile;
     ro.shard_bytes = static_cast<std::uint64_t>(o.shard_gb * 1e9);
-    write_release_model(c, o.seed, o.out, progress, ro);
+    times = write_release_model(c, o.seed, o.out, progress, ro);
   } else {
     tdiff::SynthOptions so;
     so.outliers = o.outliers;
@@ -73,6 +74,9 @@ void run_synth(const SynthOptions& o) {
   fmt::print("wrote {} ({} layers, {} parameters, {}, seed {}{})\n", o.out, c.num_hidden_layers, params,
              release ? "release layout: FP8 linears, FP4 experts" : o.dtype + " weights", o.seed,
              profile == SynthProfile::trained ? ", trained profile" : "");
+  if (release)
+    fmt::print("time: drawn, quantised and written {:.1f} s, then flushed to disk {:.1f} s\n", times.write_s,
+               times.flush_s);
   const SynthOutliers out = synth_embedding_outliers(c, o.seed, tdiff::SynthOptions{o.outliers, DType::f32, profile});
   if (!out.token_ids.empty()) {
     std::vector<std::string> mags;

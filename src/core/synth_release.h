@@ -27,9 +27,15 @@ struct ReleaseOptions {
 // (hash-routed layers that are not the first ones).
 nlohmann::json release_config_json(const ModelConfig& c);
 
+// Where a release synth's time went: drawing, quantising and writing the shards (all threads),
+// then the fsync that waits for what is still on its way to the disk (all shards at once).
+struct ReleaseWriteTimes {
+  double write_s = 0, flush_s = 0;
+};
+
 // Writes dir/config.json, dir/model-0000k-of-0000n.safetensors and
 // dir/model.safetensors.index.json, atomically (as write_synth_model). Same seed, same bytes.
-void write_release_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir,
-                         const SynthProgress& progress = {}, const ReleaseOptions& opt = {});
+ReleaseWriteTimes write_release_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir,
+                                      const SynthProgress& progress = {}, const ReleaseOptions& opt = {});
 
 }  // namespace tdiff
