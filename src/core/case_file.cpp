@@ -169,7 +169,7 @@ void add_weight_checksums(CaseInfo& c) {
 }
 
 void record_weight_files(CaseInfo& c, const std::vector<std::string>& files) {
-  // The shards are hashed on all threads (a release's 46 shards: one each).
+  // The files are hashed on all threads (a release's shards: one a thread).
   std::vector<std::string> stats(files.size()), sums(files.size());
   ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 1)
