@@ -2,7 +2,8 @@
 tiny model equals the reference within 1e-6 (tests/oracle/compare_hf.py's per-token relative
 L2; the indexer scores 1e-4), every stage is captured (the mapping covers what transformers
 exposes), --rope-f64 makes the tables exact, isolate writes a dump that `tdiff run
---candidate-dump` ranks. Needs torch, transformers, numpy, h5py and the tdiff binary ($TDIFF,
+--candidate-dump` ranks, and a release folder loads with every tensor in the dtype
+from_pretrained gives the same model in the HF layout. Needs torch, transformers, numpy, h5py and the tdiff binary ($TDIFF,
 else build/tdiff); skipped otherwise."""
 import json
 import os
