@@ -7,6 +7,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <utility>
 
 namespace tdiff {
 
@@ -14,12 +15,7 @@ class ParallelErrors {
  public:
   template <class F>
   void run(F&& work) noexcept {
-    try {
-      work();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!first_) first_ = std::current_exception();
-    }
+    run(kAnyItem, std::forward<F>(work));  // no item is lower than another: the first to fail stays
   }
   template <class F>
   void run(std::size_t item, F&& work) noexcept {
@@ -37,7 +33,8 @@ class ParallelErrors {
  private:
   std::mutex mutex_;
   std::exception_ptr first_;
-  std::size_t first_item_ = std::numeric_limits<std::size_t>::max();
+  static constexpr std::size_t kAnyItem = std::numeric_limits<std::size_t>::max();
+  std::size_t first_item_ = kAnyItem;
 };
 
 }  // namespace tdiff
