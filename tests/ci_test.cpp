@@ -1,13 +1,18 @@
 // Golden prompt sets (cases/) and tdiff ci: the shipped sets cover what they promise, suite
 // files are checked, and a small suite runs through the binary with its cache, reports and
-// records.
+// records, or an external implementation's dumps of its cases are judged.
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "gates/ci_suite.h"
 #include "cli_support.h"
 #include "core/case_file.h"
 #include "core/error.h"
 #include "core/synth.h"
+#include "core/dtype.h"
+#include "core/h5io.h"
+#include "tap/tap.hpp"
 #include "report/ci_index.h"
 
 namespace tdiff {
@@ -226,6 +231,89 @@ TEST_F(Suites, CiInputErrorsExitTwo) {
     EXPECT_EQ(testing::count_lines(r.err), 1u) << args << ": " << r.err;
   }
   EXPECT_FALSE(fs::exists(path("cache/lock")));  // refused before any build
+}
+
+// An engine of someone else's on the golden set: --prepare names each case's file, the engine
+// (tdiff's emu through the tap, examples/tap/tap_emu.cpp) writes <case>.h5 into a folder, and
+// ci judges every dump as `tdiff run CASE --candidate-dump DUMP` judges it alone.
+TEST_F(Suites, CiJudgesAnEnginesDumpsAsRunJudgesEachOne) {
+  write_suite();
+  const std::string cache = path("cache"), dumps = path("dumps");
+  const auto prep = run(fmt::format("ci '{}' --cache '{}' --prepare", dir_.string(), cache));
+  ASSERT_EQ(prep.code, 0) << prep.err;
+  std::map<std::string, std::string> case_of;
+  std::stringstream lines(prep.out);
+  for (std::string name, file, model; lines >> name >> file >> model;) {
+    case_of[name] = file;
+    EXPECT_TRUE(fs::exists(model + "/config.json")) << model;
+  }
+  ASSERT_EQ(case_of.size(), 2u) << prep.out;
+  ASSERT_TRUE(fs::exists(case_of["left"])) << prep.out;
+  auto tap_emu = [&](const std::string& name, const std::string& mode) {
+    const int status = std::system(fmt::format("'{}' '{}' naive 7 '{}/{}.h5' {} >/dev/null", TAP_EMU_BIN, case_of[name], dumps,
+                                               name, mode).c_str());
+    ASSERT_EQ(WEXITSTATUS(status), 0) << name;
+  };
+  auto ci = [&](const std::string& args) {
+    return run(fmt::format("ci '{}' --cache '{}' --candidate-dumps '{}' {}", dir_.string(), cache, dumps, args));
+  };
+  fs::create_directories(dumps);
+  tap_emu("right", "run");
+  const auto missing = ci(fmt::format("-o '{}'", path("r0")));
+  EXPECT_EQ(missing.code, 2) << missing.out << missing.err;
+  EXPECT_NE(missing.err.find("no dump for 1 of 2 cases (left.h5)"), std::string::npos) << missing.err;
+  EXPECT_FALSE(fs::exists(path("r0")));
+
+  tap_emu("left", "run");
+  const auto judged = ci(fmt::format("--dump-policy naive -o '{}'", path("r1")));
+  ASSERT_NE(judged.code, 2) << judged.err;
+  EXPECT_NE(judged.out.find("tap_emu.cpp; mode run"), std::string::npos) << judged.out;
+  EXPECT_NE(judged.out.find("not checked"), std::string::npos) << "one dump, no determinism gate: " << judged.out;
+  EXPECT_NE(judged.out.find("--candidate-dumps"), std::string::npos) << judged.out;
+  int worst = 0;
+  for (const auto& [name, file] : case_of) {
+    const auto alone = run(fmt::format("run '{}' --candidate-dump '{}/{}.h5' --dump-policy naive --no-record -o '{}'", file,
+                                       dumps, name, path("alone-" + name)));
+    ASSERT_NE(alone.code, 2) << alone.err;
+    worst = std::max(worst, alone.code);
+    const std::string a = testing::slurp(path("alone-" + name + "/report.csv"));
+    ASSERT_FALSE(a.empty()) << name;
+    EXPECT_EQ(testing::slurp(path("r1/" + name + "/report.csv")), a) << name;
+  }
+  EXPECT_EQ(judged.code, worst) << judged.out;
+  EXPECT_NE(testing::slurp(path("r1/junit.xml")).find("name=\"left\""), std::string::npos);
+
+  // A dump of the right case holding two tensors only: WARN, the reason names what it lacks.
+  {
+    Tap tap(dumps + "/right.h5");
+    for (const char* k : {"embed/e", "lm_head/logits"}) {
+      const Tensor t = h5_read(case_of["right"], std::string("/reference/") + k);
+      tap.write_raw(k, std::string(dtype_name(t.dtype())), t.raw(), t.shape());
+    }
+    tap.close();
+  }
+  const auto part = ci(fmt::format("--cases right -o '{}'", path("r2")));
+  EXPECT_EQ(part.code, 0) << part.out << part.err;
+  EXPECT_NE(part.out.find("WARN"), std::string::npos) << part.out;
+  EXPECT_NE(part.out.find("the dump lacks"), std::string::npos) << part.out;
+
+  // A bad dump: exit 2 naming the tensor, before any case is judged or a report is written.
+  {
+    const Tensor e = h5_read(case_of["left"], "/reference/embed/e");
+    Shape s = e.shape();
+    s.back() -= 1;
+    Tap tap(dumps + "/left.h5");
+    tap.write_raw("embed/e", "f64", e.raw(), s);
+    tap.close();
+  }
+  const auto bad = ci(fmt::format("-o '{}'", path("r3")));
+  EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("embed/e has shape"), std::string::npos) << bad.err;
+  EXPECT_EQ(testing::count_lines(bad.err), 1u) << bad.err;
+  EXPECT_FALSE(fs::exists(path("r3")));
+  // A backend and dumps at once: refused.
+  EXPECT_EQ(ci("--backend emu").code, 2);
+  EXPECT_EQ(run(fmt::format("ci '{}' --dump-policy fixed", dir_.string())).code, 2);
 }
 
 TEST(CiIndex, JunitAndIndexNameEveryCase) {

@@ -1,5 +1,7 @@
 // tdiff ci: every case of a golden prompt set against its cached reference, one verdict.
 #include <filesystem>
+#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -13,6 +15,7 @@
 #include "core/error.h"
 #include "core/pattern.h"
 #include "core/synth.h"
+#include "exec/candidate_dump.h"
 #include "report/ci_index.h"
 #include "report/report.h"
 #include "report/summary.h"
@@ -34,30 +37,75 @@ struct CiCmd {
   int repeat = 0;                      // 0: the suite's
   std::string out_dir, cache_dir, run_id;
   bool rebuild = false;
+  bool prepare = false;     // build the cache, list the cases' files, run nothing
+  std::string dumps_dir;    // --candidate-dumps: an external implementation's <case>.h5 per case
+  std::string dump_policy;  // --dump-policy: the formats those dumps store in ("" : the scaled rule)
 };
 
 std::string command_line(const CiCmd& c, const Suite& s) {
-  std::string cmd = fmt::format("tdiff ci {} --backend {} --policy {}", shell_quote(s.dir), c.backend, shell_quote(c.policy));
-  for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
+  std::string cmd = fmt::format("tdiff ci {}", shell_quote(s.dir));
+  if (!c.dumps_dir.empty()) {
+    cmd += " --candidate-dumps " + shell_quote(absolute_path(c.dumps_dir));
+    if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(c.dump_policy);
+  } else {
+    cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(c.policy));
+    for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
+  }
   if (!c.thresholds.empty()) cmd += " --thresholds " + shell_quote(absolute_path(c.thresholds));
   for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
   if (!c.cases.empty()) cmd += " --cases " + shell_quote(c.cases);
   if (c.repeat > 0) cmd += fmt::format(" --repeat {}", c.repeat);
-  if (c.backend == "hip") cmd += " --hip-gemm " + c.hip_gemm;
+  if (c.backend == "hip" && c.dumps_dir.empty()) cmd += " --hip-gemm " + c.hip_gemm;
   return cmd;
 }
 
-// The exact `tdiff run` of one case (run 1 of its ci run).
+// Where the dump of one case is: <dir>/<case>.h5.
+std::string dump_file(const CiCmd& c, const SuiteCase& sc) { return c.dumps_dir + "/" + sc.name + ".h5"; }
+
+// The exact `tdiff run` of one case (run 1 of its ci run, or its dump judged).
 std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc, const std::string& case_file,
                          const std::string& thresholds) {
-  std::string cmd = fmt::format("tdiff run {} --backend {} --policy {}", shell_quote(case_file), c.backend, shell_quote(c.policy));
-  cmd += suite.replay_selections ? " --selections replay" : " --selections free";
-  for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
-  cmd += fmt::format(" --seed {}", sc.seed);
-  if (c.backend == "hip") cmd += " --hip-gemm " + c.hip_gemm;
+  std::string cmd = fmt::format("tdiff run {}", shell_quote(case_file));
+  if (!c.dumps_dir.empty()) {
+    cmd += " --candidate-dump " + shell_quote(absolute_path(dump_file(c, sc)));
+    if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(c.dump_policy);
+  } else {
+    cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(c.policy));
+    cmd += suite.replay_selections ? " --selections replay" : " --selections free";
+    for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
+    cmd += fmt::format(" --seed {}", sc.seed);
+    if (c.backend == "hip") cmd += " --hip-gemm " + c.hip_gemm;
+  }
   if (!thresholds.empty()) cmd += " --thresholds " + shell_quote(thresholds);
   for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
   return cmd;
+}
+
+// Every case asked for has its dump, each dump's names, shapes and dtypes are right: checked
+// before any case is judged, so a bad dump stops the run before it writes a report.
+std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const SuiteCase*>& cases, const SuiteCache& cache,
+                                      const std::vector<Stage>& stages) {
+  std::vector<CandidateDump> dumps;
+  for (const SuiteCase* sc : cases) dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages, dump_file(c, *sc)));
+  return dumps;
+}
+
+void check_dumps_exist(const CiCmd& c, const Suite& suite, const std::vector<const SuiteCase*>& cases) {
+  if (!fs::is_directory(c.dumps_dir)) input_error("--candidate-dumps {}: not a folder", c.dumps_dir);
+  std::vector<std::string> missing;
+  for (const SuiteCase* sc : cases)
+    if (!fs::exists(dump_file(c, *sc))) missing.push_back(sc->name + ".h5");
+  if (!missing.empty())
+    input_error("--candidate-dumps {}: no dump for {} of {} cases ({}); each case's dump is <folder>/<case>.h5, "
+                "written on the case file `tdiff ci {} --prepare` lists",
+                c.dumps_dir, missing.size(), cases.size(), fmt::join(missing, ", "), suite.dir);
+}
+
+// --prepare: one line per case, tab-separated, for a loop that runs an implementation on each.
+void print_prepared(const Suite& suite, const SuiteCache& cache, const std::vector<const SuiteCase*>& cases) {
+  fmt::print(stderr, "ci {}: model and references ready in {}; per case: name, case file, model folder\n", suite.name,
+             cache.dir);
+  for (const SuiteCase* sc : cases) fmt::print("{}\t{}\t{}\n", sc->name, cache.case_file(*sc), cache.model_dir());
 }
 
 void record(const CiCaseResult& r, const EnvRecord& env, const std::string& suite) {
@@ -75,18 +123,81 @@ void record(const CiCaseResult& r, const EnvRecord& env, const std::string& suit
   update.commit();
 }
 
+// "dumps in DIR (transformers 5.17 (torch 2.9), mode run)": what the dumps say they are.
+std::string dumps_description(const CiCmd& c, const std::vector<CandidateDump>& dumps) {
+  std::set<std::string> engines, modes;
+  for (const auto& d : dumps) {
+    const auto e = d.env.find("engine");
+    engines.insert(e == d.env.end() ? "engine not recorded" : e->second);
+    modes.insert(d.mode);
+  }
+  return fmt::format("dumps in {} ({}; mode {})", c.dumps_dir, fmt::join(engines, ", "), fmt::join(modes, ", "));
+}
+
+// The table row, the reports and the case's record of one judged case.
+CiRow finish_case(const CiCmd& c, const Suite& suite, const SuiteCase& sc, CiCaseResult& r, const CiSummary& sum,
+                  EnvRecord case_env, const std::string& out, const std::string& thresholds_file) {
+  case_env.extra["case"] = sc.name;
+  case_env.extra["seed"] = std::to_string(sc.seed);
+  case_env.extra["repeat"] = std::to_string(r.runs);
+  add_case_facts(case_env, r.case_file, read_case(r.case_file).checksums);
+
+  RunInfo info;
+  info.case_name = sc.name;
+  info.run_id = r.run_id;
+  info.title = fmt::format("tdiff ci {} / {}: {}", suite.name, sc.name, sum.candidate);
+  info.command = case_command(c, suite, sc, r.case_file, thresholds_file);
+  for (const auto& [k, v] : case_env.to_attrs()) info.env.emplace_back(k, v);
+  write_reports(out + "/" + sc.name, r.diff, info);
+
+  CiRow row;
+  row.name = sc.name;
+  row.about = sc.about;
+  row.inputs = fmt::format("{} x {}, {}", r.rows, r.seq, r.padded ? r.pad_side + " padding" : "no padding");
+  row.verdict = r.verdict;
+  row.reason = r.reason;
+  row.tensors = static_cast<int>(r.diff.rows.size());
+  const auto counts = report::count_verdicts(r.diff);
+  row.fails = counts.fail, row.warns = counts.warn;
+  if (const TensorDiff* lg = logits_row(r.diff)) {
+    row.logits_cosine = lg->metrics.cosine;
+    row.logits_top1 = lg->logits->top1_agree;
+    row.logits_kl_max = lg->logits->kl_max;
+  }
+  row.runs = r.runs;
+  row.deterministic = r.nondeterministic.empty();
+  row.seconds = r.seconds;
+  row.report = sc.name + "/report.html";
+  row.case_file = r.case_file;
+  row.run_id = r.run_id;
+  if (!row.deterministic) {
+    RunInfo dinfo = info;
+    dinfo.title = fmt::format("tdiff ci {} / {}: determinism of {}", suite.name, sc.name, sum.candidate);
+    dinfo.command = fmt::format("tdiff determinism {} --backend {} --policy {} --seed {} --runs {}{}", shell_quote(r.case_file),
+                                c.backend, shell_quote(c.policy), sc.seed, suite.repeat,
+                                c.backend == "hip" ? " --hip-gemm " + c.hip_gemm : std::string());
+    write_reports(out + "/" + sc.name + "/determinism", r.determinism, dinfo);
+    row.determinism_report = sc.name + "/determinism/report.html";
+  }
+  record(r, case_env, suite.name);
+  return row;
+}
+
 void run_ci(CiCmd c) {
   Suite suite = load_suite(c.suite);
   if (c.repeat > 0) suite.repeat = c.repeat;
+  const bool dumps = !c.dumps_dir.empty();
   Policy policy = Policy::load(c.policy);
   for (const auto& s : c.sets) policy.add_set(s);
+  std::optional<Policy> dump_policy;
+  if (!c.dump_policy.empty()) dump_policy = Policy::load(c.dump_policy);
   const std::string thresholds_file = !c.thresholds.empty() ? absolute_path(c.thresholds) : suite.thresholds_file;
   ThresholdPolicy thresholds = thresholds_file.empty() ? ThresholdPolicy{} : load_thresholds(thresholds_file);
   for (const auto& o : c.overrides) add_threshold_override(thresholds, o);
   ModelConfig config = synth_preset(suite.preset);
   if (suite.layers > 0) config.truncate_layers(suite.layers);
   const std::vector<Stage> stages = build_stages(config);
-  policy.validate(stages);  // before any build: a knob that applies nowhere is an input error
+  (dumps && dump_policy ? *dump_policy : policy).validate(stages);  // a knob that applies nowhere: an input error before any build
   {
     std::vector<std::string> keys;
     for (const auto& s : stages)
@@ -97,12 +208,17 @@ void run_ci(CiCmd c) {
   for (const auto& sc : suite.cases)
     if (pattern_matches(c.cases, sc.name)) cases.push_back(&sc);
   if (cases.empty()) input_error("{}: --cases '{}' matches no case", suite.dir, c.cases);
-  make_candidate(c.backend, policy, 0, c.hip_gemm);  // a backend this build lacks: an input error before any work
+  if (dumps)
+    check_dumps_exist(c, suite, cases);
+  else if (!c.prepare)
+    make_candidate(c.backend, policy, 0, c.hip_gemm);  // a backend this build lacks: an input error before any work
 
   const auto t0 = std::chrono::steady_clock::now();
   const SuiteCache cache = prepare_suite_cache(suite, c.cache_dir, c.rebuild, [](const std::string& what) {
     fmt::print(stderr, "ci: building {}\n", what);
   }, cases);
+  if (c.prepare) return print_prepared(suite, cache, cases);
+  const std::vector<CandidateDump> dump_files = dumps ? open_dumps(c, cases, cache, stages) : std::vector<CandidateDump>{};
   const std::string run_id = c.run_id.empty() ? make_run_id("ci") : c.run_id;
   const std::string out = c.out_dir.empty() ? fmt::format("reports/ci/{}/{}", suite.name, run_id) : c.out_dir;
   fs::create_directories(out);
@@ -115,70 +231,35 @@ void run_ci(CiCmd c) {
   sum.suite = suite.name;
   sum.description = suite.description;
   sum.command = command_line(c, suite);
-  sum.candidate = fmt::format("{} under {}", c.backend, policy.describe());
+  sum.candidate = dumps ? dumps_description(c, dump_files) : fmt::format("{} under {}", c.backend, policy.describe());
   sum.cache = cache.built ? fmt::format("models and references built into {} (for this run: {})", cache.dir,
                                         fmt::join(cache.built_parts, ", "))
                           : fmt::format("models and references reused from {}", cache.dir);
   sum.thresholds_file = thresholds_file;
   sum.thresholds_text = thresholds_file.empty() ? "(none: the default thresholds)" : read_text_file(thresholds_file);
   for (const auto& o : c.overrides) sum.thresholds_text += "\n# --threshold " + o;
-  EnvRecord env = candidate_env(c.backend, policy, stages, nullptr, c.hip_gemm);
+  EnvRecord env = dumps ? capture_env("dump", c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy, process_command_line())
+                        : candidate_env(c.backend, policy, stages, nullptr, c.hip_gemm);
   env.extra["suite"] = suite.name;
   env.extra["suite_hash"] = suite.hash;
   for (const auto& [k, v] : env.to_attrs()) sum.env.emplace_back(k, v);
 
-  for (const SuiteCase* sc : cases) {
-    const std::string case_file = cache.case_file(*sc);
-    Progress progress(fmt::format("ci {}", sc->name), 0);
-    opt.progress = [&](const Stage& s, std::size_t i, int run) { progress.step(i + 1, fmt::format("run {}: {}", run, s.name)); };
-    CiCaseResult r = run_ci_case(suite, *sc, case_file, opt);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const SuiteCase& sc = *cases[i];
+    const std::string case_file = cache.case_file(sc);
+    Progress progress(fmt::format("ci {}", sc.name), 0);
+    opt.progress = [&](const Stage& s, std::size_t k, int run) { progress.step(k + 1, fmt::format("run {}: {}", run, s.name)); };
+    CiCaseResult r = dumps ? judge_ci_dump(sc, case_file, dump_files[i], dump_policy ? &*dump_policy : nullptr, thresholds)
+                           : run_ci_case(suite, sc, case_file, opt);
     r.run_id = run_id;
-    progress.finish(fmt::format("ci {}: {} in {:.1f} s", sc->name, verdict_name(r.verdict), r.seconds));
+    progress.finish(fmt::format("ci {}: {} in {:.1f} s", sc.name, verdict_name(r.verdict), r.seconds));
     EnvRecord case_env = env;
-    case_env.extra["case"] = sc->name;
-    case_env.extra["seed"] = std::to_string(sc->seed);
-    case_env.extra["repeat"] = std::to_string(suite.repeat);
-    add_case_facts(case_env, case_file, read_case(case_file).checksums);
-
-    RunInfo info;
-    info.case_name = sc->name;
-    info.run_id = run_id;
-    info.title = fmt::format("tdiff ci {} / {}: {}", suite.name, sc->name, sum.candidate);
-    info.command = case_command(c, suite, *sc, case_file, thresholds_file);
-    for (const auto& [k, v] : case_env.to_attrs()) info.env.emplace_back(k, v);
-    write_reports(out + "/" + sc->name, r.diff, info);
-
-    CiRow row;
-    row.name = sc->name;
-    row.about = sc->about;
-    row.inputs = fmt::format("{} x {}, {}", r.rows, r.seq, r.padded ? r.pad_side + " padding" : "no padding");
-    row.verdict = r.verdict;
-    row.reason = r.reason;
-    row.tensors = static_cast<int>(r.diff.rows.size());
-    const auto counts = report::count_verdicts(r.diff);
-    row.fails = counts.fail, row.warns = counts.warn;
-    if (const TensorDiff* lg = logits_row(r.diff)) {
-      row.logits_cosine = lg->metrics.cosine;
-      row.logits_top1 = lg->logits->top1_agree;
-      row.logits_kl_max = lg->logits->kl_max;
+    if (dumps) {
+      case_env.extra["dump"] = absolute_path(dump_files[i].path);
+      case_env.extra["dump_mode"] = dump_files[i].mode;
+      for (const auto& [k, v] : dump_files[i].env) case_env.extra["dump." + k] = v;
     }
-    row.runs = suite.repeat;
-    row.deterministic = r.nondeterministic.empty();
-    row.seconds = r.seconds;
-    row.report = sc->name + "/report.html";
-    row.case_file = case_file;
-    row.run_id = run_id;
-    if (!row.deterministic) {
-      RunInfo dinfo = info;
-      dinfo.title = fmt::format("tdiff ci {} / {}: determinism of {}", suite.name, sc->name, sum.candidate);
-      dinfo.command = fmt::format("tdiff determinism {} --backend {} --policy {} --seed {} --runs {}{}", shell_quote(case_file),
-                                  c.backend, shell_quote(c.policy), sc->seed, suite.repeat,
-                                  c.backend == "hip" ? " --hip-gemm " + c.hip_gemm : std::string());
-      write_reports(out + "/" + sc->name + "/determinism", r.determinism, dinfo);
-      row.determinism_report = sc->name + "/determinism/report.html";
-    }
-    record(r, case_env, suite.name);
-    sum.rows.push_back(std::move(row));
+    sum.rows.push_back(finish_case(c, suite, sc, r, sum, case_env, out, thresholds_file));
   }
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file_atomic(out + "/junit.xml", render_ci_junit(sum));
@@ -200,6 +281,8 @@ void setup_ci(CLI::App& app) {
       "  tdiff ci cases/tiny                                  # emu, fixed policy; what CI runs\n"
       "  tdiff ci cases/tiny --policy naive                   # caught: exit 1\n"
       "  tdiff ci cases/small --cases 'long-*' -o reports/ci-small\n"
+      "  tdiff ci cases/tiny --prepare                        # each case's file and the model, to run an engine on\n"
+      "  tdiff ci cases/tiny --candidate-dumps dumps/ --dump-policy fixed   # that engine's dumps/<case>.h5 judged\n"
       "Models and references are built on first use into <set>/cache/<hash>/ (rebuilt when\n"
       "suite.toml, the token file or the tdiff version change). cases/README.md describes the format.\n"
       "--backend hip needs a tdiff built with -DTDIFF_HIP=AMD or NVIDIA and a GPU.\n"
@@ -218,6 +301,18 @@ void setup_ci(CLI::App& app) {
   cmd->add_option("--cache", c->cache_dir, "cache folder for models and references (default <set>/cache)");
   cmd->add_flag("--rebuild", c->rebuild, "rebuild the cached models and references");
   cmd->add_option("--run-id", c->run_id, "run id (default: time-based)");
+  auto* dumps = cmd->add_option("--candidate-dumps", c->dumps_dir,
+                                "judge an external implementation's dumps instead of running a backend: FOLDER/<case>.h5 "
+                                "per case (tdiff-capture, the tap; python/README.md)");
+  cmd->add_option("--dump-policy", c->dump_policy,
+                  "the formats the dumps store in (fixed: a bf16 port with float32 sums), which gives their tensors "
+                  "the tolerances from precision (default: none, the scaled rule)")
+      ->needs(dumps);
+  auto* prepare = cmd->add_flag("--prepare", c->prepare,
+                                "build the model and the references only, and print each case's name, case file and "
+                                "model folder (tab-separated) for the implementation to run on");
+  for (const char* opt : {"--backend", "--policy", "--set", "--repeat", "--hip-gemm"}) dumps->excludes(cmd->get_option(opt));
+  prepare->excludes(dumps);
   cmd->callback([c] { run_ci(*c); });
 }
 

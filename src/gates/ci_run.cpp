@@ -1,4 +1,5 @@
-// One case of `tdiff ci` (bisect/ci_suite.h): accuracy against /reference, then determinism.
+// One case of `tdiff ci` (gates/ci_suite.h): accuracy against /reference, then determinism; or
+// an external implementation's dump of it judged.
 #include <chrono>
 
 #include <fmt/format.h>
@@ -6,6 +7,7 @@
 #include "gates/ci_suite.h"
 #include "exec/mixed_run.h"
 #include "core/session.h"
+#include "diff/expected.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff {
@@ -68,6 +70,38 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
                                   : r.reason + "; nondeterministic: " + r.determinism_note;
     }
     r.determinism = std::move(det.table);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, const CandidateDump& dump,
+                           const Policy* dump_policy, const ThresholdPolicy& thresholds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CiCaseResult r;
+  r.name = c.name;
+  r.case_file = case_file;
+  CaseSession session = open_session(case_file);
+  r.rows = session.info.batch.rows();
+  r.seq = session.info.batch.seq();
+  r.pad_side = session.info.pad_side;
+  for (auto len : session.info.batch.length) r.padded = r.padded || len < r.seq;
+  r.runs = 1;
+  r.diff = compare_candidate_dump(case_file, session.stages, dump, session.weights.get());
+  if (dump_policy) {
+    dump_policy->validate(session.stages);
+    set_expected(r.diff, {&session, dump_policy, dump.mode == "isolated" ? StageInputs::reference : StageInputs::run});
+  }
+  judge(r.diff, thresholds);
+  r.verdict = r.diff.verdict;
+  if (r.diff.first_fail >= 0) {
+    const TensorDiff& d = r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)];
+    r.reason = fmt::format("{}: {}", d.key(), d.reason);
+  }
+  if (!dump.lacking_stages.empty()) {
+    const std::string lacks = fmt::format("the dump lacks {} stage{} with a reference (first {})", dump.lacking_stages.size(),
+                                          dump.lacking_stages.size() == 1 ? "" : "s", dump.lacking_stages.front());
+    r.reason = r.reason.empty() ? lacks : r.reason + "; " + lacks;
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

@@ -272,14 +272,14 @@ SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool 
     ModelConfig config = synth_preset(suite.preset);
     if (suite.layers > 0) config.truncate_layers(suite.layers);
     if (progress) progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
-    fs::remove_all(cache.dir + "/model");
-    write_synth_model(config, suite.model_seed, cache.dir + "/model");
+    fs::remove_all(cache.model_dir());
+    write_synth_model(config, suite.model_seed, cache.model_dir());
   });
   if (model_built) cache.built_parts.push_back("model");
   for (const SuiteCase* c : cases)
     if (build_once(cache.case_file(*c) + ".done", [&] {
           if (progress) progress(fmt::format("case {}: inputs and float64 reference", c->name));
-          build_case(suite, *c, cache.dir + "/model", cache.case_file(*c));
+          build_case(suite, *c, cache.model_dir(), cache.case_file(*c));
         }))
       cache.built_parts.push_back(c->name);
   bool all = true;

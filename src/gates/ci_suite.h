@@ -35,6 +35,7 @@
 #include "core/policy.h"
 #include "diff/compare.h"
 #include "diff/thresholds.h"
+#include "exec/candidate_dump.h"
 
 namespace tdiff {
 
@@ -76,6 +77,7 @@ struct SuiteCache {
   std::vector<std::string> built_parts;  // what this call built: "model", case names
   double seconds = 0;
   std::string case_file(const SuiteCase& c) const { return dir + "/" + c.name + ".h5"; }
+  std::string model_dir() const { return dir + "/model"; }
 };
 SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool rebuild, const CiProgress& progress,
                                const std::vector<const SuiteCase*>& cases);
@@ -107,6 +109,14 @@ struct CiOptions {
 // suite.repeat > 1, the further runs compared with run 1 bit for bit (replayed: `repeat`
 // runs of their own, compared with the first of them).
 CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::string& case_file, const CiOptions& opt);
+
+// One case judged from an external implementation's dump of it (exec/candidate_dump.h, opened
+// on `case_file`), as `tdiff run CASE --candidate-dump DUMP --dump-policy P` judges it:
+// `dump_policy` gives the tolerances from precision (null: none, the scaled rule). One dump is
+// one run, so there is no determinism gate (runs = 1). Stages the dump lacks make it WARN, with
+// the reason naming them.
+CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, const CandidateDump& dump,
+                           const Policy* dump_policy, const ThresholdPolicy& thresholds);
 
 // The logits row of a result ("lm_head/logits"), or null.
 const TensorDiff* logits_row(const CompareResult& r);
