@@ -22,7 +22,7 @@ def run(args, isolate=False, written_by="tdiff-capture"):
     dtype, device, store, rope_f64, experts, attn. Returns the exit code (0 or 1)."""
     t_start = time.perf_counter()
     ids, mask, pos, case_attrs, _ = read_case(args.case)
-    check_right_padding(mask, args.case)
+    check_right_padding(mask, args.case, getattr(args, "allow_left_padding", False))
     B, S = ids.shape
     if not np.array_equal(pos, np.broadcast_to(np.arange(S), (B, S))):
         print("warning: %s: /inputs/pos is not 0..S-1 in every row; passing it as position_ids as is"
