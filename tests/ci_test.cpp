@@ -283,6 +283,17 @@ TEST_F(Suites, CiJudgesAnEnginesDumpsAsRunJudgesEachOne) {
   EXPECT_EQ(judged.code, worst) << judged.out;
   EXPECT_NE(testing::slurp(path("r1/junit.xml")).find("name=\"left\""), std::string::npos);
 
+  // Isolated dumps: each case's line names its worst stage, as run ranks them.
+  for (const auto& [name, file] : case_of) tap_emu(name, "isolated");
+  const auto iso = ci(fmt::format("--cases left --dump-policy naive -o '{}'", path("r-iso")));
+  ASSERT_EQ(iso.code, 1) << iso.out << iso.err;
+  const auto ranked = run(fmt::format("run '{}' --candidate-dump '{}/left.h5' --dump-policy naive --no-record --no-reports",
+                                      case_of["left"], dumps));
+  const auto top = ranked.out.find("\n   1  ");
+  ASSERT_NE(top, std::string::npos) << ranked.out;
+  const std::string first = ranked.out.substr(top + 7, ranked.out.find(' ', top + 7) - top - 7);
+  EXPECT_NE(iso.out.find("ranked first by local error: " + first + " ("), std::string::npos) << iso.out << ranked.out;
+
   // A dump of the right case holding two tensors only: WARN, the reason names what it lacks.
   {
     Tap tap(dumps + "/right.h5");

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bisect/bisect.h"
 #include "exec/candidate_dump.h"
 #include "exec/mixed_run.h"
 #include "cli/candidate.h"
@@ -136,20 +135,11 @@ void print_lacking(const CandidateDump& dump, std::size_t with_reference) {
 // An isolated dump (each stage on the reference's inputs): stages ranked by local error, as
 // `tdiff bisect --mode isolate --floor none` ranks tdiff's own backends.
 void print_local_ranking(const CompareResult& diff) {
-  std::vector<const TensorDiff*> rows;
-  for (const auto& d : diff.rows) rows.push_back(&d);
-  auto score = [](const TensorDiff* d) {
-    const bool exact = d->kind == TensorKind::exact || d->kind == TensorKind::routing;
-    return exact ? WatchedError::error_of(*d) : d->metrics.rel_l2;
-  };
-  std::stable_sort(rows.begin(), rows.end(), [&](const TensorDiff* a, const TensorDiff* b) {
-    if (a->verdict != b->verdict) return a->verdict > b->verdict;
-    return score(a) > score(b);
-  });
+  const std::vector<const TensorDiff*> rows = rank_by_local_error(diff);
   fmt::print("isolated stages (each on the reference's inputs), ranked by local error (rel_l2; mismatch share for "
              "selections):\n");
   for (std::size_t i = 0; i < rows.size() && i < 10; ++i)
-    fmt::print("{:>4}  {:<40} {:>10.3g}  {}\n", i + 1, rows[i]->key(), score(rows[i]), verdict_name(rows[i]->verdict));
+    fmt::print("{:>4}  {:<40} {:>10.3g}  {}\n", i + 1, rows[i]->key(), local_error(*rows[i]), verdict_name(rows[i]->verdict));
 }
 
 // An external implementation has no tdiff policy: --dump-policy names the formats it stores

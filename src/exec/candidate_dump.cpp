@@ -135,4 +135,20 @@ CompareResult compare_candidate_dump(const std::string& case_path, const std::ve
   return r;
 }
 
+double local_error(const TensorDiff& d) {
+  if (d.kind != TensorKind::exact && d.kind != TensorKind::routing) return d.metrics.rel_l2;
+  if (d.routing) return d.routing->mismatch_share;
+  return d.metrics.count ? static_cast<double>(d.metrics.n_diff) / static_cast<double>(d.metrics.count) : 0.0;
+}
+
+std::vector<const TensorDiff*> rank_by_local_error(const CompareResult& diff) {
+  std::vector<const TensorDiff*> rows;
+  for (const auto& d : diff.rows) rows.push_back(&d);
+  std::stable_sort(rows.begin(), rows.end(), [](const TensorDiff* a, const TensorDiff* b) {
+    if (a->verdict != b->verdict) return a->verdict > b->verdict;
+    return local_error(*a) > local_error(*b);
+  });
+  return rows;
+}
+
 }  // namespace tdiff

@@ -47,4 +47,10 @@ CandidateDump open_candidate_dump(const std::string& case_path, const std::vecto
 CompareResult compare_candidate_dump(const std::string& case_path, const std::vector<Stage>& stages,
                                      const CandidateDump& dump, WeightStore* weights, CompareOptions opt = {});
 
+// An isolated dump's tensors ranked by local error, as `tdiff bisect --mode isolate --floor
+// none` ranks a backend's stages: worse verdicts first, then the larger error (local_error).
+std::vector<const TensorDiff*> rank_by_local_error(const CompareResult& diff);
+// rel_l2 for values; for selections, the share of tokens with another choice.
+double local_error(const TensorDiff& d);
+
 }  // namespace tdiff

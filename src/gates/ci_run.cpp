@@ -94,7 +94,12 @@ CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, con
   }
   judge(r.diff, thresholds);
   r.verdict = r.diff.verdict;
-  if (r.diff.first_fail >= 0) {
+  // Isolated, every stage's error is its own: the worst one says more than the first in order.
+  const std::vector<const TensorDiff*> ranked = rank_by_local_error(r.diff);
+  if (dump.mode == "isolated" && !ranked.empty() && ranked.front()->verdict != Verdict::pass)
+    r.reason = fmt::format("ranked first by local error: {} ({:.3g}, {})", ranked.front()->key(), local_error(*ranked.front()),
+                           verdict_name(ranked.front()->verdict));
+  else if (r.diff.first_fail >= 0) {
     const TensorDiff& d = r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)];
     r.reason = fmt::format("{}: {}", d.key(), d.reason);
   }
