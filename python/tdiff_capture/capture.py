@@ -17,17 +17,64 @@ DTYPES = {"float64": "float64", "f64": "float64", "float32": "float32", "f32": "
           "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "f16": "float16"}
 
 
-def run(args, isolate=False, written_by="tdiff-capture"):
-    """args: model, case, output, stages, no_derived, no_attn_wrap, hidden_states_check, threads,
-    dtype, device, store, rope_f64, experts, attn. Returns the exit code (0 or 1)."""
-    t_start = time.perf_counter()
-    ids, mask, pos, case_attrs, _ = read_case(args.case)
-    check_right_padding(mask, args.case, getattr(args, "allow_left_padding", False))
+def read_checked_case(path, allow_left_padding):
+    """A case's ids, mask, pos and root attributes, checked for transformers (padding, pos)."""
+    ids, mask, pos, case_attrs, _ = read_case(path)
+    check_right_padding(mask, path, allow_left_padding)
     B, S = ids.shape
     if not np.array_equal(pos, np.broadcast_to(np.arange(S), (B, S))):
         print("warning: %s: /inputs/pos is not 0..S-1 in every row; passing it as position_ids as is"
-              % args.case, file=sys.stderr)
-    model_dir = args.model or case_attrs.get("model_path")
+              % path, file=sys.stderr)
+    return ids, mask, pos, case_attrs
+
+
+def read_case_list(path):
+    """`tdiff ci SET --prepare`'s output (name, case file, model folder; tab-separated, one case a
+    line; "-": standard input) as [(name, case, model)], or InputError naming the line."""
+    text = sys.stdin.read() if path == "-" else None
+    if text is None:
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError as e:
+            raise InputError("--cases-from %s: %s" % (path, e.strerror))
+    cases, names = [], set()
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3 or not all(parts):
+            raise InputError("%s:%d: not 'name<TAB>case file<TAB>model folder' (tdiff ci SET --prepare writes it)"
+                             % (path, n))
+        if parts[0] in names or "/" in parts[0] or parts[0] in (".", ".."):
+            raise InputError("%s:%d: case name '%s' %s" % (path, n, parts[0], "used twice" if parts[0] in names
+                                                            else "is not a file name"))
+        names.add(parts[0])
+        cases.append(tuple(parts))
+    if not cases:
+        raise InputError("--cases-from %s: no case listed" % path)
+    return cases
+
+
+def run(args, isolate=False, written_by="tdiff-capture"):
+    """args: model, case, output, stages, no_derived, no_attn_wrap, hidden_states_check, threads,
+    dtype, device, store, rope_f64, experts, attn, allow_left_padding, cases_from. One case into
+    args.output; with cases_from, every case listed into args.output/<name>.h5 with the model
+    loaded once. Returns the exit code (0 or 1)."""
+    t_start = time.perf_counter()
+    allow_left = getattr(args, "allow_left_padding", False)
+    if getattr(args, "cases_from", None):
+        listed = read_case_list(args.cases_from)
+        models = sorted({m for _, _, m in listed})
+        if not args.model and len(models) > 1:
+            raise InputError("--cases-from %s names %d model folders; give --model" % (args.cases_from, len(models)))
+        jobs = [(case, os.path.join(args.output, name + ".h5")) for name, case, _ in listed]
+        model_dir = args.model or models[0]
+    else:
+        jobs = [(args.case, args.output)]
+        model_dir = None
+    cases = [read_checked_case(case, allow_left) for case, _ in jobs]  # every case checked before the model loads
+    model_dir = model_dir or args.model or cases[0][3].get("model_path")
     if not model_dir:
         raise InputError("no --model given and the case has no model_path attribute")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
@@ -36,12 +83,21 @@ def run(args, isolate=False, written_by="tdiff-capture"):
         raise InputError("--dtype %s: not one of %s" % (args.dtype, ", ".join(sorted(DTYPES))))
     if isolate and args.hidden_states_check:
         raise InputError("--hidden-states-check checks a normal forward; isolate replaces the layers' outputs")
-    reference = read_reference(args.case) if isolate else None
+    if len(jobs) > 1:
+        os.makedirs(args.output, exist_ok=True)
+    loaded = load(args, model_dir)
+    ok = True
+    for (case, output), (ids, mask, pos, _) in zip(jobs, cases):
+        ok = capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by, t_start) and ok
+        loaded["load_s"], t_start = 0.0, time.perf_counter()  # the next case's timing line: its own time only
+    return 0 if ok else 1
 
+
+def load(args, model_dir):
+    """The model on its device and what every case's capture needs of it (a dict)."""
     import torch
     import transformers
     from . import hf
-    from .rope import patch_model_rotary_f64
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     if not transformers.__version__.startswith("5.17"):
@@ -60,28 +116,15 @@ def run(args, isolate=False, written_by="tdiff-capture"):
     model, load_notes = hf.load_model(model_dir, dtype=dtype, device=device, experts=experts, attn=args.attn)
     load_s = time.perf_counter() - t_load
     config = model.config
-    dims = hf.model_dims(config)
-    if ids.min() < 0 or ids.max() >= config.vocab_size:
-        raise InputError("%s: token ids outside 0..%d" % (args.case, config.vocab_size - 1))
     graph = stage_graph(config.layer_types, config.mlp_layer_types)
     if args.stages and not any(pattern_matches(args.stages, s) for s, _ in graph):
         raise InputError("stage pattern '%s' matches no stage of this model" % args.stages)
-    shape_of = expected_shapes(dims, B, S)
     non_native = sorted("%s (%s)" % (n, t.dtype) for n, t in
                         list(model.named_parameters()) + list(model.named_buffers())
                         if t.is_floating_point() and t.dtype != dtype and "inv_freq" not in n)
     if non_native:
         print("warning: %d floating tensors are not %s, e.g. %s"
               % (len(non_native), DTYPES[args.dtype], ", ".join(non_native[:5])), file=sys.stderr)
-    hf_module = sys.modules[type(model).__module__]
-    undo_rope = None
-    if args.rope_f64:
-        try:
-            undo_rope, rope_notes = patch_model_rotary_f64(model, config)
-        except ValueError as e:
-            raise InputError(str(e))
-        load_notes += rope_notes
-
     source = "transformers %s %s %s%s%s" % (transformers.__version__, DTYPES[args.dtype], args.attn,
                                             "" if device.type == "cpu" else " on " + str(device),
                                             " rope-f64" if args.rope_f64 else "")
@@ -92,11 +135,40 @@ def run(args, isolate=False, written_by="tdiff-capture"):
            "attn_implementation": str(getattr(config, "_attn_implementation", None)),
            "experts_implementation": str(getattr(config, "_experts_implementation", None)),
            "rope": ("float64 (tdiff_capture --rope-f64: a deliberate deviation from stock transformers)"
-                    if args.rope_f64 else "transformers' own (float32 tables)"),
-           "written_by": written_by}
+                    if args.rope_f64 else "transformers' own (float32 tables)")}
+    return {"torch": torch, "transformers": transformers, "hf": hf, "model": model, "config": config,
+            "dims": hf.model_dims(config), "graph": graph, "dtype": dtype, "device": device,
+            "load_s": load_s, "load_notes": load_notes, "non_native": non_native,
+            "hf_module": sys.modules[type(model).__module__], "source": source, "env": env,
+            "model_dir": model_dir}
+
+
+def capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by, t_start):
+    """One case's forward with the hooks, written to `output`; its lines printed. True when every
+    check held."""
+    from .rope import patch_model_rotary_f64
+    torch, transformers, hf = loaded["torch"], loaded["transformers"], loaded["hf"]
+    model, config, graph = loaded["model"], loaded["config"], loaded["graph"]
+    dtype, device, source, hf_module = loaded["dtype"], loaded["device"], loaded["source"], loaded["hf_module"]
+    model_dir, load_s, non_native = loaded["model_dir"], loaded["load_s"], loaded["non_native"]
+    env = dict(loaded["env"], written_by=written_by)
+    B, S = ids.shape
+    if ids.min() < 0 or ids.max() >= config.vocab_size:
+        raise InputError("%s: token ids outside 0..%d" % (case, config.vocab_size - 1))
+    shape_of = expected_shapes(loaded["dims"], B, S)
+    load_notes = list(loaded["load_notes"])
+    undo_rope = None
+    if args.rope_f64:
+        try:
+            undo_rope, rope_notes = patch_model_rotary_f64(model, config)
+        except ValueError as e:
+            raise InputError(str(e))
+        load_notes += rope_notes
+    reference = read_reference(case) if isolate else None
+
     ok = True
     try:
-        with AtomicH5(args.output, prefix=".capture_hf.") as h5:
+        with AtomicH5(output, prefix=".capture_hf.") as h5:
             rec = hf.Recorder(h5, graph, shape_of, args.stages, derive=not args.no_derived,
                               wrap=not args.no_attn_wrap, keep_streams=args.hidden_states_check,
                               store=args.store, reference=reference["reference"] if reference else None)
@@ -127,7 +199,7 @@ def run(args, isolate=False, written_by="tdiff-capture"):
             a["transformers_version"] = str(transformers.__version__)
             a["torch_version"] = str(torch.__version__)
             a["written_by"] = written_by
-            a["case"] = os.path.abspath(args.case)
+            a["case"] = os.path.abspath(case)
             a["model_path"] = os.path.abspath(model_dir)
             a["stages"] = args.stages
             a["attn_implementation"] = env["attn_implementation"]
@@ -151,7 +223,7 @@ def run(args, isolate=False, written_by="tdiff-capture"):
             reference.close()
 
     # One line per captured stage, in stage-graph order.
-    print("# %s%s, B=%d S=%d -> %s" % (source, ", isolated stages" if isolate else "", B, S, args.output))
+    print("# %s%s, B=%d S=%d -> %s" % (source, ", isolated stages" if isolate else "", B, S, output))
     seen = set()
     for stage, tensors in graph:
         cls, _ = stage_class(stage)
@@ -198,4 +270,4 @@ def run(args, isolate=False, written_by="tdiff-capture"):
     print("# timing: load %.2f s, forward %.2f s, writing captured tensors %.2f s (during the forward), "
           "total %.2f s; %d torch threads" % (load_s, forward_s - rec.put_s, rec.put_s,
                                                time.perf_counter() - t_start, torch.get_num_threads()))
-    return 0 if ok else 1
+    return ok

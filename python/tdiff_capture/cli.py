@@ -11,9 +11,10 @@ from .dump import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, CaptureError, InputError
 def add_capture_options(p, legacy=False):
     p.add_argument("--model", help="model folder in the HF layout (config.json + safetensors); "
                                     "default: the case's model_path attribute")
-    p.add_argument("--case", required=not legacy, help="tdiff case file (reads /inputs/ids, /inputs/mask, "
-                                                       "/inputs/pos; isolate also /reference)")
-    p.add_argument("-o", "--output", required=not legacy, help="HDF5 dump to write (replaced atomically)")
+    p.add_argument("--case", help="tdiff case file (reads /inputs/ids, /inputs/mask, "
+                                  "/inputs/pos; isolate also /reference)")
+    p.add_argument("-o", "--output", help="HDF5 dump to write (replaced atomically); with --cases-from, the folder "
+                                          "that gets <name>.h5 for every case")
     p.add_argument("--stages", default="", help="stage pattern, tdiff's syntax: fnmatch globs separated by "
                                                "commas, e.g. 'L0[1-2].attn.*,lm_head' (default: all)")
     p.add_argument("--dtype", default="float64" if legacy else "bfloat16",
@@ -41,6 +42,9 @@ def add_capture_options(p, legacy=False):
                         "the hooked layer outputs bitwise (spec 5.11b); exit 1 when not (capture only)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     if not legacy:
+        p.add_argument("--cases-from", metavar="LIST",
+                       help="every case of a list instead of --case, the model loaded once: the lines of "
+                            "`tdiff ci SET --prepare` (name, case file, model folder; '-': standard input)")
         p.add_argument("--allow-left-padding", action="store_true",
                        help="capture a left-padded case anyway (a candidate, not the oracle: transformers' "
                             "left-padded rows differ from the model, spec 5.12, and the report shows by how much)")
@@ -68,6 +72,7 @@ def main(argv=None):
         epilog="examples:\n"
                "  tdiff-capture capture --model M --case c.h5 -o run.h5                 # bf16 on the GPU\n"
                "  tdiff-capture isolate --model M --case c.h5 -o iso.h5                 # each stage on the reference's inputs\n"
+               "  tdiff ci cases/tiny --prepare | tdiff-capture capture --cases-from - -o dumps/ --allow-left-padding\n"
                "  tdiff-capture capture --model M --case c.h5 -o hf.h5 --dtype float64 --device cpu --store f64 --rope-f64\n"
                "  tdiff-capture mapping                                                  # the module -> stage table",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,6 +89,9 @@ def main(argv=None):
         from .mapping import print_mapping
         print_mapping()
         return EXIT_OK
+    sub_parser = sub.choices[args.cmd]
+    if not args.output or bool(args.case) == bool(args.cases_from):
+        sub_parser.error("give -o and one of --case and --cases-from")
     from .capture import run
     return _guarded(lambda: run(args, isolate=args.cmd == "isolate"))
 

@@ -1,15 +1,18 @@
 """The case reader's padding rule (spec 5.12): transformers is the model only for right
-padding, so a left-padded case is refused unless captured as a candidate. Needs numpy, h5py."""
+padding, so a left-padded case is refused unless captured as a candidate; and the list of cases
+`tdiff ci SET --prepare` writes for --cases-from. Needs numpy, h5py."""
 import contextlib
 import io
 import os
 import sys
+import tempfile
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from tdiff_capture.capture import read_case_list  # noqa: E402
 from tdiff_capture.dump import InputError, check_right_padding  # noqa: E402
 
 
@@ -42,6 +45,32 @@ class PaddingTest(unittest.TestCase):
             with self.assertRaises(InputError) as e:
                 check_right_padding(holed, "c.h5", allow_left=allow)
             self.assertIn("row 0: the real tokens are not contiguous", str(e.exception))
+
+
+class CaseListTest(unittest.TestCase):
+    def write(self, text):
+        fd, path = tempfile.mkstemp(suffix=".tsv")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        self.addCleanup(os.remove, path)
+        return path
+
+    def test_reads_what_prepare_writes(self):
+        path = self.write("short-right\t/c/short-right.h5\t/c/model\n\nlong-left\t/c/long-left.h5\t/c/model\n")
+        self.assertEqual(read_case_list(path), [("short-right", "/c/short-right.h5", "/c/model"),
+                                                ("long-left", "/c/long-left.h5", "/c/model")])
+
+    def test_bad_lists_name_the_line(self):
+        for text, says in (("a\t/c/a.h5\n", ":1: not 'name<TAB>case file<TAB>model folder'"),
+                           ("a\t/c/a.h5\t/m\na\t/c/b.h5\t/m\n", ":2: case name 'a' used twice"),
+                           ("x/y\t/c/a.h5\t/m\n", ":1: case name 'x/y' is not a file name"),
+                           ("\n", "no case listed")):
+            with self.assertRaises(InputError) as e:
+                read_case_list(self.write(text))
+            self.assertIn(says, str(e.exception))
+        with self.assertRaises(InputError) as e:
+            read_case_list("/nonexistent/list.tsv")
+        self.assertIn("--cases-from /nonexistent/list.tsv", str(e.exception))
 
 
 if __name__ == "__main__":

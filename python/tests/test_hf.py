@@ -87,6 +87,31 @@ class HfTest(unittest.TestCase):
         # the dump is what `tdiff run --candidate-dump` reads
         sh(TDIFF, "run", self.case, "--model", self.model, "--candidate-dump", out, "--no-record", ok=(0, 1))
 
+    def test_cases_from_captures_each_case_as_one_at_a_time(self):
+        # Two names for the one case, in `tdiff ci --prepare`'s format: the model is loaded once
+        # and each dump holds what a capture of that case alone holds, bit for bit.
+        single, _ = self.capture("single", "--dtype", "float64", "--device", "cpu", "--store", "f64", cmd="isolate")
+        listing = os.path.join(self.dir, "cases.tsv")
+        with open(listing, "w") as f:
+            for name in ("a", "b"):
+                f.write("%s\t%s\t%s\n" % (name, self.case, self.model))
+        folder = os.path.join(self.dir, "many")
+        p = subprocess.run([sys.executable, "-m", "tdiff_capture", "isolate", "--cases-from", listing, "-o", folder,
+                            "--dtype", "float64", "--device", "cpu", "--store", "f64"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")))
+        self.assertEqual(p.returncode, 0, p.stdout[-6000:])
+        self.assertEqual(p.stdout.count("# timing: load"), 2, p.stdout[-3000:])
+        with h5py.File(single, "r") as one:
+            keys = []
+            one.visititems(lambda k, v: keys.append(k) if isinstance(v, h5py.Dataset) else None)
+            self.assertGreater(len(keys), 100)
+            for name in ("a", "b"):
+                with h5py.File(os.path.join(folder, name + ".h5"), "r") as f:
+                    self.assertEqual(f.attrs["tdiff_dump_mode"], "isolated")
+                    for k in keys:
+                        self.assertTrue(np.array_equal(one[k][()], f[k][()]), "%s: %s" % (name, k))
+
     def test_legacy_command_line(self):
         out = os.path.join(self.dir, "legacy.h5")
         sh(sys.executable, os.path.join(ROOT, "python", "capture_hf.py"), "--model", self.model, "--case", self.case,
