@@ -83,7 +83,9 @@ def run(args, isolate=False, written_by="tdiff-capture"):
         raise InputError("--dtype %s: not one of %s" % (args.dtype, ", ".join(sorted(DTYPES))))
     if isolate and args.hidden_states_check:
         raise InputError("--hidden-states-check checks a normal forward; isolate replaces the layers' outputs")
-    if len(jobs) > 1:
+    if getattr(args, "cases_from", None):
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            raise InputError("-o %s: not a folder (with --cases-from, -o names the folder of the dumps)" % args.output)
         os.makedirs(args.output, exist_ok=True)
     loaded = load(args, model_dir)
     ok = True
