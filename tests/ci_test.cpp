@@ -252,19 +252,19 @@ TEST_F(Suites, CiJudgesAnEnginesDumpsAsRunJudgesEachOne) {
   auto tap_emu = [&](const std::string& name, const std::string& mode) {
     const int status = std::system(fmt::format("'{}' '{}' naive 7 '{}/{}.h5' {} >/dev/null", TAP_EMU_BIN, case_of[name], dumps,
                                                name, mode).c_str());
-    ASSERT_EQ(WEXITSTATUS(status), 0) << name;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
   };
   auto ci = [&](const std::string& args) {
     return run(fmt::format("ci '{}' --cache '{}' --candidate-dumps '{}' {}", dir_.string(), cache, dumps, args));
   };
   fs::create_directories(dumps);
-  tap_emu("right", "run");
+  ASSERT_TRUE(tap_emu("right", "run"));
   const auto missing = ci(fmt::format("-o '{}'", path("r0")));
   EXPECT_EQ(missing.code, 2) << missing.out << missing.err;
   EXPECT_NE(missing.err.find("no dump for 1 of 2 cases (left.h5)"), std::string::npos) << missing.err;
   EXPECT_FALSE(fs::exists(path("r0")));
 
-  tap_emu("left", "run");
+  ASSERT_TRUE(tap_emu("left", "run"));
   const auto judged = ci(fmt::format("--dump-policy naive -o '{}'", path("r1")));
   ASSERT_NE(judged.code, 2) << judged.err;
   EXPECT_NE(judged.out.find("tap_emu.cpp; mode run"), std::string::npos) << judged.out;
@@ -279,12 +279,14 @@ TEST_F(Suites, CiJudgesAnEnginesDumpsAsRunJudgesEachOne) {
     const std::string a = testing::slurp(path("alone-" + name + "/report.csv"));
     ASSERT_FALSE(a.empty()) << name;
     EXPECT_EQ(testing::slurp(path("r1/" + name + "/report.csv")), a) << name;
+    const std::string html = testing::slurp(path("r1/" + name + "/report.html"));
+    EXPECT_NE(html.find("--candidate-dump " + dumps + "/" + name + ".h5"), std::string::npos) << "reproduce command: " << name;
   }
   EXPECT_EQ(judged.code, worst) << judged.out;
   EXPECT_NE(testing::slurp(path("r1/junit.xml")).find("name=\"left\""), std::string::npos);
 
   // Isolated dumps: each case's line names its worst stage, as run ranks them.
-  for (const auto& [name, file] : case_of) tap_emu(name, "isolated");
+  for (const auto& [name, file] : case_of) ASSERT_TRUE(tap_emu(name, "isolated")) << name;
   const auto iso = ci(fmt::format("--cases left --dump-policy naive -o '{}'", path("r-iso")));
   ASSERT_EQ(iso.code, 1) << iso.out << iso.err;
   const auto ranked = run(fmt::format("run '{}' --candidate-dump '{}/left.h5' --dump-policy naive --no-record --no-reports",
@@ -306,7 +308,21 @@ TEST_F(Suites, CiJudgesAnEnginesDumpsAsRunJudgesEachOne) {
   const auto part = ci(fmt::format("--cases right -o '{}'", path("r2")));
   EXPECT_EQ(part.code, 0) << part.out << part.err;
   EXPECT_NE(part.out.find("WARN"), std::string::npos) << part.out;
-  EXPECT_NE(part.out.find("the dump lacks"), std::string::npos) << part.out;
+  EXPECT_NE(part.out.find("stages with a reference (first hc.expand; "), std::string::npos) << part.out;
+
+  // A dump that records another case file (tdiff-capture's record theirs): the cases of a set
+  // share shapes, so a swapped dump is refused, not judged.
+  ASSERT_TRUE(tap_emu("right", "run"));
+  {
+    H5Writer w(dumps + "/right.h5", dumps + "/right.h5");
+    w.set_attr("/", "case", case_of["left"]);
+    w.commit();
+  }
+  const auto swapped = ci(fmt::format("--cases right -o '{}'", path("r-swap")));
+  EXPECT_EQ(swapped.code, 2) << swapped.out << swapped.err;
+  EXPECT_NE(swapped.err.find("right.h5: written on the case file " + case_of["left"]), std::string::npos) << swapped.err;
+  EXPECT_FALSE(fs::exists(path("r-swap")));
+  ASSERT_TRUE(tap_emu("right", "run"));
 
   // A bad dump: exit 2 naming the tensor, before any case is judged or a report is written.
   {
@@ -322,8 +338,12 @@ TEST_F(Suites, CiJudgesAnEnginesDumpsAsRunJudgesEachOne) {
   EXPECT_NE(bad.err.find("embed/e has shape"), std::string::npos) << bad.err;
   EXPECT_EQ(testing::count_lines(bad.err), 1u) << bad.err;
   EXPECT_FALSE(fs::exists(path("r3")));
-  // A backend and dumps at once: refused.
+  // A backend and dumps at once, --prepare with anything it would ignore, --dump-policy alone: refused.
   EXPECT_EQ(ci("--backend emu").code, 2);
+  EXPECT_EQ(ci("--repeat 3").code, 2);
+  EXPECT_EQ(ci("--prepare").code, 2);
+  for (const char* ignored : {"-o x", "--policy naive", "--repeat 2", "--run-id x"})
+    EXPECT_EQ(run(fmt::format("ci '{}' --cache '{}' --prepare {}", dir_.string(), cache, ignored)).code, 2) << ignored;
   EXPECT_EQ(run(fmt::format("ci '{}' --dump-policy fixed", dir_.string())).code, 2);
 }
 

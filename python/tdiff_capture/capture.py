@@ -73,7 +73,7 @@ def run(args, isolate=False, written_by="tdiff-capture"):
     else:
         jobs = [(args.case, args.output)]
         model_dir = None
-    cases = [read_checked_case(case, allow_left) for case, _ in jobs]  # every case checked before the model loads
+    cases = [read_checked_case(case, allow_left) for case, _ in jobs]  # every case's inputs, before the model loads
     model_dir = model_dir or args.model or cases[0][3].get("model_path")
     if not model_dir:
         raise InputError("no --model given and the case has no model_path attribute")
@@ -83,11 +83,18 @@ def run(args, isolate=False, written_by="tdiff-capture"):
         raise InputError("--dtype %s: not one of %s" % (args.dtype, ", ".join(sorted(DTYPES))))
     if isolate and args.hidden_states_check:
         raise InputError("--hidden-states-check checks a normal forward; isolate replaces the layers' outputs")
+    if isolate:
+        for case, _ in jobs:  # each has its /reference, before the model loads
+            read_reference(case).close()
     if getattr(args, "cases_from", None):
         if os.path.exists(args.output) and not os.path.isdir(args.output):
             raise InputError("-o %s: not a folder (with --cases-from, -o names the folder of the dumps)" % args.output)
         os.makedirs(args.output, exist_ok=True)
     loaded = load(args, model_dir)
+    vocab = loaded["config"].vocab_size
+    for (case, _), (ids, _, _, _) in zip(jobs, cases):  # every case, before any dump is written
+        if ids.min() < 0 or ids.max() >= vocab:
+            raise InputError("%s: token ids outside 0..%d" % (case, vocab - 1))
     ok = True
     for (case, output), (ids, mask, pos, _) in zip(jobs, cases):
         ok = capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by, t_start) and ok
@@ -155,8 +162,6 @@ def capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by
     model_dir, load_s, non_native = loaded["model_dir"], loaded["load_s"], loaded["non_native"]
     env = dict(loaded["env"], written_by=written_by)
     B, S = ids.shape
-    if ids.min() < 0 or ids.max() >= config.vocab_size:
-        raise InputError("%s: token ids outside 0..%d" % (case, config.vocab_size - 1))
     shape_of = expected_shapes(loaded["dims"], B, S)
     load_notes = list(loaded["load_notes"])
     undo_rope = None

@@ -93,8 +93,8 @@ def check_right_padding(mask, path, allow_left=False):
             "%s: row %d is left-padded (its first real token is at index %d). transformers' "
             "DeepSeek-V4 computes the model only for right padding: with left padding its "
             "compressors pool the pad tokens and the compression windows are shifted "
-            "(spec 5.12), so it is no oracle there. Make the case with --pad-side right, or "
-            "capture it as a candidate with --allow-left-padding." % (path, b, first))
+            "(spec 5.12), so it is no oracle there. Make the case with --pad-side right (or, "
+            "with tdiff-capture, capture it as a candidate: --allow-left-padding)." % (path, b, first))
     print("warning: %s: %d left-padded row%s (row %d from index %d), captured as asked "
           "(--allow-left-padding): transformers computes those rows from the row's start, "
           "pads included (spec 5.12), so they differ from the model" %

@@ -102,6 +102,7 @@ class HfTest(unittest.TestCase):
                            env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")))
         self.assertEqual(p.returncode, 0, p.stdout[-6000:])
         self.assertEqual(p.stdout.count("# timing: load"), 2, p.stdout[-3000:])
+        self.assertEqual(p.stdout.count("# timing: load 0.00 s"), 1, "the model is loaded once: " + p.stdout[-3000:])
         with h5py.File(single, "r") as one:
             keys = []
             one.visititems(lambda k, v: keys.append(k) if isinstance(v, h5py.Dataset) else None)

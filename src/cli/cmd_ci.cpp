@@ -42,15 +42,22 @@ struct CiCmd {
   std::string dump_policy;  // --dump-policy: the formats those dumps store in ("" : the scaled rule)
 };
 
+// A preset's name as it is, a policy file (*.toml, *.json: Policy::load) by its absolute path,
+// so the command runs from any folder.
+std::string policy_arg(const std::string& policy) {
+  return policy.ends_with(".toml") || policy.ends_with(".json") ? absolute_path(policy) : policy;
+}
+
 std::string command_line(const CiCmd& c, const Suite& s) {
   std::string cmd = fmt::format("tdiff ci {}", shell_quote(s.dir));
   if (!c.dumps_dir.empty()) {
     cmd += " --candidate-dumps " + shell_quote(absolute_path(c.dumps_dir));
-    if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(c.dump_policy);
+    if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(policy_arg(c.dump_policy));
   } else {
-    cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(c.policy));
+    cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(policy_arg(c.policy)));
     for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
   }
+  if (!c.cache_dir.empty()) cmd += " --cache " + shell_quote(absolute_path(c.cache_dir));
   if (!c.thresholds.empty()) cmd += " --thresholds " + shell_quote(absolute_path(c.thresholds));
   for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
   if (!c.cases.empty()) cmd += " --cases " + shell_quote(c.cases);
@@ -68,9 +75,9 @@ std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc
   std::string cmd = fmt::format("tdiff run {}", shell_quote(case_file));
   if (!c.dumps_dir.empty()) {
     cmd += " --candidate-dump " + shell_quote(absolute_path(dump_file(c, sc)));
-    if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(c.dump_policy);
+    if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(policy_arg(c.dump_policy));
   } else {
-    cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(c.policy));
+    cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(policy_arg(c.policy)));
     cmd += suite.replay_selections ? " --selections replay" : " --selections free";
     for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
     cmd += fmt::format(" --seed {}", sc.seed);
@@ -81,12 +88,19 @@ std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc
   return cmd;
 }
 
-// Every case asked for has its dump, each dump's names, shapes and dtypes are right: checked
-// before any case is judged, so a bad dump stops the run before it writes a report.
+// Every case asked for has its dump, each dump's names, shapes and dtypes are right, and a dump
+// that records its case file (tdiff-capture's do) was written on a file of that case's name (the
+// cases of a set share shapes: a swapped dump would be judged otherwise): checked before any
+// case is judged, so a bad dump stops the run before it writes a report.
 std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const SuiteCase*>& cases, const SuiteCache& cache,
                                       const std::vector<Stage>& stages) {
   std::vector<CandidateDump> dumps;
-  for (const SuiteCase* sc : cases) dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages, dump_file(c, *sc)));
+  for (const SuiteCase* sc : cases) {
+    dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages, dump_file(c, *sc)));
+    const std::string& on = dumps.back().written_on;
+    if (!on.empty() && fs::path(on).filename() != fs::path(cache.case_file(*sc)).filename())
+      input_error("{}: written on the case file {}, not on case {}'s ({}.h5)", dump_file(c, *sc), on, sc->name, sc->name);
+  }
   return dumps;
 }
 
@@ -312,7 +326,9 @@ void setup_ci(CLI::App& app) {
                                 "build the model and the references only, and print each case's name, case file and "
                                 "model folder (tab-separated) for the implementation to run on");
   for (const char* opt : {"--backend", "--policy", "--set", "--repeat", "--hip-gemm"}) dumps->excludes(cmd->get_option(opt));
-  prepare->excludes(dumps);
+  for (const char* opt : {"--candidate-dumps", "-o", "--run-id", "--repeat", "--backend", "--policy", "--set", "--hip-gemm",
+                          "--thresholds", "--threshold"})
+    prepare->excludes(cmd->get_option(opt));
   cmd->callback([c] { run_ci(*c); });
 }
 

@@ -54,6 +54,7 @@ CandidateDump open_candidate_dump(const std::string& case_path, const std::vecto
     input_error("{}: tdiff_dump_mode '{}' is not 'run' or 'isolated'", path, d.mode);
   for (const auto& [k, v] : attrs)
     if (k.rfind("env.", 0) == 0) d.env[k.substr(4)] = v;
+  if (auto it = attrs.find("case"); it != attrs.end()) d.written_on = it->second;
 
   std::map<std::string, const Stage*> by_name;
   for (const auto& s : stages) by_name[s.name] = &s;

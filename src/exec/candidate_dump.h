@@ -28,6 +28,7 @@ struct CandidateDump {
   std::string path, group;
   std::string mode = "run";                 // "run" | "isolated"
   std::map<std::string, std::string> env;   // env.* attributes, without the prefix
+  std::string written_on;                   // the case file it was written on (attribute "case"; tdiff-capture's), or ""
   std::vector<std::string> keys;            // "<stage>/<tensor>", checked stage outputs
   std::vector<std::string> extra;           // tensors under a stage that it does not produce
   std::vector<std::string> lacking_stages;  // stages with a stored reference and no tensor in the dump

@@ -103,9 +103,13 @@ CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, con
     const TensorDiff& d = r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)];
     r.reason = fmt::format("{}: {}", d.key(), d.reason);
   }
-  if (!dump.lacking_stages.empty()) {
-    const std::string lacks = fmt::format("the dump lacks {} stage{} with a reference (first {})", dump.lacking_stages.size(),
-                                          dump.lacking_stages.size() == 1 ? "" : "s", dump.lacking_stages.front());
+  if (!r.diff.only_ref.empty()) {
+    const std::string lacks =
+        dump.lacking_stages.empty()
+            ? fmt::format("the dump lacks {} tensor{} with a reference (first {})", r.diff.only_ref.size(),
+                          r.diff.only_ref.size() == 1 ? "" : "s", r.diff.only_ref.front())
+            : fmt::format("the dump lacks {} stage{} with a reference (first {}; {} tensors in all)", dump.lacking_stages.size(),
+                          dump.lacking_stages.size() == 1 ? "" : "s", dump.lacking_stages.front(), r.diff.only_ref.size());
     r.reason = r.reason.empty() ? lacks : r.reason + "; " + lacks;
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

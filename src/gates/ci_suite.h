@@ -113,8 +113,8 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
 // One case judged from an external implementation's dump of it (exec/candidate_dump.h, opened
 // on `case_file`), as `tdiff run CASE --candidate-dump DUMP --dump-policy P` judges it:
 // `dump_policy` gives the tolerances from precision (null: none, the scaled rule). One dump is
-// one run, so there is no determinism gate (runs = 1). Stages the dump lacks make it WARN, with
-// the reason naming them.
+// one run, so there is no determinism gate (runs = 1). Tensors the dump lacks make it WARN, the
+// reason counting them and naming the first.
 CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, const CandidateDump& dump,
                            const Policy* dump_policy, const ThresholdPolicy& thresholds);
 
