@@ -13,7 +13,6 @@ import sys
 import tempfile
 
 import h5py
-
 import numpy as np
 
 EXIT_OK, EXIT_CHECK, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
