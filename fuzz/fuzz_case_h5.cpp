@@ -2,8 +2,8 @@
 // `info`, `golden`, `run` and `compare` read cases: read_case (attributes, config, inputs),
 // the reference stages and tensors, the environment records and runs, then every dataset of
 // the file as `compare` lists and reads them.
-#include "core/case_file.h"
-#include "core/h5io.h"
+#include "casefile/case_file.h"
+#include "casefile/h5io.h"
 #include "fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -3,9 +3,9 @@
 // into case files, and the --layers selection a synth or info run may apply.
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
-#include "core/stage_graph.h"
-#include "core/weights.h"
+#include "model/config.h"
+#include "model/stage_graph.h"
+#include "formats/weights.h"
 #include "fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -6,9 +6,9 @@
 // against the stage list, every stage's numerics and thresholds resolved.
 #include <vector>
 
-#include "core/policy.h"
-#include "core/stage_graph.h"
-#include "core/synth.h"
+#include "numerics/policy.h"
+#include "model/stage_graph.h"
+#include "synth/synth.h"
 #include "diff/thresholds.h"
 #include "fuzz/fuzz_common.h"
 

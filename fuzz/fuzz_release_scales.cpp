@@ -1,4 +1,4 @@
-// Release-format quantised weights (core/release_format.h): a safetensors file holding
+// Release-format quantised weights (formats/release_format.h): a safetensors file holding
 // "weight" and "scale" as the release stores them, dequantised as the release loader does.
 // An F8_E4M3 weight goes through dequantize_fp8 (block scales [ceil(O/128), ceil(K/128)],
 // F8_E8M0 or F32); any other weight through dequantize_fp4 (I8 codes two to a byte, scales
@@ -7,8 +7,8 @@
 #include <charconv>
 #include <vector>
 
-#include "core/release_format.h"
-#include "core/safetensors.h"
+#include "formats/release_format.h"
+#include "formats/safetensors.h"
 #include "fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,7 +1,7 @@
 // A safetensors file (8-byte header length, JSON header, data block) through SafetensorsFile:
 // the header checks, then every tensor viewed and its bytes read, so a range the checks let
 // through that lies outside the mapping is an ASan report.
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -3,7 +3,7 @@
 // inputs that name them reach the cross-checks between the index and the shards.
 #include <filesystem>
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
 #include "fuzz/fuzz_common.h"
 
 namespace {

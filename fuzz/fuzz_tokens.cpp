@@ -1,7 +1,7 @@
 // A token file (one prompt per line, ids separated by blanks) through read_token_file, then
 // padded into a batch as `case new` does. The first byte picks the vocabulary size (bits 0-1:
 // 1, 256, the real 129280, or 2^62) and the padding side (bit 2); the second, --pad-to.
-#include "core/case_file.h"
+#include "casefile/case_file.h"
 #include "fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

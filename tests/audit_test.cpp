@@ -1,4 +1,4 @@
-// The precision audit (gates/audit.h) and `tdiff audit`: rows, factors, the run-to-run column,
+// The precision audit (checks/audit.h) and `tdiff audit`: rows, factors, the run-to-run column,
 // the paper's factors, knobs the candidate has no kernel for, and the report files, on a
 // tiny-model case.
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gates/audit.h"
-#include "core/error.h"
+#include "checks/audit.h"
+#include "base/error.h"
 #include "emu/emu_backend.h"
 #include "emu_case.h"
 #include "exec/backend_registry.h"

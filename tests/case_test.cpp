@@ -15,11 +15,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/case_file.h"
-#include "core/error.h"
-#include "core/safetensors.h"
-#include "core/stage_graph.h"
-#include "core/weights.h"
+#include "casefile/case_file.h"
+#include "base/error.h"
+#include "formats/safetensors.h"
+#include "model/stage_graph.h"
+#include "formats/weights.h"
+#include "base/sha256.h"
 
 namespace fs = std::filesystem;
 using namespace tdiff;

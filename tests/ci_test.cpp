@@ -5,13 +5,13 @@
 #include <set>
 #include <sstream>
 
-#include "gates/ci_suite.h"
+#include "checks/ci_suite.h"
 #include "cli_support.h"
-#include "core/case_file.h"
-#include "core/error.h"
-#include "core/synth.h"
-#include "core/dtype.h"
-#include "core/h5io.h"
+#include "casefile/case_file.h"
+#include "base/error.h"
+#include "synth/synth.h"
+#include "base/dtype.h"
+#include "casefile/h5io.h"
 #include "tap/tap.hpp"
 #include "report/ci_index.h"
 

@@ -8,8 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
-#include "core/case_file.h"
-#include "core/safetensors.h"
+#include "casefile/case_file.h"
+#include "formats/safetensors.h"
+#include "base/sha256.h"
 
 namespace tdiff {
 namespace {

@@ -8,12 +8,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/case_file.h"
-#include "core/config.h"
-#include "core/h5io.h"
-#include "core/safetensors.h"
-#include "core/synth.h"
-#include "core/weights.h"
+#include "casefile/case_file.h"
+#include "model/config.h"
+#include "casefile/h5io.h"
+#include "formats/safetensors.h"
+#include "synth/synth.h"
+#include "formats/weights.h"
+#include "base/sha256.h"
 
 namespace tdiff {
 namespace {

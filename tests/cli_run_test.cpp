@@ -3,8 +3,8 @@
 #include <sstream>
 
 #include "cli_support.h"
-#include "core/h5io.h"
-#include "core/policy.h"
+#include "casefile/h5io.h"
+#include "numerics/policy.h"
 
 namespace tdiff {
 namespace {

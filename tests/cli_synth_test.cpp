@@ -3,7 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/safetensors.h"
+#include "formats/safetensors.h"
+#include "base/sha256.h"
 
 namespace tdiff {
 namespace {

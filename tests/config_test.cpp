@@ -1,4 +1,4 @@
-// config.json parsing (core/config.h): the tiny and V4-Flash configs, the legacy release keys
+// config.json parsing (model/config.h): the tiny and V4-Flash configs, the legacy release keys
 // HF folds at load (spec 1.3), the default schedule, and errors that name the offending key.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "model/config.h"
+#include "base/error.h"
 
 namespace tdiff {
 namespace {

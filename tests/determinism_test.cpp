@@ -5,11 +5,11 @@
 #include <cstring>
 #include <limits>
 
-#include "gates/determinism.h"
+#include "checks/determinism.h"
 #include "exec/row_slice.h"
 #include "cli_support.h"
-#include "core/case_file.h"
-#include "core/synth.h"
+#include "casefile/case_file.h"
+#include "synth/synth.h"
 #include "emu/emu_backend.h"
 #include "refcpu/refcpu_backend.h"
 

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/h5io.h"
+#include "casefile/h5io.h"
 
 namespace tdiff {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
-#include "core/h5io.h"
+#include "base/error.h"
+#include "casefile/h5io.h"
 #include "diff/compare.h"
 
 namespace tdiff {

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "diff/metric_fields.h"
 #include "diff/metrics.h"
 #include "diff/thresholds.h"

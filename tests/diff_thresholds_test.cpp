@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include "base/dtype.h"
+#include "base/error.h"
 #include "diff/thresholds.h"
 
 namespace tdiff {

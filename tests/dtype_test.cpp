@@ -1,4 +1,4 @@
-// Exhaustive checks of the small-float codecs (core/dtype.h) against independent decoders:
+// Exhaustive checks of the small-float codecs (base/dtype.h) against independent decoders:
 // the compiler's half type for f16, float32 bit shifts for bf16, and ldexp for f8_e4m3.
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <limits>
 #include <random>
 
-#include "core/dtype.h"
-#include "core/tensor.h"
+#include "base/dtype.h"
+#include "base/tensor.h"
 
 namespace tdiff {
 namespace {

@@ -1,11 +1,11 @@
 // The kernels' rounding helpers (emu/arith.h, shared with the HIP kernels) against the
-// exact double encoders of core/dtype.h, over a dense sample of all float32 bit patterns.
+// exact double encoders of base/dtype.h, over a dense sample of all float32 bit patterns.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "emu/arith.h"
 
 namespace tdiff {

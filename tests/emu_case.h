@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "core/case_file.h"
-#include "core/executor.h"
-#include "core/session.h"
-#include "core/synth.h"
-#include "core/synth_release.h"
+#include "casefile/case_file.h"
+#include "backend/executor.h"
+#include "casefile/session.h"
+#include "synth/synth.h"
+#include "synth/synth_release.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff::testing {

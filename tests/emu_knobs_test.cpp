@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "gates/audit.h"
+#include "checks/audit.h"
 #include "bisect/isolate.h"
 #include "emu/emu_backend.h"
 #include "emu_case.h"

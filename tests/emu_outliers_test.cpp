@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "gates/audit.h"
-#include "core/safetensors.h"
+#include "checks/audit.h"
+#include "formats/safetensors.h"
 #include "emu/emu_backend.h"
 #include "emu_case.h"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/executor.h"
-#include "core/synth.h"
+#include "backend/executor.h"
+#include "synth/synth.h"
 
 namespace tdiff {
 namespace {

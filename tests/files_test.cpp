@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "cli_support.h"
-#include "core/h5io.h"
-#include "core/safetensors.h"
+#include "casefile/h5io.h"
+#include "formats/safetensors.h"
 
 namespace tdiff {
 namespace {
@@ -293,7 +293,7 @@ TEST_F(FilesCli, FullVerificationCatchesWhatTheQuickCheckCannot) {
   const auto mtime = fs::last_write_time(weights);
   {
     std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
-    // Between the fingerprint's samples 7 and 8 (core/weight_files.cpp: 16 blocks of 64 KiB).
+    // Between the fingerprint's samples 7 and 8 (formats/weight_files.cpp: 16 blocks of 64 KiB).
     const std::uintmax_t q = (size - (64u << 10)) / 15;
     ASSERT_GT(q, (64u << 10) + 16) << "the model file is too small for a gap between samples";
     f.seekg(static_cast<std::streamoff>(7 * q + (64u << 10) + (q - (64u << 10)) / 2));

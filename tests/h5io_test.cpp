@@ -16,8 +16,8 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
-#include "core/error.h"
-#include "core/h5io.h"
+#include "base/error.h"
+#include "casefile/h5io.h"
 
 namespace fs = std::filesystem;
 using namespace tdiff;

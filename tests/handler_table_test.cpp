@@ -1,10 +1,10 @@
-// core/handler_table.h: the family-by-family build checks each backend's registrations
+// backend/handler_table.h: the family-by-family build checks each backend's registrations
 // against the operator table.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "core/handler_table.h"
+#include "backend/handler_table.h"
 #include "emu/emu_backend.h"
 #include "refcpu/refcpu_backend.h"
 

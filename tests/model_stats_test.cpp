@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
-#include "core/session.h"
-#include "core/synth.h"
-#include "core/synth_profile.h"
-#include "gates/model_stats.h"
+#include "casefile/session.h"
+#include "synth/synth.h"
+#include "synth/synth_profile.h"
+#include "checks/model_stats.h"
 
 namespace tdiff {
 namespace {

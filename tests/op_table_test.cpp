@@ -1,4 +1,4 @@
-// The operator table (core/op_table.h): a row per kind, the families the backends' handler
+// The operator table (model/op_table.h): a row per kind, the families the backends' handler
 // files follow, the lists derived from it equal to the hand-kept lists they replaced, stage
 // names resolving to their kinds, and the GPU test files' "// covers:" lines agreeing with it.
 #include <gtest/gtest.h>
@@ -12,10 +12,10 @@
 #include <sstream>
 
 #include "cli_support.h"
-#include "core/op_table.h"
-#include "core/policy.h"
-#include "core/stage_names.h"
-#include "core/synth.h"
+#include "model/op_table.h"
+#include "numerics/policy.h"
+#include "model/stage_names.h"
+#include "synth/synth.h"
 #include "exec/backend_registry.h"
 
 namespace tdiff {

@@ -11,10 +11,10 @@
 
 #include <fmt/format.h>
 
-#include "core/executor.h"
-#include "core/h5io.h"
-#include "core/session.h"
-#include "core/synth.h"
+#include "backend/executor.h"
+#include "casefile/h5io.h"
+#include "casefile/session.h"
+#include "synth/synth.h"
 #include "diff/real_rows.h"
 #include "refcpu/refcpu_backend.h"
 

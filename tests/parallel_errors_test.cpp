@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "core/parallel_errors.h"
+#include "base/parallel_errors.h"
 
 namespace tdiff {
 namespace {

@@ -1,4 +1,4 @@
-// The numerics policy (core/policy.h): the fault catalog, presets, TOML/JSON policy files,
+// The numerics policy (numerics/policy.h): the fault catalog, presets, TOML/JSON policy files,
 // --set specs, and the input errors for unknown knobs, values and stage patterns.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,9 +10,9 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
-#include "core/policy.h"
-#include "core/synth.h"
+#include "base/error.h"
+#include "numerics/policy.h"
+#include "synth/synth.h"
 
 namespace tdiff {
 namespace {

@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "core/case_file.h"
-#include "core/executor.h"
-#include "core/synth.h"
+#include "casefile/case_file.h"
+#include "backend/executor.h"
+#include "synth/synth.h"
 #include "refcpu/refcpu_backend.h"
 
 namespace tdiff {

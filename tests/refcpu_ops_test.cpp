@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "refcpu/attention.h"
 #include "refcpu/compressor.h"
 #include "refcpu/hyper_connection.h"

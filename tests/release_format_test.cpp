@@ -1,4 +1,4 @@
-// The release storage formats (core/release_format.h) against hand-computed values.
+// The release storage formats (formats/release_format.h) against hand-computed values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,11 +7,11 @@
 #include <limits>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/release_format.h"
-#include "core/synth.h"
-#include "core/weights.h"
+#include "model/config.h"
+#include "base/error.h"
+#include "formats/release_format.h"
+#include "synth/synth.h"
+#include "formats/weights.h"
 #include "emu/release_codes.h"
 
 namespace tdiff {

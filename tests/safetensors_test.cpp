@@ -1,4 +1,4 @@
-// safetensors reader/writer (core/safetensors.h): round trips of every dtype, sharded model
+// safetensors reader/writer (formats/safetensors.h): round trips of every dtype, sharded model
 // folders, and corrupted files, each of which must be rejected with a one-line InputError
 // that names the file and the tensor.
 #include <gtest/gtest.h>
@@ -9,8 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/safetensors.h"
+#include "base/error.h"
+#include "formats/safetensors.h"
+#include "base/sha256.h"
 
 namespace tdiff {
 namespace {

@@ -1,4 +1,4 @@
-// Synthetic models (core/synth.h): determinism, loadability, no degenerate tensors, and the
+// Synthetic models (synth/synth.h): determinism, loadability, no degenerate tensors, and the
 // magnitudes that make attention and routing look like a trained model's.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -13,10 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/safetensors.h"
-#include "core/synth.h"
-#include "core/weights.h"
+#include "base/error.h"
+#include "formats/safetensors.h"
+#include "synth/synth.h"
+#include "formats/weights.h"
+#include "base/sha256.h"
 
 namespace tdiff {
 namespace {

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
-#include "core/backend.h"
-#include "core/dtype.h"
-#include "core/h5io.h"
+#include "backend/backend.h"
+#include "base/dtype.h"
+#include "casefile/h5io.h"
 #include "diff/real_rows.h"
 #include "tap/tap.h"
 #include "tap/tap.hpp"

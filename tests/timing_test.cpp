@@ -1,4 +1,4 @@
-// Where the time goes (core/timing.h), the session's reference store and the byte-copied
+// Where the time goes (base/timing.h), the session's reference store and the byte-copied
 // case record: what they print and keep, and that they change no result.
 #include <cstdlib>
 #include <cstring>
@@ -6,11 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
-#include "core/case_file.h"
-#include "core/error.h"
-#include "core/h5io.h"
-#include "core/reference_store.h"
-#include "core/timing.h"
+#include "casefile/case_file.h"
+#include "base/error.h"
+#include "casefile/h5io.h"
+#include "casefile/reference_store.h"
+#include "base/timing.h"
 
 namespace tdiff {
 namespace {

@@ -17,9 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/executor.h"
-#include "core/session.h"
+#include "base/error.h"
+#include "backend/executor.h"
+#include "casefile/session.h"
 #include "hip/hip_backend.h"
 
 using namespace tdiff;

@@ -16,9 +16,9 @@
 
 #include <fmt/format.h>
 
-#include "core/executor.h"
-#include "core/runtime_env.h"
-#include "core/synth.h"
+#include "backend/executor.h"
+#include "base/runtime_env.h"
+#include "synth/synth.h"
 #include "refcpu/refcpu_backend.h"
 
 using namespace tdiff;

@@ -11,7 +11,7 @@ the seconds since golden started; golden, on the terminal measure gives it, repo
 as it finishes ("golden [17/139] L00.attn.q_a"), and ends with "golden: 139 stages computed in
 ...". The measured model's layer types come from MODEL_DIR/config.json (layer_types, or the
 release's compress_ratios; mlp_layer_types, or num_hash_layers, default 3), its stage list
-from python/capture_hf.py's stage_graph (the order of src/core/stage_graph.cpp); the log must
+from python/capture_hf.py's stage_graph (the order of src/model/stage_graph.cpp); the log must
 name the same stages.
 
 Method:
@@ -57,7 +57,7 @@ def fail(msg, code=2):
 
 
 def schedule(cfg, src):
-    """(layer types, mlp types) of a config.json, as src/core/config.cpp reads them."""
+    """(layer types, mlp types) of a config.json, as src/model/config.cpp reads them."""
     n = cfg.get("num_hidden_layers")
     if not isinstance(n, int) or n <= 0:
         fail("%s: no num_hidden_layers" % src)

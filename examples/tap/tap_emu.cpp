@@ -19,9 +19,9 @@
 #include <fmt/format.h>
 
 #include "bisect/isolate.h"
-#include "core/executor.h"
-#include "core/policy.h"
-#include "core/session.h"
+#include "backend/executor.h"
+#include "numerics/policy.h"
+#include "casefile/session.h"
 #include "exec/backend_registry.h"
 #include "tap/tap.hpp"
 

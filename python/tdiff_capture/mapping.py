@@ -132,7 +132,7 @@ def stage_class(stage: str):
 
 
 def stage_graph(layer_types, mlp_types):
-    """[(stage, [tensors])] in the order of src/core/stage_graph.cpp."""
+    """[(stage, [tensors])] in the order of src/model/stage_graph.cpp."""
     g = [("embed", ["e"]), ("hc.expand", ["X"]), ("rope.main", ["cos", "sin"]),
          ("rope.compress", ["cos", "sin"]), ("mask.window", ["mask"])]
     for l, lt in enumerate(layer_types):

@@ -2,7 +2,7 @@
 release folder (FP8 linears, FP4 experts, release names, shards) into DeepseekV4ForCausalLM,
 and how bench/hip/bench_hf.py benchmarks transformers on one.
 
-The release (shared spec sections 1.3, 2.6, 2.7; tdiff's src/core/release_format.*,
+The release (shared spec sections 1.3, 2.6, 2.7; tdiff's src/formats/release_format.*,
 release_weights.cpp, config.cpp and synth_release.cpp are the authority this mirrors):
 
     FP8 linear  W [O, K]: codes F8_E4M3 [O, K], scale F8_E8M0 (or F32) [ceil(O/128), ceil(K/128)]

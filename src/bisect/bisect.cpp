@@ -10,8 +10,8 @@
 #include <fmt/ranges.h>
 
 #include "bisect/isolate.h"
-#include "core/case_file.h"
-#include "core/error.h"
+#include "casefile/case_file.h"
+#include "base/error.h"
 #include "diff/expected.h"
 
 namespace tdiff {

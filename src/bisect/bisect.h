@@ -61,8 +61,8 @@
 
 #include "exec/mixed_run.h"
 #include "exec/stage_cache.h"
-#include "core/backend.h"
-#include "core/session.h"
+#include "backend/backend.h"
+#include "casefile/session.h"
 #include "diff/compare.h"
 #include "diff/thresholds.h"
 

@@ -1,6 +1,6 @@
 #include "bisect/isolate.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tdiff {
 

@@ -4,8 +4,8 @@
 // stage and no reference recomputation.
 #include <vector>
 
-#include "core/backend.h"
-#include "core/session.h"
+#include "backend/backend.h"
+#include "casefile/session.h"
 
 namespace tdiff {
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/shell.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/backend_registry.h"
 
 namespace tdiff::cli {

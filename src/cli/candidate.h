@@ -8,10 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/backend.h"
-#include "core/env_record.h"
-#include "core/policy.h"
-#include "core/session.h"
+#include "backend/backend.h"
+#include "casefile/env_record.h"
+#include "numerics/policy.h"
+#include "casefile/session.h"
 
 namespace tdiff::cli {
 

@@ -1,16 +1,16 @@
 // tdiff audit: the precision audit, every knob of the fault catalog at its bad and its good
-// setting (gates/audit.h), on emu or on hip.
+// setting (checks/audit.h), on emu or on hip.
 #include <filesystem>
 
 #include <fmt/format.h>
 
-#include "gates/audit.h"
+#include "checks/audit.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/shell.h"
-#include "core/env_record.h"
-#include "core/error.h"
+#include "casefile/env_record.h"
+#include "base/error.h"
 #include "exec/backend_registry.h"
 #include "report/audit_report.h"
 

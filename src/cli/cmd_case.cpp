@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
-#include "core/case_file.h"
-#include "core/error.h"
+#include "casefile/case_file.h"
+#include "base/error.h"
 
 namespace tdiff::cli {
 

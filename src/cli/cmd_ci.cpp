@@ -5,16 +5,16 @@
 
 #include <fmt/format.h>
 
-#include "gates/ci_suite.h"
+#include "checks/ci_suite.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/shell.h"
-#include "core/case_file.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/pattern.h"
-#include "core/synth.h"
+#include "casefile/case_file.h"
+#include "model/config.h"
+#include "base/error.h"
+#include "model/pattern.h"
+#include "synth/synth.h"
 #include "exec/candidate_dump.h"
 #include "report/ci_index.h"
 #include "report/report.h"

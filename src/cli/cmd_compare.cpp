@@ -8,15 +8,16 @@
 
 #include "cli/command.h"
 #include "cli/shell.h"
-#include "core/config.h"
-#include "core/env_record.h"
-#include "core/error.h"
-#include "core/h5io.h"
-#include "core/safetensors.h"
-#include "core/stage_graph.h"
+#include "model/config.h"
+#include "casefile/env_record.h"
+#include "base/error.h"
+#include "casefile/h5io.h"
+#include "formats/safetensors.h"
+#include "model/stage_graph.h"
 #include "diff/compare.h"
 #include "diff/thresholds.h"
 #include "report/report.h"
+#include "base/sha256.h"
 
 namespace tdiff::cli {
 

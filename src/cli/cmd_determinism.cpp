@@ -9,14 +9,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "gates/determinism.h"
+#include "checks/determinism.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/shell.h"
 #include "exec/backend_registry.h"
-#include "core/env_record.h"
-#include "core/error.h"
+#include "casefile/env_record.h"
+#include "base/error.h"
 #include "report/report.h"
 
 namespace tdiff::cli {

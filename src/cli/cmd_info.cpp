@@ -10,12 +10,12 @@
 #include <fmt/ranges.h>
 
 #include "cli/command.h"
-#include "core/case_file.h"
-#include "core/error.h"
-#include "core/pattern.h"
-#include "core/policy.h"
-#include "core/stage_graph.h"
-#include "core/weights.h"
+#include "casefile/case_file.h"
+#include "base/error.h"
+#include "model/pattern.h"
+#include "numerics/policy.h"
+#include "model/stage_graph.h"
+#include "formats/weights.h"
 #include "exec/backend_registry.h"
 
 namespace tdiff::cli {

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
-#include "core/error.h"
-#include "core/session.h"
-#include "gates/model_stats.h"
+#include "base/error.h"
+#include "casefile/session.h"
+#include "checks/model_stats.h"
 #include "report/report.h"
 #include "report/stats_report.h"
 
@@ -35,7 +35,7 @@ void setup_stats(CLI::App& app) {
       "stats", "Per layer: attention logits, entropy and sinks, massive activations and router margins of the reference");
   cmd->footer(
       "Recomputes the attention logits from the stored inputs of every Lxx.attn.core with the reference's own code;\n"
-      "the formulas are in src/diff/model_stats.h. A case made from a real checkpoint gives its numbers the same way.\n"
+      "the formulas are in src/checks/model_stats.h. A case made from a real checkpoint gives its numbers the same way.\n"
       "Examples:\n"
       "  tdiff stats case.h5\n"
       "  tdiff stats case.h5 --csv stats.csv --json stats.json\n"

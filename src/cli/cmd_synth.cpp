@@ -9,12 +9,12 @@
 #include <fmt/ranges.h>
 
 #include "cli/command.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/synth.h"
-#include "core/synth_profile.h"
-#include "core/synth_release.h"
-#include "core/weights.h"
+#include "model/config.h"
+#include "base/error.h"
+#include "synth/synth.h"
+#include "synth/synth_profile.h"
+#include "synth/synth_release.h"
+#include "formats/weights.h"
 
 namespace tdiff::cli {
 namespace {

@@ -5,10 +5,10 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
-#include "core/error.h"
-#include "core/runtime_env.h"
-#include "core/temp_files.h"
-#include "core/version.h"
+#include "base/error.h"
+#include "base/runtime_env.h"
+#include "base/temp_files.h"
+#include "base/version.h"
 
 namespace tdiff::cli {
 int& exit_code() {
@@ -19,8 +19,8 @@ int& exit_code() {
 
 int main(int argc, char** argv) {
   using namespace tdiff;
-  reexec_with_runtime_env(argv);  // OMP_WAIT_POLICY, OPENBLAS_CORETYPE (core/runtime_env.h)
-  install_temp_cleanup();         // SIGINT/SIGTERM remove the temporary files (core/temp_files.h)
+  reexec_with_runtime_env(argv);  // OMP_WAIT_POLICY, OPENBLAS_CORETYPE (base/runtime_env.h)
+  install_temp_cleanup();         // SIGINT/SIGTERM remove the temporary files (base/temp_files.h)
   CLI::App app{"tdiff: does the GPU port still compute the same model, and if not, which operator broke it?"};
   app.set_version_flag("--version", std::string("tdiff ") + TDIFF_VERSION + " (" + TDIFF_GIT_COMMIT + ")");
   app.require_subcommand(1);

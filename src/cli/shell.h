@@ -1,10 +1,10 @@
 #pragma once
-// Paths and shell quoting (core/env_record.h) for the exact command that reproduces a run,
+// Paths and shell quoting (casefile/env_record.h) for the exact command that reproduces a run,
 // printed with every report.
 #include <filesystem>
 #include <string>
 
-#include "core/env_record.h"
+#include "casefile/env_record.h"
 
 namespace tdiff::cli {
 

@@ -1,13 +1,13 @@
 #pragma once
 // --force and --verify-weights of golden and run: the model's weight files are checked against
-// what the case records (core/weight_files.h) before any stage reads them.
+// what the case records (formats/weight_files.h) before any stage reads them.
 #include <string>
 
 #include <CLI/CLI.hpp>
 
-#include "core/case_file.h"
-#include "core/session.h"
-#include "core/weight_files.h"
+#include "casefile/case_file.h"
+#include "casefile/session.h"
+#include "formats/weight_files.h"
 
 namespace tdiff::cli {
 

@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
-#include "core/h5io.h"
+#include "base/error.h"
+#include "casefile/h5io.h"
 
 namespace tdiff {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/stage_names.h"
-#include "core/tensor.h"
+#include "model/stage_names.h"
+#include "base/tensor.h"
 #include "diff/metrics.h"
 #include "diff/thresholds.h"
 

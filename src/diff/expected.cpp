@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 namespace tdiff {
 

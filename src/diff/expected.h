@@ -38,8 +38,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/policy.h"
-#include "core/session.h"
+#include "numerics/policy.h"
+#include "casefile/session.h"
 #include "diff/compare.h"
 
 namespace tdiff {

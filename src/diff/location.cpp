@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "core/op_table.h"
-#include "core/stage_names.h"
+#include "model/op_table.h"
+#include "model/stage_names.h"
 
 namespace tdiff {
 

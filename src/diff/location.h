@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "base/tensor.h"
 
 namespace tdiff {
 

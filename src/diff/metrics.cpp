@@ -5,7 +5,7 @@
 #include <limits>
 #include <variant>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tdiff {
 

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "base/tensor.h"
 
 namespace tdiff {
 

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/tensor.h"
+#include "backend/backend.h"
+#include "base/tensor.h"
 
 namespace tdiff {
 

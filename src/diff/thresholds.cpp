@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace tdiff {
 

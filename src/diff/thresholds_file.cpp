@@ -6,7 +6,7 @@
 
 #include <toml++/toml.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "diff/thresholds.h"
 
 namespace tdiff {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <numeric>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "diff/metrics.h"
 
 namespace tdiff {

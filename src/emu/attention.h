@@ -12,7 +12,7 @@
 // are MMA operands in the storage format (fp16 subnormals flushed, as on gfx90a).
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/numerics.h"
 
 namespace tdiff::emu {

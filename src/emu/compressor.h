@@ -5,7 +5,7 @@
 // the entry stored in the storage format.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/numerics.h"
 
 namespace tdiff::emu {

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/policy.h"
+#include "backend/backend.h"
+#include "numerics/policy.h"
 #include "emu/numerics.h"
 #include "refcpu/refcpu_backend.h"
 

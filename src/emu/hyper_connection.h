@@ -7,7 +7,7 @@
 // format.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/numerics.h"
 
 namespace tdiff::emu {

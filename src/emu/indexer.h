@@ -2,7 +2,7 @@
 // The indexer family's knobs -> kernel spec, for emu and hip alike: q·k dots, the ReLU'd
 // head terms and their weighted sum in index_score (the head weights stored in it too), the
 // QI / KI inputs read in the storage format. The selection takes topk_spec (emu/topk.h).
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/numerics.h"
 
 namespace tdiff::emu {

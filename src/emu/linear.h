@@ -7,7 +7,7 @@
 //   bf16 -> bf16 operands and a float32 accumulator, fp32 -> an SGEMM; stored in logits.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/gemm.h"
 
 namespace tdiff::emu {

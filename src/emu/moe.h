@@ -8,7 +8,7 @@
 //     knob is atomic.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/gemm.h"
 
 namespace tdiff::emu {

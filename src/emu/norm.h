@@ -5,7 +5,7 @@
 // y = g ⊙ (x · factor) stored in the storage format. g = null: no weight.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 
 #include "emu/numerics.h"
 

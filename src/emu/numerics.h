@@ -1,6 +1,6 @@
 #pragma once
-// Bridges the policy (core/policy.h) to the kernels' arithmetic formats (emu/arith.h).
-#include "core/policy.h"
+// Bridges the policy (numerics/policy.h) to the kernels' arithmetic formats (emu/arith.h).
+#include "numerics/policy.h"
 #include "emu/arith.h"
 
 namespace tdiff::emu {

@@ -1,5 +1,5 @@
 #pragma once
-// The release's storage codes as float32, one rule for host and device (core/release_format.h
+// The release's storage codes as float32, one rule for host and device (formats/release_format.h
 // has the float64 definitions and the layouts):
 //   e4m3(c)  sign, 4-bit exponent (bias 7), 3-bit mantissa; subnormals m·2^-9; 0x7F/0xFF NaN
 //   e2m1(c)  the low 4 bits: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (codes 8..15)

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/config.h"
-#include "core/policy.h"
+#include "model/config.h"
+#include "numerics/policy.h"
 #include "emu/numerics.h"
 
 namespace tdiff::emu {

@@ -1,5 +1,5 @@
 #pragma once
-// What an emu handler gets for one stage (core/handler_table.h): the stage, its inputs, the
+// What an emu handler gets for one stage (backend/handler_table.h): the stage, its inputs, the
 // run context, the stage's resolved numerics and the backend's weight cache. Handlers live in
 // the family files (attention.cpp, moe.cpp, ...), each registering its kinds with
 // register_<family>(); emu_backend.cpp builds the table from them.
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/handler_table.h"
-#include "core/policy.h"
+#include "backend/backend.h"
+#include "backend/handler_table.h"
+#include "numerics/policy.h"
 #include "emu/gemm.h"
 #include "emu/numerics.h"
 #include "emu/stage_facts.h"

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/policy.h"
+#include "backend/backend.h"
+#include "numerics/policy.h"
 #include "emu/numerics.h"
 
 namespace tdiff::emu {

@@ -5,7 +5,7 @@
 // sort). The indexer score: q·k per head and the head sum in the index_score format.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/numerics.h"
 
 namespace tdiff::emu {

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "emu/emu_backend.h"
 #include "refcpu/refcpu_backend.h"
 #if defined(TDIFF_WITH_HIP)

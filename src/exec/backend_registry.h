@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/policy.h"
+#include "backend/backend.h"
+#include "numerics/policy.h"
 #include "exec/device_comparison.h"
 
 namespace tdiff {

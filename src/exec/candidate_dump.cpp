@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/error.h"
-#include "core/case_file.h"
-#include "core/h5io.h"
+#include "base/error.h"
+#include "casefile/case_file.h"
+#include "casefile/h5io.h"
 #include "diff/real_rows.h"
 #include "exec/selection_scores.h"
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "core/stage_graph.h"
-#include "core/weights.h"
+#include "model/stage_graph.h"
+#include "formats/weights.h"
 #include "diff/compare.h"
 
 namespace tdiff {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/tensor.h"
+#include "backend/backend.h"
+#include "base/tensor.h"
 
 namespace tdiff {
 

@@ -7,12 +7,12 @@
 
 #include "exec/selection_scores.h"
 #include "exec/stage_cache.h"
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "diff/expected.h"
-#include "core/error.h"
-#include "core/executor.h"
-#include "core/timed_backend.h"
-#include "core/pattern.h"
+#include "base/error.h"
+#include "backend/executor.h"
+#include "backend/timed_backend.h"
+#include "model/pattern.h"
 
 namespace tdiff {
 

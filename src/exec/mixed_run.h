@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/session.h"
-#include "core/timing.h"
+#include "backend/backend.h"
+#include "casefile/session.h"
+#include "base/timing.h"
 #include "diff/compare.h"
 
 namespace tdiff {
@@ -52,7 +52,7 @@ struct MixedRunResult {
   std::size_t replayed = 0;                // selection stages given the reference's choices
   std::vector<std::string> not_replayed;   // selection stages replay skipped: no stored reference
   double seconds = 0;
-  // Where the seconds went (kMixedRunPhases; core/timing.h), for `tdiff run`'s and bisect's
+  // Where the seconds went (kMixedRunPhases; base/timing.h), for `tdiff run`'s and bisect's
   // timing lines.
   PhaseTimes times;
 };

@@ -13,8 +13,8 @@
 // Tensors of any other shape are returned whole.
 #include <cstdint>
 
-#include "core/backend.h"
-#include "core/stage_graph.h"
+#include "backend/backend.h"
+#include "model/stage_graph.h"
 
 namespace tdiff {
 

@@ -1,7 +1,7 @@
 #include "exec/selection_scores.h"
 
-#include "core/error.h"
-#include "core/op_table.h"
+#include "base/error.h"
+#include "model/op_table.h"
 #include "diff/compare.h"
 
 namespace tdiff {

@@ -5,9 +5,9 @@
 // runs and by external dumps, so both judge a selection the same way.
 #include <string>
 
-#include "core/stage_graph.h"
-#include "core/tensor.h"
-#include "core/weights.h"
+#include "model/stage_graph.h"
+#include "base/tensor.h"
+#include "formats/weights.h"
 
 namespace tdiff {
 

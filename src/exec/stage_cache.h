@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/stage_graph.h"
-#include "core/tensor.h"
+#include "model/stage_graph.h"
+#include "base/tensor.h"
 
 namespace tdiff {
 

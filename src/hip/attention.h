@@ -12,7 +12,7 @@
 // operands (fp16 subnormals flushed). sinks: float32 of the f64 weight.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "hip/vendor.h"
 
 namespace tdiff::hip {

@@ -8,7 +8,7 @@
 // One thread per (b, window, channel); channels contiguous, so P/Z reads coalesce.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "hip/vendor.h"
 
 namespace tdiff::hip {

@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
-#include "core/release_format.h"
-#include "core/safetensors.h"
+#include "base/error.h"
+#include "formats/release_format.h"
+#include "formats/safetensors.h"
 
 namespace tdiff::hip {
 

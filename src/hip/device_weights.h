@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/weights.h"
+#include "formats/weights.h"
 #include "emu/arith.h"
 #include "hip/device.h"
 #include "hip/gemm.h"

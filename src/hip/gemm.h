@@ -63,7 +63,7 @@ struct GemmGroups {
 // reduction, spec.matrix_cores): only then may the weight be given as 16-bit patterns.
 bool runs_on_matrix_cores(const GemmSpec& spec);
 
-// A weight as the release stores it (core/release_format.h), decoded by the matrix-core
+// A weight as the release stores it (formats/release_format.h), decoded by the matrix-core
 // kernels while they stage it (emu/release_codes.h: the float32 value of code x scale, then
 // rounded as an operand of spec.in): the products see exactly the operands of the weight
 // dequantised first (tested bit for bit), from a quarter (FP8) or an eighth (FP4) of the

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "emu/rope.h"
 #include "hip/gemm.h"
 #include "hip/stage_call.h"

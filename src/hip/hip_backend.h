@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/policy.h"
+#include "backend/backend.h"
+#include "numerics/policy.h"
 #include "emu/arith.h"
 #include "hip/device.h"
 #include "hip/device_weights.h"

@@ -16,7 +16,7 @@
 // sinkhorn/head: base, scale float32 copies of the weights; eps = rms_norm_eps.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/arith.h"
 #include "hip/vendor.h"
 

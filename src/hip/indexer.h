@@ -10,7 +10,7 @@
 //     picks sorted ascending, those ≥ the causal count dropped and the tail filled with −1.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "hip/vendor.h"
 #include "hip/topk.h"
 

@@ -9,7 +9,7 @@
 //     table_row(i) = (i / div) % mod, sign of s flipped for the inverse; stored in `out`.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/arith.h"
 #include "hip/vendor.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "base/tensor.h"
 #include "hip/device.h"
 #include "hip/vendor.h"
 

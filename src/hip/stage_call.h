@@ -1,5 +1,5 @@
 #pragma once
-// What a hip handler gets for one stage (core/handler_table.h): the stage, its inputs as
+// What a hip handler gets for one stage (backend/handler_table.h): the stage, its inputs as
 // device tensors, scratch and outputs on the backend's pool, the stage's resolved numerics
 // and the backend's caches. Handlers live in the family files' host part (attention.cpp
 // beside attention.hip, moe.cpp beside moe.hip, ...), each registering its kinds with
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/handler_table.h"
+#include "backend/handler_table.h"
 #include "emu/gemm.h"
 #include "emu/stage_facts.h"
 #include "hip/hip_backend.h"

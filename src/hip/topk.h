@@ -12,7 +12,7 @@
 // throws std::runtime_error.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/arith.h"
 #include "emu/topk.h"
 #include "hip/vendor.h"

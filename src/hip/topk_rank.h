@@ -5,7 +5,7 @@
 // permutation of 0..n-1.
 #include <cstdint>
 
-#include "core/policy.h"
+#include "numerics/policy.h"
 #include "emu/arith.h"
 #include "emu/topk_order.h"
 #include "hip/vendor.h"

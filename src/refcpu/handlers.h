@@ -1,11 +1,11 @@
 #pragma once
-// The refcpu dispatch (core/handler_table.h): each family file registers the handlers of its
+// The refcpu dispatch (backend/handler_table.h): each family file registers the handlers of its
 // operator kinds, so RefCpuBackend::run is a lookup and a new kind is one registration.
 #include <cstdint>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/handler_table.h"
+#include "backend/backend.h"
+#include "backend/handler_table.h"
 
 namespace tdiff::refcpu {
 

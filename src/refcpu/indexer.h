@@ -5,7 +5,7 @@
 //   topk:         the k = min(k_I, n) largest per row; non-causal picks become −1.
 #include <cstdint>
 
-#include "core/backend.h"
+#include "backend/backend.h"
 
 namespace tdiff::refcpu {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "refcpu/handlers.h"
-#include "core/parallel_errors.h"
+#include "base/parallel_errors.h"
 
 namespace tdiff::refcpu {
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/parallel_errors.h"
+#include "base/parallel_errors.h"
 #include "refcpu/handlers.h"
 #include "refcpu/indexer.h"
 #include "refcpu/linear.h"

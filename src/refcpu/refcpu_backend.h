@@ -1,7 +1,7 @@
 #pragma once
 // The float64 reference backend: every operator kind of the stage graph, exact to the
 // published architecture, bit-identical for any thread count.
-#include "core/backend.h"
+#include "backend/backend.h"
 
 namespace tdiff::refcpu {
 

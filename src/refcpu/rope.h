@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/config.h"
+#include "model/config.h"
 
 namespace tdiff::refcpu {
 

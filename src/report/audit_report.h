@@ -1,12 +1,12 @@
 #pragma once
-// Reports of a precision audit (gates/audit.h): the terminal table (100 columns), audit.csv
+// Reports of a precision audit (checks/audit.h): the terminal table (100 columns), audit.csv
 // (one row per knob), audit.json (rows and every touched tensor) and a self-contained
 // audit.html. Every file is written atomically.
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "gates/audit.h"
+#include "checks/audit.h"
 #include "report/report.h"
 
 namespace tdiff {

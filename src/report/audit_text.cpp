@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/version.h"
+#include "base/error.h"
+#include "base/version.h"
 #include "report/audit_report.h"
 #include "report/summary.h"
 

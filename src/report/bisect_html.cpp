@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "core/version.h"
+#include "base/version.h"
 #include "report/bisect_report.h"
 #include "report/html_plot.h"
 #include "report/html_style.h"

@@ -6,8 +6,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/version.h"
+#include "base/error.h"
+#include "base/version.h"
 #include "report/bisect_report.h"
 #include "report/summary.h"
 
@@ -336,7 +336,7 @@ std::string render_bisect_json(const BisectReport& r) {
                      {"pinned", pinned},   {"group", p.group},     {"split", p.split},
                      {"watched", watched_json(p.watched)},           {"computed", p.computed},
                      {"reused", p.reused},   {"cached", p.cached},   {"seconds", p.seconds}});
-    nlohmann::json times = nlohmann::json::object();  // where the step's time went (core/timing.h)
+    nlohmann::json times = nlohmann::json::object();  // where the step's time went (base/timing.h)
     for (const auto& [phase, sec] : p.times.phases()) times[phase] = std::round(sec * 1e4) / 1e4;
     trace.back()["timing_s"] = times;
   }

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "core/version.h"
+#include "base/version.h"
 #include "report/html_style.h"
 #include "report/summary.h"
 

@@ -10,7 +10,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "core/version.h"
+#include "base/version.h"
 #include "diff/location.h"
 #include "diff/metric_fields.h"
 #include "report/report.h"

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "core/version.h"
+#include "base/version.h"
 #include "diff/metric_fields.h"
 #include "report/html_plot.h"
 #include "report/html_style.h"

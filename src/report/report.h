@@ -21,7 +21,7 @@ struct RunInfo {
   std::string command;                // the exact command that reproduces the run
   std::vector<std::pair<std::string, std::string>> env;  // environment record, in display order
   std::string stats_html;  // report.html's model statistics section (render_stats_html); empty: none
-  // Where the run's time went up to writing the reports (core/timing.h), in seconds per
+  // Where the run's time went up to writing the reports (base/timing.h), in seconds per
   // phase; report.json's "timing_s" (absent when empty).
   std::vector<std::pair<std::string, double>> timing;
 };

@@ -1,10 +1,10 @@
 #pragma once
-// The model statistics of diff/model_stats.h as a terminal table, stats.csv, stats.json and an
+// The model statistics of checks/model_stats.h as a terminal table, stats.csv, stats.json and an
 // HTML section of tdiff run's report.html (stats_html.cpp).
 #include <cstdio>
 #include <string>
 
-#include "diff/model_stats.h"
+#include "checks/model_stats.h"
 
 namespace tdiff {
 

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
-#include "core/temp_files.h"
+#include "base/error.h"
+#include "base/temp_files.h"
 #include "report/report.h"
 
 namespace tdiff {

@@ -10,10 +10,10 @@
 
 #include <fmt/format.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/h5io.h"
-#include "core/tensor.h"
+#include "base/dtype.h"
+#include "base/error.h"
+#include "casefile/h5io.h"
+#include "base/tensor.h"
 
 struct tdiff_tap {
   std::string path;

@@ -8,7 +8,7 @@
 // grouped and gathered forms against per-group emu products; release FP8 / FP4 weights
 // decoded inside the matrix-core kernels against the same GEMMs of the weights dequantised
 // first, bit for bit.
-#include "core/release_format.h"
+#include "formats/release_format.h"
 #include "emu/gemm.h"
 #include "gpu_test.h"
 #include "hip/gemm.h"

@@ -4,7 +4,7 @@
 // angle against glibc's cosf/sinf, which are not correctly rounded everywhere; the rotation
 // bit-identical given the same tables), against refcpu in float64, and two invariants: a rotation keeps each pair's
 // norm, and the inverse undoes it.
-#include "core/config.h"
+#include "model/config.h"
 #include "emu/rope.h"
 #include "gpu_test.h"
 #include "hip/rope.h"

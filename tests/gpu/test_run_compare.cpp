@@ -1,4 +1,4 @@
-// The on-device run comparison (hip/run_compare.h: compare_bits, RunSnapshot) against the host's bit_diff (gates/determinism.h): random
+// The on-device run comparison (hip/run_compare.h: compare_bits, RunSnapshot) against the host's bit_diff (checks/determinism.h): random
 // tensors with some elements changed (by one ulp, by a lot, to NaN and infinity), as float32
 // values, int64 selections and bool masks; then the snapshot's keep / compare / collect.
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <limits>
 #include <memory>
 
-#include "gates/determinism.h"
+#include "checks/determinism.h"
 #include "gpu_test.h"
 #include "hip/run_compare.h"
 

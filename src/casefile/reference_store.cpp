@@ -1,0 +1,84 @@
+#include "casefile/reference_store.h"
+
+#include <cstdlib>
+
+#include "casefile/case_file.h"
+#include "base/error.h"
+
+namespace tdiff {
+
+std::size_t default_reference_budget() {
+  if (const char* gb = std::getenv("TDIFF_REF_CACHE_GB")) {
+    char* end = nullptr;
+    const double v = std::strtod(gb, &end);
+    if (end == gb || *end != '\0' || !(v >= 0))
+      input_error("TDIFF_REF_CACHE_GB: '{}' is not a number of GB (0 keeps nothing)", gb);
+    return static_cast<std::size_t>(v * 1e9);
+  }
+  return std::size_t{4} << 30;
+}
+
+ReferenceStore::ReferenceStore(std::string path, std::size_t budget_bytes)
+    : path_(std::move(path)), budget_(budget_bytes) {}
+
+Tensor ReferenceStore::get(const std::string& stage, const std::string& tensor) {
+  bool kept = false;
+  Tensor t = fetch(stage, tensor, kept);
+  return kept ? t.clone() : t;  // callers may scale or overwrite what they get
+}
+
+Tensor ReferenceStore::get_shared(const std::string& stage, const std::string& tensor) {
+  bool kept = false;
+  return fetch(stage, tensor, kept);
+}
+
+Tensor ReferenceStore::fetch(const std::string& stage, const std::string& tensor, bool& kept) {
+  const std::string key = stage + "/" + tensor;
+  if (auto it = kept_.find(key); it != kept_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    ++hits_;
+    kept = true;
+    return it->second->second;
+  }
+  Tensor t = read_reference(path_, stage, tensor);
+  ++reads_;
+  // Tensors share their bytes when copied: keeping one costs no copy, only the memory.
+  if (!seen_.insert(key).second && t.nbytes() <= budget_) {
+    while (kept_bytes_ + t.nbytes() > budget_ && !lru_.empty()) {
+      kept_bytes_ -= lru_.back().second.nbytes();
+      kept_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+    lru_.emplace_front(key, t);
+    kept_[key] = lru_.begin();
+    kept_bytes_ += t.nbytes();
+    kept = true;
+  }
+  return t;
+}
+
+const std::vector<std::string>& ReferenceStore::stages() {
+  if (!listed_) {
+    stages_ = reference_stages(path_);
+    stage_set_ = std::set<std::string>(stages_.begin(), stages_.end());
+    listed_ = true;
+  }
+  return stages_;
+}
+
+bool ReferenceStore::has_stage(const std::string& stage) {
+  stages();
+  return stage_set_.count(stage) > 0;
+}
+
+void ReferenceStore::clear() {
+  lru_.clear();
+  kept_.clear();
+  seen_.clear();
+  kept_bytes_ = 0;
+  listed_ = false;
+  stages_.clear();
+  stage_set_.clear();
+}
+
+}  // namespace tdiff

@@ -1,0 +1,124 @@
+#pragma once
+// Golden prompt sets and `tdiff ci` (cases/README.md): a suite is a folder with suite.toml,
+//
+//   name = "tiny"
+//   description = "..."
+//   tokens = "golden.txt"            # token ids, one prompt per line: prompt N is line N
+//   thresholds = "thresholds.toml"   # verdict rules (diff/README.md); omitted: the defaults
+//   repeat = 2                       # candidate runs per case, each with its own run seed;
+//                                    # all must agree bit for bit (1: no determinism gate)
+//   selections = "replay"            # or "free": as tdiff run --selections (bisect/mixed_run.h);
+//                                    # replayed, the accuracy run is one more run: the
+//                                    # `repeat` determinism runs follow their own choices
+//   [model]
+//   preset = "tiny"                  # tdiff synth preset
+//   seed = 1
+//   layers = 4                       # optional: keep the first N layers
+//   [[case]]                         # one batch = one case file
+//   name = "short-right"
+//   about = "..."                    # optional
+//   prompts = [1, 2, 3]              # prompt numbers (lines of the token file)
+//   pad_side = "right"               # or "left"
+//   pad_to = 12                      # 0: the longest prompt
+//   seed = 101                       # the case's seed; the candidate's run seeds are seed, seed+1, ...
+//
+// The model and every case with its float64 reference are built once into a cache folder keyed
+// by a SHA-256 of suite.toml, the token file and the tdiff version and commit; a change to any
+// of them builds a fresh cache.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "checks/determinism.h"
+#include "casefile/env_record.h"
+#include "numerics/policy.h"
+#include "diff/compare.h"
+#include "diff/thresholds.h"
+#include "exec/candidate_dump.h"
+
+namespace tdiff {
+
+struct SuiteCase {
+  std::string name, about;
+  std::vector<int> prompts;  // 1-based prompt numbers
+  std::string pad_side = "right";
+  std::int64_t pad_to = 0;
+  std::uint64_t seed = 0;
+};
+
+struct Suite {
+  std::string dir;  // the folder holding suite.toml (absolute)
+  std::string name, description;
+  std::string tokens_file, thresholds_file;  // absolute; thresholds_file "" when none
+  int repeat = 2;
+  bool replay_selections = true;  // selections = "replay" (default) or "free"
+  std::string preset;
+  std::uint64_t model_seed = 0;
+  std::int64_t layers = 0;  // 0: all
+  std::vector<SuiteCase> cases;
+  std::string hash;  // cache key: SHA-256 (hex) of the definitions and the tdiff version
+};
+
+// `path`: a suite folder or its suite.toml. InputError naming the file (and line) on any
+// unknown key, wrong type, missing prompt or duplicate case name.
+Suite load_suite(const std::string& path);
+
+using CiProgress = std::function<void(const std::string& what)>;
+
+// The cache folder of this suite under `cache_root` (default: <suite>/cache): model/ and
+// <case>.h5 with /reference, each built on first use (all anew with `rebuild`) for the `cases`
+// asked for only, each marked done (model.done, <case>.h5.done) when complete, so an
+// interrupted build is redone; COMPLETE once every case of the suite is there. Other keys'
+// folders are removed once this key has built something.
+struct SuiteCache {
+  std::string dir;
+  bool built = false;               // false: everything reused
+  std::vector<std::string> built_parts;  // what this call built: "model", case names
+  double seconds = 0;
+  std::string case_file(const SuiteCase& c) const { return dir + "/" + c.name + ".h5"; }
+  std::string model_dir() const { return dir + "/model"; }
+};
+SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool rebuild, const CiProgress& progress,
+                               const std::vector<const SuiteCase*>& cases);
+
+// One case of a ci run.
+struct CiCaseResult {
+  std::string name, case_file, run_id;
+  std::int64_t rows = 0, seq = 0;
+  std::string pad_side;
+  bool padded = false;                    // some row has padding
+  CompareResult diff;                     // judged under the suite's thresholds
+  int runs = 1;                           // candidate runs (repeat)
+  std::vector<std::string> nondeterministic;  // keys that differed between the runs
+  std::string determinism_note;           // the first of them, with its largest difference
+  CompareResult determinism;              // the bit-for-bit table (rows only when repeat > 1)
+  Verdict verdict = Verdict::pass;        // FAIL: a gated tensor fails, or the runs differ
+  std::string reason;                     // why, in one line ("" when PASS)
+  double seconds = 0;
+};
+
+struct CiOptions {
+  BackendFactory make;  // the candidate, by run seed
+  Policy policy = Policy::preset("fixed");
+  ThresholdPolicy thresholds;
+  std::function<void(const Stage&, std::size_t index, int run)> progress;
+};
+
+// Runs one case: the candidate against /reference (run 1, seed = case seed) and, when
+// suite.repeat > 1, the further runs compared with run 1 bit for bit (replayed: `repeat`
+// runs of their own, compared with the first of them).
+CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::string& case_file, const CiOptions& opt);
+
+// One case judged from an external implementation's dump of it (exec/candidate_dump.h, opened
+// on `case_file`), as `tdiff run CASE --candidate-dump DUMP --dump-policy P` judges it:
+// `dump_policy` gives the tolerances from precision (null: none, the scaled rule). One dump is
+// one run, so there is no determinism gate (runs = 1). Tensors the dump lacks make it WARN, the
+// reason counting them and naming the first.
+CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, const CandidateDump& dump,
+                           const Policy* dump_policy, const ThresholdPolicy& thresholds);
+
+// The logits row of a result ("lm_head/logits"), or null.
+const TensorDiff* logits_row(const CompareResult& r);
+
+}  // namespace tdiff

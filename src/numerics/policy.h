@@ -1,0 +1,143 @@
+#pragma once
+// The candidate's numerics policy (DESIGN.md section 4): per stage, what the kernels store,
+// accumulate and compare in. A policy is a preset plus ordered overrides for stage patterns;
+// the same knobs mean the same thing in the emu backend and in the HIP kernels.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "base/dtype.h"
+#include "model/stage_graph.h"
+
+namespace tdiff {
+
+enum class MaskStyle : std::uint8_t { neg_inf, additive };     // −∞ vs finfo(storage).min added
+enum class RescaleOrder : std::uint8_t { deferred, per_block };  // FA2: divide once; FA1: renormalise every block
+enum class TieBreak : std::uint8_t { index, unstable };          // lowest index vs run-dependent order
+enum class Reduction : std::uint8_t { fixed, atomic };           // fixed-order vs run-dependent order
+enum class RopeAngle : std::uint8_t { f32, bf16, f16, fast };     // angle p·ω and sin/cos precision
+
+// Every knob resolved for one stage.
+struct Numerics {
+  DType storage = DType::bf16;       // activations between stages (kernel outputs)
+  DType stream = DType::f32;         // the residual (hyper-connection) streams X
+  DType matmul_input = DType::bf16;  // GEMM operands; f8_e4m3 = 128x128 block-scaled weights, 1x128 activations
+  DType matmul_accum = DType::f32;   // GEMM accumulator (fp16 = the grouped-GEMM bug class)
+  DType qk_accum = DType::f32;       // attention QKᵀ dot products
+  DType pv_accum = DType::f32;       // attention P·V accumulation
+  DType softmax_stats = DType::f32;  // online-softmax running max and sum
+  MaskStyle mask_style = MaskStyle::neg_inf;
+  RescaleOrder rescale_order = RescaleOrder::deferred;
+  DType router = DType::f32;         // router GEMM operands and its logits/scores (fp32: an SGEMM)
+  DType topk_compare = DType::f32;   // router / indexer top-k comparison type
+  TieBreak topk_ties = TieBreak::index;
+  Reduction reduction = Reduction::fixed;
+  DType logits = DType::f32;         // lm_head accumulation and output
+  DType norm_stats = DType::f32;     // RMSNorm sum of squares and factor
+  RopeAngle rope_angle = RopeAngle::f32;
+  DType sinkhorn = DType::f32;       // hyper-connection maps and Sinkhorn iterations
+  bool hc_eps = true;                // false: ε_hc flushed to zero
+  DType pool_softmax = DType::f32;   // compressor / indexer gate softmax
+  DType index_score = DType::f32;    // indexer dot products and head sum
+  bool routing_bias_in_weights = false;  // the routing bias leaks into the weights
+  bool routing_norm_eps = true;      // false: weight normalisation without +1e−20
+  bool shared_clip = true;           // false: shared expert without SwiGLU clipping
+
+  bool operator==(const Numerics&) const = default;
+};
+
+// One knob, one row: its name, the Numerics field it sets, its values (the text and the typed
+// value each one sets), the operator kinds it changes, and its known-bad ("naive") and
+// known-good ("fixed") settings — the fault catalog is this table, and setting, reading,
+// presets and validation are loops over it.
+using KnobValue = std::variant<DType, MaskStyle, RescaleOrder, TieBreak, Reduction, RopeAngle, bool>;
+using KnobMember = std::variant<DType Numerics::*, MaskStyle Numerics::*, RescaleOrder Numerics::*, TieBreak Numerics::*,
+                                Reduction Numerics::*, RopeAngle Numerics::*, bool Numerics::*>;
+struct KnobInfo {
+  KnobInfo() = default;
+  template <class T>
+  KnobInfo(std::string name, T Numerics::*field, std::vector<std::pair<std::string, T>> choices,
+           std::vector<OpKind> kinds, std::string bad, std::string good, bool in_naive, std::string effect)
+      : name(std::move(name)), member(field), kinds(std::move(kinds)), bad(std::move(bad)), good(std::move(good)),
+        in_naive(in_naive), effect(std::move(effect)) {
+    for (auto& [text, value] : choices) {
+      values.push_back(std::move(text));
+      typed.emplace_back(value);
+    }
+  }
+  std::string name;
+  KnobMember member;                // the Numerics field the knob sets
+  std::vector<std::string> values;  // its value texts ...
+  std::vector<KnobValue> typed;     // ... and what each one sets the field to (typed[i] for values[i])
+  std::vector<OpKind> kinds;
+  std::string bad, good;
+  bool in_naive = false;  // the naive preset takes the bad setting (a straight port's habit)
+  std::string effect;     // what the bad setting does numerically
+  double paper_factor = 0;  // the error factor bad / good the method's source measured (0: none)
+};
+const std::vector<KnobInfo>& knob_catalog();
+const KnobInfo& knob_info(const std::string& name);  // InputError for an unknown knob
+
+// One knob set to one of its values, parsed once from text (a catalog row and a value index).
+struct KnobSetting {
+  const KnobInfo* knob;
+  std::size_t value;
+};
+// Parses "fp16", "bf16", "additive", ... (aliases: f32, f16, f8_e4m3, true, false); InputError
+// for an unknown knob or a value the knob does not take.
+KnobSetting parse_knob(const std::string& knob, const std::string& value);
+void apply_knob(Numerics& n, const KnobSetting& s);
+void set_knob(Numerics& n, const std::string& knob, const std::string& value);  // parse + apply
+std::string get_knob(const Numerics& n, const std::string& knob);
+
+Numerics preset_numerics(const std::string& preset);  // naive | fixed | fp32
+
+struct PolicyOverride {
+  std::string stages;  // pattern (model/pattern.h)
+  std::vector<std::pair<std::string, std::string>> knobs;
+  std::string source;  // where it was written, for errors: "--set '...'" or the policy file
+};
+
+class Policy {
+ public:
+  static Policy preset(const std::string& name);
+  // A preset name, or a .toml / .json policy file: preset = "...", [global] knobs,
+  // [[override]] tables with `stages` and knobs.
+  static Policy load(const std::string& name_or_file);
+  // "PATTERN:knob=value" or "knob=value" (every stage).
+  void add_set(const std::string& spec);
+  void add_override(PolicyOverride o);
+  // InputError when an override pattern matches no stage of the model, or when one of its
+  // knobs applies to none of the stages it matches (no stage of the knob's operator kinds:
+  // it would change nothing). A pattern matching some stages of those kinds is fine.
+  void validate(const std::vector<Stage>& stages) const;
+  Numerics resolve(const std::string& stage) const;
+  const std::string& name() const { return name_; }
+  // A one-line description: "fixed + L02.attn.core:softmax_stats=fp16".
+  std::string describe() const;
+  // Every knob value the policy runs with on these stages: `knobs` every knob of the preset,
+  // the file's global knobs and the overrides that match every stage ("storage=bf16 stream=fp32
+  // ..."); `stages` one line per stage whose own knobs differ from those, naming only the knobs
+  // of its operator kind that differ ("L02.attn.core: softmax_stats=fp16").
+  struct Expanded {
+    std::string knobs;
+    std::vector<std::string> stages;
+  };
+  Expanded expand(const std::vector<Stage>& stages) const;
+
+ private:
+  // An override parsed once, when it is added: resolve() applies typed settings.
+  struct TypedOverride {
+    std::string stages;
+    std::vector<KnobSetting> settings;
+    std::string source;
+  };
+  std::string name_ = "fixed";
+  Numerics base_;
+  std::vector<TypedOverride> overrides_;
+  std::string described_;  // " + stages:knob=value" per setting, as written
+};
+
+}  // namespace tdiff
