@@ -99,26 +99,36 @@ TEST_F(CliHygiene, KnobWhereItDoesNotApplyIsAnInputError) {
   EXPECT_LE(mixed.code, 1) << mixed.err;
 }
 
-// The compare example of `compare --help` and src/diff/README.md, on tensors `run --save` kept:
-// the numbers are the run's own.
+// The compare example of `compare --help`, on tensors `run --save` kept: compare pairs them
+// with the reference as the run did (one pairing driver) and judges them under the run's
+// policy and selection mode, so every column of every row, verdicts and router flips included,
+// is the run's own.
 TEST_F(CliHygiene, SavedRunFeedsTheCompareExample) {
   const std::string c = path("c.h5");
-  // compare has no policy, so no tolerance model: the run is judged by compare's rule (scaled).
-  const CliResult r = run(fmt::format("run '{}' --save --run-id r1 --thresholds scaled -o '{}'", c, path("run")));
+  const CliResult r = run(fmt::format("run '{}' --save --run-id r1 -o '{}'", c, path("run")));
   ASSERT_LE(r.code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("saved       candidate tensors under"), std::string::npos) << r.out;
+  const CliResult all = run(fmt::format("compare '{}' '{}' --group-a /reference --group-b /runs/r1 -o '{}'", c, c, path("all")));
+  ASSERT_EQ(all.code, r.code) << all.out << all.err;
+  const auto ran = csv_rows(path("run/report.csv")), judged = csv_rows(path("all/report.csv"));
+  ASSERT_EQ(judged.size(), ran.size());
+  std::size_t flips = 0;
+  for (const auto& [key, row] : judged) {
+    ASSERT_TRUE(ran.count(key)) << key;
+    EXPECT_EQ(row, ran.at(key)) << key;
+    if (row.at("kind") == "routing") flips += std::stoul(row.at("routing_flips"));
+  }
+  EXPECT_GT(flips, 0u) << "the case must have router or indexer flips for the agreement to cover them";
+
   const CliResult cmp = run(fmt::format("compare '{}' '{}' --group-a /reference --group-b /runs/r1 --stages 'L0[2-4].attn.*' -o '{}'",
                                         c, c, path("cmp")));
   ASSERT_LE(cmp.code, 1) << cmp.out << cmp.err;
-  const auto ran = csv_rows(path("run/report.csv")), compared = csv_rows(path("cmp/report.csv"));
+  const auto compared = csv_rows(path("cmp/report.csv"));
   ASSERT_GT(compared.size(), 10u);
   for (const auto& [key, row] : compared) {
     EXPECT_EQ(key.rfind("L02.attn.", 0) == 0 || key.rfind("L03.attn.", 0) == 0, true) << key;
     ASSERT_TRUE(ran.count(key)) << key;
     for (const char* col : {"cosine", "max_abs", "rmse", "rel_l2"}) EXPECT_EQ(row.at(col), ran.at(key).at(col)) << key << " " << col;
-    // Selections: the run explains flips by the candidate's own scores and compare by what the
-    // saved tensors hold, so only value tensors must get the same verdict.
-    if (row.at("kind") == "values") EXPECT_EQ(row.at("verdict"), ran.at(key).at("verdict")) << key;
   }
   EXPECT_NE(run(fmt::format("info '{}'", c)).out.find("r1"), std::string::npos);
 

@@ -15,6 +15,7 @@
 #include "formats/safetensors.h"
 #include "model/stage_graph.h"
 #include "diff/compare.h"
+#include "exec/saved_run.h"
 #include "diff/thresholds.h"
 #include "report/report.h"
 #include "base/sha256.h"
@@ -101,10 +102,26 @@ void run_compare(CompareCmd c) {
   opt.stages = c.stages;
   opt.stage_order = stage_order_of({c.file_a, c.file_b});
   if (c.rel_floor) opt.metrics.rel_floor = *c.rel_floor;
-  // Tensors a run saved (tdiff run --save) after replaying the selections: routing rows are
-  // judged as that run judged them (only flips their own scores do not explain fail).
-  if (h5_exists(c.file_b, c.group_b)) opt.replayed_selections = h5_read_attrs(c.file_b, c.group_b)["selections"] == "replay";
-  CompareResult result = compare_files(c.file_a, c.group_a, c.file_b, c.group_b, opt);
+  // Tensors a run saved (tdiff run --save) against its case: paired stage by stage and judged as
+  // that run judged them (its selection mode, its policy's expected errors, the routing bias).
+  const std::optional<SavedRun> saved = read_saved_run(c.file_b, c.group_b);
+  const std::optional<std::vector<Stage>> stages = saved ? case_stages(c.file_a) : std::nullopt;
+  std::optional<CaseSession> session;
+  if (stages) {
+    try {
+      session.emplace(open_session(c.file_a));
+    } catch (const InputError& e) {
+      fmt::print("note: without the model ({}), no expected errors and no routing bias: judged by the scaled rule\n",
+                 e.what());
+    }
+  }
+  auto compare = [&](const std::string& file, const std::string& group) {
+    const std::optional<SavedRun> run = read_saved_run(file, group);
+    if (stages && run)
+      return compare_saved_run(c.file_a, c.group_a, file, group, *stages, *run, session ? &*session : nullptr, opt);
+    return compare_files(c.file_a, c.group_a, file, group, opt);
+  };
+  CompareResult result = compare(c.file_b, c.group_b);
 
   // Rules are checked against every tensor of both dumps, not only the --stages selection,
   // so that one thresholds file serves runs restricted to a few stages.
@@ -116,7 +133,7 @@ void run_compare(CompareCmd c) {
   if (!c.floor_file.empty()) {
     if (!std::filesystem::is_regular_file(c.floor_file)) input_error("noise-floor file not found: {}", c.floor_file);
     if (c.floor_group.empty()) c.floor_group = default_group(c.floor_file);
-    floor = compare_files(c.file_a, c.group_a, c.floor_file, c.floor_group, opt);
+    floor = compare(c.floor_file, c.floor_group);
   }
   judge(result, policy, floor ? &*floor : nullptr);
 

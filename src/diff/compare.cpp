@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "casefile/h5io.h"
+#include "diff/selection_scores.h"
 
 namespace tdiff {
 
@@ -77,16 +78,6 @@ std::string join_path(const std::string& group, const std::string& key) {
 }
 
 }  // namespace
-
-// The indexer's top-k chooses among scores that ReLU makes exactly equal (often zero), so
-// its selections get the tie-aware comparison with the scores; the router's top-k chooses on
-// score + bias, which no stage stores.
-std::string tie_scores_key(const std::string& stage) {
-  const std::string suffix = ".attn.idx.topk";
-  if (stage.size() > suffix.size() && stage.ends_with(suffix))
-    return stage.substr(0, stage.size() - suffix.size()) + ".attn.idx.score/score";
-  return "";
-}
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
   const auto slash = key.rfind('/');
@@ -169,7 +160,7 @@ CompareResult compare_maps(const NamedTensors& ref, const NamedTensors& cand, co
   for (const auto& [k, t] : ref) kr.push_back(k);
   for (const auto& [k, t] : cand) kc.push_back(k);
   for (const auto& key : pair_keys(kr, kc, opt, r)) {
-    const std::string sk = tie_scores_key(split_key(key).first);
+    const std::string sk = selection_scores_key(split_key(key).first).key;
     auto scores = sk.empty() ? ref.end() : ref.find(sk);
     auto cand_scores = sk.empty() ? cand.end() : cand.find(sk);
     r.rows.push_back(diff_tensor(key, ref.at(key), cand.at(key), opt, scores == ref.end() ? nullptr : &scores->second,
@@ -188,7 +179,7 @@ CompareResult compare_files(const std::string& file_ref, const std::string& grou
   for (const auto& key : pair_keys(kr, kc, opt, r)) {
     const Tensor a = h5_read(file_ref, join_path(group_ref, key));
     const Tensor b = h5_read(file_cand, join_path(group_cand, key));
-    const std::string sk = tie_scores_key(split_key(key).first);
+    const std::string sk = selection_scores_key(split_key(key).first).key;
     Tensor scores, cand_scores;
     if (!sk.empty() && ref_keys.count(sk)) scores = h5_read(file_ref, join_path(group_ref, sk));
     if (scores.defined() && std::find(kc.begin(), kc.end(), sk) != kc.end())

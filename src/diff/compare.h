@@ -86,9 +86,8 @@ std::vector<std::string> list_keys(const std::string& file, const std::string& g
 // `cand_scores`: the candidate's, to count flips its own score error explains.
 TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
                        const Tensor* ref_scores = nullptr, const Tensor* cand_scores = nullptr);
-// "L01.attn.idx.score/score" for "L01.attn.idx.topk": the scores a selection stage chooses
-// on, where they are a stored tensor ("" otherwise).
-std::string tie_scores_key(const std::string& stage);
+// Name-only pairings (dumps without a model; the stage driver is diff/pairing.h): a selection's
+// scores by selection_scores_key of its name.
 CompareResult compare_maps(const NamedTensors& ref, const NamedTensors& cand, const CompareOptions& opt = {});
 // Reads one pair at a time, so memory stays at the size of the largest pair.
 CompareResult compare_files(const std::string& file_ref, const std::string& group_ref, const std::string& file_cand,

@@ -11,7 +11,7 @@
 #include "casefile/case_file.h"
 #include "casefile/h5io.h"
 #include "diff/real_rows.h"
-#include "exec/selection_scores.h"
+#include "diff/pairing.h"
 
 namespace tdiff {
 
@@ -87,52 +87,24 @@ CandidateDump open_candidate_dump(const std::string& case_path, const std::vecto
 CompareResult compare_candidate_dump(const std::string& case_path, const std::vector<Stage>& stages,
                                      const CandidateDump& dump, WeightStore* weights, CompareOptions opt) {
   for (const auto& s : stages) opt.stage_order.push_back(s.name);
-  CompareResult r;
-  r.label_ref = case_path + ":/reference";
-  r.label_cand = dump.path + ":" + dump.group;
-  // Model order, and each stage's tensors in its outputs' order, as a backend's run lists them.
-  const std::vector<std::string> stored = list_keys(case_path, "/reference");
-  const std::set<std::string> in_ref(stored.begin(), stored.end()), in_dump(dump.keys.begin(), dump.keys.end());
-  std::vector<std::string> common;
-  for (const auto& s : stages)
-    for (const auto& t : s.outputs) {
-      const std::string key = s.name + "/" + t;
-      if (!in_ref.count(key) || (!opt.stages.empty() && !stage_matches(opt.stages, s.name, t))) continue;
-      (in_dump.count(key) ? common : r.only_ref).push_back(key);
-    }
-  if (common.empty() && r.only_ref.empty())
-    input_error("--stages '{}' matches no tensor of {}:/reference", opt.stages, case_path);
-  auto read_cand = [&](const std::string& key, const Shape& shape) {
-    return h5_read(dump.path, dataset_path(dump.group, key)).reshaped(shape);  // size-1 dimensions only (checked)
-  };
-  std::map<std::string, const Stage*> stage_of;
-  for (const auto& s : stages) stage_of[s.name] = &s;
   const CaseInfo info = read_case(case_path);
-  // Locations split flat token rows by the case's tokens per row; a padded batch's tensors are
-  // compacted to their real rows, where that split no longer holds (seq 0: rows as they are).
-  const Tensor& mask = info.batch.mask;
-  bool padded = false;
-  for (auto m : mask.span<const std::uint8_t>()) padded = padded || m == 0;
-  r.seq = padded ? 0 : info.batch.seq();
+  PairingRule rule;
+  rule.opt = std::move(opt);
+  rule.weights = weights;
   // Padding positions are the implementation's own business: only real rows are judged.
-  auto real = [&](const Stage& s, const Tensor& t) {
+  rule.view = [&](const Stage& s, const Tensor& t) {
     return keep_real_rows(t, real_rows(t, info.batch, info.config.rate(s.layer_type)));
   };
-  for (const auto& key : common) {
-    const Stage& s = *stage_of.at(split_key(key).first);
-    const Tensor full_ref = h5_read(case_path, "/reference/" + key);
-    const Tensor ref = real(s, full_ref), cand = real(s, read_cand(key, full_ref.shape()));
-    const std::string sk = selection_scores_key(s).key;
-    ChoiceScores scores;
-    if (!sk.empty() && in_ref.count(sk)) {
-      const Tensor ref_scores = h5_read(case_path, "/reference/" + sk);
-      scores = choice_scores(s, real(s, ref_scores),
-                             in_dump.count(sk) ? real(s, read_cand(sk, ref_scores.shape())) : Tensor(), weights,
-                             case_path + ":/reference/" + sk, dump.path + " " + sk);
-    }
-    r.rows.push_back(diff_tensor(key, ref, cand, opt, scores.ref.defined() ? &scores.ref : nullptr,
-                                 scores.cand.defined() ? &scores.cand : nullptr));
-  }
+  TensorSide cand = h5_side(dump.path, dump.group);
+  cand.label = dump.path + ":" + dump.group;
+  cand.where = dump.path + " ";
+  CompareResult r = pair_stages(stages, list_keys(case_path, "/reference"), dump.keys, h5_side(case_path, "/reference"),
+                                cand, rule);
+  // Locations split flat token rows by the case's tokens per row; a padded batch's tensors are
+  // compacted to their real rows, where that split no longer holds (seq 0: rows as they are).
+  bool padded = false;
+  for (auto m : info.batch.mask.span<const std::uint8_t>()) padded = padded || m == 0;
+  r.seq = padded ? 0 : info.batch.seq();
   return r;
 }
 

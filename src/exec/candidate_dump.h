@@ -42,7 +42,7 @@ CandidateDump open_candidate_dump(const std::string& case_path, const std::vecto
 // Every tensor of the dump against the reference, in model order, on real tokens only (padding
 // positions are the implementation's own: diff/real_rows.h); tensors of a padded batch are
 // judged as [real rows, ...]. Selections are judged as in
-// a backend's run, from both sides' scores where stored (exec/selection_scores.h); the router's
+// a backend's run, from both sides' scores where stored (diff/selection_scores.h); the router's
 // bias is read from `weights` (null when the model is not at hand: router flips then stay
 // unexplained). `opt.stage_order` is filled in from `stages`.
 CompareResult compare_candidate_dump(const std::string& case_path, const std::vector<Stage>& stages,

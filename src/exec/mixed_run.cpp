@@ -5,7 +5,8 @@
 #include <map>
 #include <set>
 
-#include "exec/selection_scores.h"
+#include "diff/pairing.h"
+#include "diff/selection_scores.h"
 #include "exec/stage_cache.h"
 #include "numerics/policy.h"
 #include "diff/expected.h"
@@ -48,6 +49,10 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   for (const auto& s : stages)
     if (const std::string k = selection_scores_key(s).key; !k.empty()) score_keys.insert(k);
   copt.replayed_selections = opt.replay_selections;
+  PairingRule rule;
+  rule.opt = copt;
+  rule.weights = &ctx.weights;
+  rule.times = &times;
   hooks.replace = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
     if (!opt.replay_selections || !on_candidate[i] || !op_info(s.kind).selection) return false;
     if (!have_ref(s.name)) {  // a partial reference (tdiff golden --stages): this one follows its own
@@ -97,26 +102,20 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     if (!have_ref(s.name))
       input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session.path, s.name,
                   session.path);
-    const std::string chosen_on = selection_scores_key(s).key;
-    Tensor scores, own_scores;
-    if (!chosen_on.empty()) {
-      const auto [score_stage, score_tensor] = split_key(chosen_on);
-      Tensor ref_scores;
-      if (have_ref(score_stage)) ref_scores = read_ref(score_stage, score_tensor, true);
-      auto t = times.measure(kPhaseCompare);
-      const auto cs = cand_scores.find(chosen_on);
-      ChoiceScores c = choice_scores(s, ref_scores, cs == cand_scores.end() ? Tensor() : cs->second, &ctx.weights,
-                                     session.path + ":/reference/" + chosen_on, candidate.name() + " " + chosen_on);
-      scores = std::move(c.ref);
-      own_scores = std::move(c.cand);
-    }
-    for (std::size_t k = 0; k < out.size(); ++k) {
-      const Tensor ref = read_ref(s.name, s.outputs[k], true);
-      auto t = times.measure(kPhaseCompare);
-      result.diff.rows.push_back(diff_tensor(s.name + "/" + s.outputs[k], ref, out[k], copt,
-                                             scores.defined() ? &scores : nullptr,
-                                             own_scores.defined() ? &own_scores : nullptr));
-    }
+    // The reference side reads /reference as shared tensors; the candidate's side is this stage's
+    // outputs and the scores its earlier stages produced.
+    TensorSide ref_side{result.diff.label_ref, session.path + ":/reference/",
+                        [&](const std::string& key, const Tensor*) {
+                          const auto [stage, tensor] = split_key(key);
+                          return have_ref(stage) ? read_ref(stage, tensor, true) : Tensor();
+                        }};
+    TensorSide cand_side{candidate.name(), candidate.name() + " ", [&](const std::string& key, const Tensor*) {
+                           for (std::size_t k = 0; k < out.size(); ++k)
+                             if (key == s.name + "/" + s.outputs[k]) return out[k];
+                           const auto it = cand_scores.find(key);
+                           return it == cand_scores.end() ? Tensor() : it->second;
+                         }};
+    pair_stage(s, ref_side, cand_side, rule, result.diff);
   };
   TensorMap env;
   put_inputs(session.info.batch, env);

@@ -1,8 +1,8 @@
 #pragma once
 // What a selection stage chooses on, for the routing comparison (diff/metrics.h) that tells a
 // near-tie flip from a fault: the indexer's stored scores, or the router's scores plus the
-// routing bias (top-k layers; hash layers choose by token id and have none). Shared by mixed
-// runs and by external dumps, so both judge a selection the same way.
+// routing bias (top-k layers; hash layers choose by token id and have none). The one rule of
+// every pairing (diff/pairing.h), so runs, saved runs and dumps judge a selection the same way.
 #include <string>
 
 #include "model/stage_graph.h"
@@ -16,6 +16,9 @@ struct SelectionScoresKey {
   std::string bias;  // weight added before the top-k ("" when none)
 };
 SelectionScoresKey selection_scores_key(const Stage& s);
+// The same for a bare stage name, as dumps without a model carry them: the operator kind the
+// name says, and no inputs, so a router's scores (an input of moe.select) stay unknown.
+SelectionScoresKey selection_scores_key(const std::string& stage);
 
 struct ChoiceScores {
   Tensor ref, cand;  // undefined where a side has none

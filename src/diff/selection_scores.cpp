@@ -1,8 +1,8 @@
-#include "exec/selection_scores.h"
+#include "diff/selection_scores.h"
 
 #include "base/error.h"
 #include "model/op_table.h"
-#include "diff/compare.h"
+#include "model/stage_names.h"
 
 namespace tdiff {
 
@@ -23,12 +23,29 @@ Tensor add_routing_bias(const Tensor& scores, const Tensor& bias, bool as_float3
   return out;
 }
 
+// The indexer's top-k chooses among scores that ReLU makes exactly equal (often zero), so its
+// selections get the tie-aware comparison with its stored scores.
+std::string indexer_scores_key(const std::string& stage) {
+  const std::string suffix = ".attn.idx.topk";
+  if (stage.size() > suffix.size() && stage.ends_with(suffix))
+    return stage.substr(0, stage.size() - suffix.size()) + ".attn.idx.score/score";
+  return "";
+}
+
 }  // namespace
 
 SelectionScoresKey selection_scores_key(const Stage& s) {
-  if (s.kind == OpKind::idx_topk) return {tie_scores_key(s.name), ""};
+  if (s.kind == OpKind::idx_topk) return {indexer_scores_key(s.name), ""};
   if (s.kind == OpKind::moe_select && s.inputs.size() == 1) return {s.inputs[0].key(), s.weights.at(0)};
   return {};
+}
+
+SelectionScoresKey selection_scores_key(const std::string& stage) {
+  Stage s;
+  s.name = stage;
+  if (const auto n = parse_stage_name(stage)) s.kind = n->kind;
+  else return {};
+  return selection_scores_key(s);
 }
 
 ChoiceScores choice_scores(const Stage& s, Tensor ref_scores, Tensor cand_scores, WeightStore* weights,

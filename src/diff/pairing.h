@@ -1,0 +1,52 @@
+#pragma once
+// The one pairing driver: the tensors of a stage from two sides (a case's /reference, a saved
+// run, a candidate dump, a live run's outputs) made into report rows by one function, with one
+// rule for what a selection is judged against (diff/selection_scores.h). `tdiff run`, `tdiff
+// run --candidate-dump`, `tdiff ci` and `tdiff compare` of a saved run all pair through it, so
+// the same tensors get the same rows and, judged by the same thresholds, the same verdicts.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/tensor.h"
+#include "base/timing.h"
+#include "diff/compare.h"
+#include "formats/weights.h"
+#include "model/stage_graph.h"
+
+namespace tdiff {
+
+// One side, by key "<stage>/<tensor>".
+struct TensorSide {
+  std::string label;  // the side in the report: "case.h5:/reference", "emu"
+  std::string where;  // what a key is prefixed with in messages: "case.h5:/reference/", "emu "
+  // The tensor, or an undefined one where this side has none. `like`: the other side's tensor of
+  // that key when known (a dump's tensors take its shape, size-1 dimensions aside).
+  std::function<Tensor(const std::string& key, const Tensor* like)> read;
+};
+
+struct PairingRule {
+  CompareOptions opt;
+  WeightStore* weights = nullptr;  // the routing bias (null: router flips stay unexplained)
+  // The part of a stage's tensor that is judged (a dump's real rows); null: all of it.
+  std::function<Tensor(const Stage&, const Tensor&)> view;
+  PhaseTimes* times = nullptr;  // the comparison's seconds go to kPairingPhase when set
+};
+inline constexpr const char* kPairingPhase = "compare";
+
+// A row for each output of `s` that both sides hold, in the stage's output order; keys the
+// reference holds and the candidate lacks are listed in `r.only_ref`. A selection stage is
+// judged with both sides' scores (selection_scores_key, choice_scores).
+void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, const PairingRule& rule, CompareResult& r);
+
+// Every stage of `stages` in model order, for two stored sides. `ref_keys`, `cand_keys`: what
+// each side holds (for only_ref / only_cand; keys outside every stage are listed as only_cand
+// when the candidate holds them). `rule.opt.stages` filters; InputError when it matches nothing.
+CompareResult pair_stages(const std::vector<Stage>& stages, const std::vector<std::string>& ref_keys,
+                          const std::vector<std::string>& cand_keys, const TensorSide& ref, const TensorSide& cand,
+                          const PairingRule& rule);
+
+// A side over datasets "<group>/<key>" of an HDF5 file.
+TensorSide h5_side(const std::string& file, const std::string& group);
+
+}  // namespace tdiff

@@ -1,0 +1,39 @@
+#pragma once
+// A candidate's tensors that `tdiff run --save` kept (/runs/<run-id> of the case, or of a
+// --save-to file), paired with the case's /reference stage by stage (diff/pairing.h) and
+// judged under what the run was judged under: its policy's expected errors and its selection
+// mode. So `tdiff compare CASE CASE --group-b /runs/<run-id>` gives the verdicts the run gave.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "casefile/session.h"
+#include "diff/compare.h"
+#include "numerics/policy.h"
+
+namespace tdiff {
+
+struct SavedRun {
+  std::string backend;
+  std::string policy;      // Policy::describe() of the run's policy
+  std::string selections;  // "replay" | "free"
+};
+
+// The run's attributes on `group` of `file`; nullopt when the group is not a saved run.
+std::optional<SavedRun> read_saved_run(const std::string& file, const std::string& group);
+
+// The policy a saved run ran under, rebuilt from its description ("fixed + L02.attn.core:
+// softmax_stats=fp16"): the preset or policy file, then each override as `--set` gives it.
+Policy saved_run_policy(const SavedRun& run);
+
+// The stages of the case's model, when `file` is a case file (it records a model config).
+std::optional<std::vector<Stage>> case_stages(const std::string& file);
+
+// `ref_group` of the case `case_path` against the saved run in `group` of `file`, with the
+// case's stages in model order. `session`: the case opened with its model (routing bias and
+// expected errors); null when the model is not at hand, and then judged by the scaled rule.
+CompareResult compare_saved_run(const std::string& case_path, const std::string& ref_group, const std::string& file,
+                                const std::string& group, const std::vector<Stage>& stages, const SavedRun& run,
+                                CaseSession* session, CompareOptions opt);
+
+}  // namespace tdiff
