@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "app/case_workflows.h"
 #include "bisect/bisect.h"
 #include "exec/stage_cache.h"
 #include "casefile/case_file.h"
@@ -35,25 +36,13 @@ constexpr std::uint64_t kRunSeed = 7;
 // ROWS --len LEN --seed SEED` does) and its float64 reference.
 void make_case(const std::string& model, const std::string& path, std::uint64_t seed, std::int64_t rows = 1,
                std::int64_t len = 32) {
-  CaseInfo info = case_for_model(model);
-  const PromptSet prompts = random_prompts(rows, len, info.config.vocab_size, seed);
-  info.batch = pad_prompts(prompts, 0, false, info.config.vocab_size);
-  info.seed = seed;
-  info.prompts = prompts.lines;
-  add_weight_checksums(info);
-  create_case(path, info);
+  app::CaseRequest request;
+  request.model_dir = model;
+  request.prompts = random_prompts(rows, len, case_for_model(model).config.vocab_size, seed);
+  request.seed = seed;
+  app::make_case(request, path);
   CaseSession s = open_session(path);
-  RunContext ctx = s.context();
-  refcpu::RefCpuBackend ref;
-  CaseUpdate update(path);
-  TensorMap env;
-  put_inputs(s.info.batch, env);
-  ExecutorHooks hooks;
-  hooks.on_stage = [&](const Stage& st, std::size_t, const std::vector<Tensor>& out) {
-    for (std::size_t k = 0; k < out.size(); ++k) update.put_reference(st.name, st.outputs[k], out[k]);
-  };
-  execute(s.stages, [&](const Stage&) -> Backend& { return ref; }, ctx, env, hooks);
-  update.commit();
+  app::write_reference(s, {});
 }
 
 struct Outcome {

@@ -296,7 +296,7 @@ class DeterminismCli : public testing::CliTest {
 };
 
 TEST_F(DeterminismCli, NaiveIsCaughtFixedPassesAndBothAreRecorded) {
-  const auto naive = run(fmt::format("determinism '{}' --policy naive --runs 3 -o '{}'", path("c.h5"), path("rn")));
+  const auto naive = run(fmt::format("determinism '{}' --policy naive --runs 3 --seed 3 -o '{}'", path("c.h5"), path("rn")));
   EXPECT_EQ(naive.code, 1) << naive.err;
   EXPECT_NE(naive.out.find("verdict     NONDETERMINISTIC"), std::string::npos) << naive.out;
   EXPECT_NE(naive.out.find("run 3 (seed 5,"), std::string::npos) << naive.out;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/case_workflows.h"
 #include "casefile/case_file.h"
 #include "backend/executor.h"
 #include "casefile/session.h"
@@ -32,36 +33,22 @@ inline std::string build_golden_case(const std::filesystem::path& dir, const Mod
   } else {
     write_synth_model(config, model_seed, model, {}, synth);
   }
-  CaseInfo info = case_for_model(model);
-  PromptSet p;
-  p.source = "test";
+  app::CaseRequest request;
+  request.model_dir = model;
+  request.prompts.source = "test";
   for (const auto& ids : prompts) {
-    p.ids.push_back(ids);
+    request.prompts.ids.push_back(ids);
     std::string line;
     for (auto id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
-    p.lines.push_back(line);
-    p.line_no.push_back(0);
+    request.prompts.lines.push_back(line);
+    request.prompts.line_no.push_back(0);
   }
-  info.batch = pad_prompts(p, pad_to, pad_left, info.config.vocab_size);
-  info.seed = model_seed;
-  info.pad_to = pad_to;
-  info.pad_side = pad_left ? "left" : "right";
-  info.prompts = p.lines;
-  add_weight_checksums(info);
-  create_case(path, info);
-
+  request.pad_to = pad_to;
+  request.pad_left = pad_left;
+  request.seed = model_seed;
+  app::make_case(request, path);
   CaseSession session = open_session(path);
-  RunContext ctx = session.context();
-  refcpu::RefCpuBackend ref;
-  TensorMap env;
-  put_inputs(session.info.batch, env);
-  CaseUpdate update(path);
-  ExecutorHooks hooks;
-  hooks.on_stage = [&](const Stage& s, std::size_t, const std::vector<Tensor>& out) {
-    for (std::size_t k = 0; k < out.size(); ++k) update.put_reference(s.name, s.outputs[k], out[k]);
-  };
-  execute(session.stages, [&](const Stage&) -> Backend& { return ref; }, ctx, env, hooks);
-  update.commit();
+  app::write_reference(session, {});
   return path;
 }
 

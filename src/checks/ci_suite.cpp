@@ -1,7 +1,6 @@
 #include "checks/ci_suite.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -14,11 +13,13 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "app/case_workflows.h"
 #include "checks/determinism.h"
 #include "exec/mixed_run.h"
 #include "casefile/case_file.h"
 #include "casefile/env_record.h"
 #include "base/error.h"
+#include "base/sha256.h"
 #include "backend/executor.h"
 #include "model/pattern.h"
 #include "casefile/session.h"
@@ -33,16 +34,6 @@ namespace fs = std::filesystem;
 namespace tdiff {
 
 namespace {
-
-std::string sha256_hex(const std::string& data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr) != 1)
-    throw std::runtime_error("SHA-256 failed");
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
-  return hex;
-}
 
 // A file a suite names must lie in the suite's folder (symbolic links followed): a suite is
 // shared like a case, and must not make tdiff read /etc/passwd.
@@ -171,7 +162,7 @@ Suite load_suite(const std::string& path) {
     s.cases.push_back(std::move(c));
   }
   if (!s.thresholds_file.empty()) load_thresholds(s.thresholds_file);  // its errors now, not after the build
-  s.hash = sha256_hex(fmt::format("tdiff-ci-cache 1\n{}\n{}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT) + read_bytes(fpath) +
+  s.hash = bytes_sha256(fmt::format("tdiff-ci-cache 1\n{}\n{}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT) + read_bytes(fpath) +
                       "\n" + read_bytes(s.tokens_file));
   return s;
 }
@@ -181,50 +172,23 @@ Suite load_suite(const std::string& path) {
 namespace {
 
 // The float64 reference of every stage into the case's /reference, with the run's record.
-void store_reference(const std::string& case_file) {
-  CaseSession session = open_session(case_file);
-  RunContext ctx = session.context();
-  refcpu::RefCpuBackend ref;
-  TensorMap env;
-  put_inputs(session.info.batch, env);
-  CaseUpdate update(case_file);
-  update.clear_reference();
-  ExecutorHooks hooks;
-  hooks.on_stage = [&](const Stage& s, std::size_t, const std::vector<Tensor>& out) {
-    for (std::size_t k = 0; k < out.size(); ++k) update.put_reference(s.name, s.outputs[k], out[k]);
-  };
-  execute(session.stages, [&](const Stage&) -> Backend& { return ref; }, ctx, env, hooks);
-  const std::string run_id = make_run_id("golden");
-  EnvRecord rec = capture_env("refcpu", "float64", process_command_line());
-  rec.extra["tie_rule"] = "lowest-index";
-  rec.extra["blas"] = refcpu::blas_core();
-  rec.extra["stages"] = "*";
-  add_case_facts(rec, case_file, session.info.checksums);
-  update.put_env(run_id, rec);
-  update.writer().set_attr("/reference", "tie_rule", "lowest-index");
-  update.writer().set_attr("/reference", "env", run_id);
-  update.commit();
-}
-
 void build_case(const Suite& suite, const SuiteCase& c, const std::string& model_dir, const std::string& out) {
-  CaseInfo info = case_for_model(model_dir);
-  const PromptSet all = read_token_file(suite.tokens_file, info.config.vocab_size);
-  PromptSet ps;
-  ps.source = suite.tokens_file;
+  app::CaseRequest request;
+  request.model_dir = model_dir;
+  const PromptSet all = read_token_file(suite.tokens_file, case_for_model(model_dir).config.vocab_size);
+  request.prompts.source = suite.tokens_file;
   for (int p : c.prompts) {
     const auto i = static_cast<std::size_t>(p - 1);
-    ps.ids.push_back(all.ids[i]);
-    ps.lines.push_back(all.lines[i]);
-    ps.line_no.push_back(all.line_no[i]);
+    request.prompts.ids.push_back(all.ids[i]);
+    request.prompts.lines.push_back(all.lines[i]);
+    request.prompts.line_no.push_back(all.line_no[i]);
   }
-  info.batch = pad_prompts(ps, c.pad_to, c.pad_side == "left", info.config.vocab_size);
-  info.seed = c.seed;
-  info.pad_to = c.pad_to;
-  info.pad_side = c.pad_side;
-  info.prompts = ps.lines;
-  add_weight_checksums(info);
-  create_case(out, info);
-  store_reference(out);
+  request.pad_to = c.pad_to;
+  request.pad_left = c.pad_side == "left";
+  request.seed = c.seed;
+  app::make_case(request, out);
+  CaseSession session = open_session(out);
+  app::write_reference(session, {});
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "checks/audit.h"
+#include "app/envelope.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -43,7 +44,8 @@ void run_audit_cmd(AuditCmd c) {
   opt.knobs = c.knobs;
   for (const auto& k : opt.knobs) knob_info(k);  // unknown names fail before any work
   opt.full_runs = !c.no_full;
-  opt.seed_a = c.cand.seed == 0 ? 1 : c.cand.seed;
+  const std::string run_id = app::run_id_for(c.run_id, "audit");
+  opt.seed_a = app::run_seed_for(c.cand.seed, run_id);
   opt.seed_b = c.seed_b == 0 ? opt.seed_a + 1 : c.seed_b;
   if (opt.seed_b == opt.seed_a) input_error("audit: --seed and --seed-b must differ (run-to-run needs two seeds)");
   // The environment record of the candidate the audit runs, from one made before any work:
@@ -61,7 +63,7 @@ void run_audit_cmd(AuditCmd c) {
 
   RunInfo info;
   info.case_name = std::filesystem::path(c.case_path).stem().string();
-  info.run_id = c.run_id.empty() ? make_run_id("audit") : c.run_id;
+  info.run_id = run_id;
   info.title = fmt::format("tdiff audit {}: {}, seeds {} and {}", std::filesystem::path(c.case_path).filename().string(),
                            candidate_text(c.cand), opt.seed_a, opt.seed_b);
   c.cand.seed = opt.seed_a;

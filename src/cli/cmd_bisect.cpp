@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "bisect/bisect.h"
+#include "app/envelope.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -14,7 +15,6 @@
 #include "casefile/env_record.h"
 #include "base/error.h"
 #include "base/timing.h"
-#include "emu/arith.h"
 #include "refcpu/refcpu_backend.h"
 #include "report/bisect_report.h"
 
@@ -40,12 +40,6 @@ std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
   for (const auto& s : stages)
     for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
   return keys;
-}
-
-std::uint64_t seed_from(const std::string& run_id) {
-  std::uint64_t h = 0;
-  for (unsigned char ch : run_id) h = arith::mix64(h ^ ch);
-  return h;
 }
 
 std::string flags(const BisectCmd& c) {
@@ -149,8 +143,8 @@ void run_bisect(BisectCmd c) {
   updating.stop();
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
-  const std::string run_id = c.report.run_id.empty() ? make_run_id("bisect") : c.report.run_id;
-  if (c.cand.seed == 0) c.cand.seed = seed_from(run_id);
+  const std::string run_id = app::run_id_for(c.report.run_id, "bisect");
+  c.cand.seed = app::run_seed_for(c.cand.seed, run_id);
   auto setup = times.measure("backend setup");
   auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
   std::unique_ptr<Backend> floor;

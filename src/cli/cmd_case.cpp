@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "app/case_workflows.h"
 #include "cli/command.h"
 #include "casefile/case_file.h"
 #include "base/error.h"
@@ -35,15 +36,14 @@ void run_case_new(const CaseNewOptions& o) {
   constexpr std::int64_t kMaxPrompts = 4096;
   if (o.random_prompts > kMaxPrompts)
     input_error("--random-prompts {}: more than the {} prompts a case holds", o.random_prompts, kMaxPrompts);
-  const PromptSet prompts =
+  app::CaseRequest request;
+  request.model_dir = o.model;
+  request.prompts =
       o.tokens.empty() ? random_prompts(o.random_prompts, o.len, vocab, o.seed) : read_token_file(o.tokens, vocab);
-  info.batch = pad_prompts(prompts, o.pad_to, o.pad_side == "left", vocab);
-  info.seed = o.seed;
-  info.pad_to = o.pad_to;
-  info.pad_side = o.pad_side;
-  info.prompts = prompts.lines;
-  add_weight_checksums(info);
-  create_case(o.output, info);
+  request.pad_to = o.pad_to;
+  request.pad_left = o.pad_side == "left";
+  request.seed = o.seed;
+  info = app::make_case(request, o.output);
   fmt::print("{}: {} prompts x {} tokens ({} padding), model {}\n", o.output, info.batch.rows(), info.batch.seq(),
              o.pad_side, info.model_path);
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "checks/ci_suite.h"
+#include "app/envelope.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -233,7 +234,7 @@ void run_ci(CiCmd c) {
   }, cases);
   if (c.prepare) return print_prepared(suite, cache, cases);
   const std::vector<CandidateDump> dump_files = dumps ? open_dumps(c, cases, cache, stages) : std::vector<CandidateDump>{};
-  const std::string run_id = c.run_id.empty() ? make_run_id("ci") : c.run_id;
+  const std::string run_id = app::run_id_for(c.run_id, "ci");
   const std::string out = c.out_dir.empty() ? fmt::format("reports/ci/{}/{}", suite.name, run_id) : c.out_dir;
   fs::create_directories(out);
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "app/envelope.h"
 #include "cli/command.h"
 #include "cli/shell.h"
 #include "model/config.h"
@@ -139,7 +140,7 @@ void run_compare(CompareCmd c) {
 
   RunInfo info;
   info.case_name = c.case_name.empty() ? std::filesystem::path(c.file_a).stem().string() : c.case_name;
-  info.run_id = c.run_id.empty() ? make_run_id("compare") : c.run_id;
+  info.run_id = app::run_id_for(c.run_id, "compare");
   info.title = fmt::format("tdiff compare {} vs {}", std::filesystem::path(c.file_a).filename().string(),
                            std::filesystem::path(c.file_b).filename().string());
   info.command = reproduce_command(c);

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "checks/determinism.h"
+#include "app/envelope.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -181,7 +182,6 @@ void run_determinism(DeterminismCmd c) {
   const bool refcpu = c.cand.backend == "refcpu";
   const Policy policy = refcpu ? Policy::preset("fixed") : c.cand.make_policy(session);
   const std::string policy_text = refcpu ? "float64" : policy.describe();
-  if (!c.seed_given) c.cand.seed = session.info.seed;
   if (c.threads.empty() && refcpu && c.batch_sweep.empty()) c.threads = {1, 2, 4};
   if (c.pad_side.empty()) c.pad_side = session.info.pad_side;
   const bool sweep = !c.batch_sweep.empty();
@@ -190,7 +190,8 @@ void run_determinism(DeterminismCmd c) {
                 "batches on the host (leave one of them out)");
   if (c.on_device && !backend_entry(c.cand.backend).device_comparison)
     input_error("--on-device: backend {} compares on the host (only hip keeps its outputs on a device)", c.cand.backend);
-  const std::string run_id = !c.run_id.empty() ? c.run_id : make_run_id(sweep ? "batch-sweep" : "determinism");
+  const std::string run_id = app::run_id_for(c.run_id, sweep ? "batch-sweep" : "determinism");
+  c.cand.seed = app::run_seed_for(c.seed_given ? c.cand.seed : 0, run_id);
   const BackendFactory make = factory(c, policy);
 
   EnvRecord env = refcpu ? capture_env(c.cand.backend, policy_text, process_command_line())
@@ -254,7 +255,7 @@ void setup_determinism(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--set", c->cand.sets, "override a knob: 'PATTERN:knob=value' (repeatable)");
   cmd->add_option_function<std::uint64_t>("--seed", [c](std::uint64_t s) { c->cand.seed = s, c->seed_given = true; },
-                                          "run seed of run 1 (default: the case's seed)");
+                                          "run seed of run 1 (default: from the run id)");
   cmd->add_option("--model", c->cand.model_dir, "model folder (default: the path the case records)");
   cmd->add_option("--runs", c->runs, "number of runs (at least 2)")->capture_default_str();
   cmd->add_option("--threads", c->threads, "OpenMP thread counts cycled over the runs (refcpu default 1,2,4)")

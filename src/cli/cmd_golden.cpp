@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "app/case_workflows.h"
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/weight_check.h"
@@ -71,45 +72,24 @@ void run_golden(const GoldenOptions& o) {
   CaseSession session = open_session(o.case_path, o.model_dir);
   if (!o.stages.empty()) select_stages(o.stages, session.stages);  // an unknown pattern is an input error
   const WeightCheck checked = o.weights.check(session);  // a reference of another model is worse than none
-  RunContext ctx = session.context(parse_tie_rule(o.tie_rule));
-  refcpu::RefCpuBackend ref;
-  TensorMap env;
-  put_inputs(session.info.batch, env);
-
-  CaseUpdate update(o.case_path);
-  update.clear_reference();
   Progress progress("golden", session.stages.size());
-  std::size_t stored = 0;
-  ExecutorHooks hooks;
-  hooks.on_stage = [&](const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
-    progress.step(i + 1, s.name);
-    if (!pattern_matches(o.stages, s.name)) return;
-    for (std::size_t k = 0; k < out.size(); ++k, ++stored) update.put_reference(s.name, s.outputs[k], out[k]);
-  };
-  const auto t0 = std::chrono::steady_clock::now();
-  execute(session.stages, [&](const Stage&) -> Backend& { return ref; }, ctx, env, hooks);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string run_id = make_run_id("golden");
-  EnvRecord rec = capture_env("refcpu", "float64", process_command_line());
-  rec.extra["tie_rule"] = o.tie_rule;
-  rec.extra["blas"] = refcpu::blas_core();
-  rec.extra["stages"] = o.stages.empty() ? "*" : o.stages;
-  add_case_facts(rec, o.case_path, session.info.checksums);
-  rec.extra["weights"] = o.weights.note(checked);
-  update.put_env(run_id, rec);
-  WeightCheckOptions::refresh(update, checked);
-  if (!checked.changed.empty()) {
+  app::ReferenceRequest request;
+  request.stages = o.stages;
+  request.tie_rule = parse_tie_rule(o.tie_rule);
+  request.progress = [&](std::size_t i, const Stage& s) { progress.step(i + 1, s.name); };
+  request.weights_note = o.weights.note(checked);
+  request.before_commit = [&](CaseUpdate& update) {
+    WeightCheckOptions::refresh(update, checked);
+    if (checked.changed.empty()) return;
     // --force: the new reference is of these weights, so the case now records them (else a
     // later run on the old weights would pass the check against a reference of the new ones).
     CaseInfo now;
     record_weight_files(now, session.weights->files().files());
     update.put_weight_records(now);
-  }
-  update.writer().set_attr("/reference", "tie_rule", o.tie_rule);
-  update.writer().set_attr("/reference", "env", run_id);
-  update.commit();
+  };
+  const app::ReferenceWritten written = app::write_reference(session, request);
   progress.finish(fmt::format("golden: {} stages computed in {:.2f} s, {} tensors stored under /reference of {}",
-                              session.stages.size(), secs, stored, o.case_path));
+                              written.stages, written.seconds, written.tensors, o.case_path));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "exec/candidate_dump.h"
 #include "exec/mixed_run.h"
+#include "app/envelope.h"
 #include "cli/candidate.h"
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -22,7 +23,6 @@
 #include "model/pattern.h"
 #include "base/timing.h"
 #include "diff/expected.h"
-#include "emu/arith.h"
 #include "checks/model_stats.h"
 #include "report/stats_report.h"
 #include "refcpu/refcpu_backend.h"
@@ -70,12 +70,6 @@ void add_model_stats(CaseSession& session, const RunCmd& c, RunInfo& info) {
   if (c.stats && !c.report.no_reports)
     write_report_files(report_dir(info, c.report.out_dir),
                        {{"stats.csv", render_stats_csv(*m)}, {"stats.json", render_stats_json(*m)}});
-}
-
-std::uint64_t seed_from(const std::string& run_id) {
-  std::uint64_t h = 0;
-  for (unsigned char ch : run_id) h = arith::mix64(h ^ ch);
-  return h;
 }
 
 void print_first_divergence(const CompareResult& diff) {
@@ -176,7 +170,7 @@ void run_dump(RunCmd c) {
   const std::vector<Stage> stages = session ? session->stages : build_stages(read_case(c.case_path).config);
   const CandidateDump dump = open_candidate_dump(c.case_path, stages, c.dump, c.dump_group);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(stages));
-  const std::string run_id = c.report.run_id.empty() ? make_run_id("run") : c.report.run_id;
+  const std::string run_id = app::run_id_for(c.report.run_id, "run");
   CompareOptions opt;
   opt.stages = c.stages;
   CompareResult diff = compare_candidate_dump(c.case_path, stages, dump, session ? session->weights.get() : nullptr, opt);
@@ -256,8 +250,8 @@ void run_run(RunCmd c) {
   recording.stop();
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
-  const std::string run_id = c.report.run_id.empty() ? make_run_id("run") : c.report.run_id;
-  if (c.cand.seed == 0) c.cand.seed = seed_from(run_id);
+  const std::string run_id = app::run_id_for(c.report.run_id, "run");
+  c.cand.seed = app::run_seed_for(c.cand.seed, run_id);
   auto setup = times.measure("backend setup");
   auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
   refcpu::RefCpuBackend reference;

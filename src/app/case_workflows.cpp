@@ -1,0 +1,59 @@
+#include "app/case_workflows.h"
+
+#include <chrono>
+
+#include "backend/executor.h"
+#include "casefile/env_record.h"
+#include "model/pattern.h"
+#include "refcpu/linear.h"
+#include "refcpu/refcpu_backend.h"
+
+namespace tdiff::app {
+
+CaseInfo make_case(const CaseRequest& request, const std::string& out) {
+  CaseInfo info = case_for_model(request.model_dir);
+  info.batch = pad_prompts(request.prompts, request.pad_to, request.pad_left, info.config.vocab_size);
+  info.seed = request.seed;
+  info.pad_to = request.pad_to;
+  info.pad_side = request.pad_left ? "left" : "right";
+  info.prompts = request.prompts.lines;
+  add_weight_checksums(info);
+  create_case(out, info);
+  return info;
+}
+
+ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& request) {
+  RunContext ctx = session.context(request.tie_rule);
+  refcpu::RefCpuBackend ref;
+  TensorMap env;
+  put_inputs(session.info.batch, env);
+  CaseUpdate update(session.path);
+  update.clear_reference();
+  ReferenceWritten written;
+  written.stages = session.stages.size();
+  ExecutorHooks hooks;
+  hooks.on_stage = [&](const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
+    if (request.progress) request.progress(i, s);
+    if (!pattern_matches(request.stages, s.name)) return;
+    for (std::size_t k = 0; k < out.size(); ++k, ++written.tensors) update.put_reference(s.name, s.outputs[k], out[k]);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  execute(session.stages, [&](const Stage&) -> Backend& { return ref; }, ctx, env, hooks);
+  written.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  written.run_id = make_run_id("golden");
+  const std::string rule = tie_rule_name(request.tie_rule);
+  EnvRecord rec = capture_env("refcpu", "float64", process_command_line());
+  rec.extra["tie_rule"] = rule;
+  rec.extra["blas"] = refcpu::blas_core();
+  rec.extra["stages"] = request.stages.empty() ? "*" : request.stages;
+  add_case_facts(rec, session.path, session.info.checksums);
+  if (!request.weights_note.empty()) rec.extra["weights"] = request.weights_note;
+  update.put_env(written.run_id, rec);
+  if (request.before_commit) request.before_commit(update);
+  update.writer().set_attr("/reference", "tie_rule", rule);
+  update.writer().set_attr("/reference", "env", written.run_id);
+  update.commit();
+  return written;
+}
+
+}  // namespace tdiff::app

@@ -1,0 +1,46 @@
+#pragma once
+// The two workflows every command, the golden sets and the tests share to make a case: the case
+// file itself (a model folder and prompts) and its float64 reference. One implementation, so a
+// case made by `tdiff case new` + `tdiff golden`, by `tdiff ci` and by a test holds the same.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "backend/backend.h"
+#include "casefile/case_file.h"
+#include "casefile/session.h"
+
+namespace tdiff::app {
+
+struct CaseRequest {
+  std::string model_dir;
+  PromptSet prompts;
+  std::int64_t pad_to = 0;  // 0: the longest prompt
+  bool pad_left = false;
+  std::uint64_t seed = 0;   // recorded: where the prompts came from
+};
+
+// Writes the case file `out` (the model's config and weight checksums, the padded inputs) and
+// returns what it holds. Prompts are checked against the model's vocabulary (InputError).
+CaseInfo make_case(const CaseRequest& request, const std::string& out);
+
+struct ReferenceRequest {
+  std::string stages;                       // store only these (globs; empty: every stage)
+  TieRule tie_rule = TieRule::lowest_index;
+  std::function<void(std::size_t index, const Stage&)> progress;
+  std::string weights_note;                 // the weight check's note for the record ("" none)
+  // Called on the update before it is committed (tdiff golden --force records the new weights).
+  std::function<void(CaseUpdate&)> before_commit;
+};
+
+struct ReferenceWritten {
+  std::size_t stages = 0, tensors = 0;
+  double seconds = 0;  // computing the stages
+  std::string run_id;  // of the reference's environment record
+};
+
+// Runs every stage on refcpu and stores the chosen ones under /reference of the session's case
+// (replacing what was there), with the reference's environment record.
+ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& request);
+
+}  // namespace tdiff::app
