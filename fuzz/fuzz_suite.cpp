@@ -3,7 +3,7 @@
 // so inputs naming them get past the file checks to the cases' prompt and padding checks.
 #include <filesystem>
 
-#include "checks/ci_suite.h"
+#include "app/ci_suite.h"
 #include "fuzz/fuzz_common.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "checks/ci_suite.h"
+#include "app/ci_suite.h"
 #include "cli_support.h"
 #include "casefile/case_file.h"
 #include "base/error.h"

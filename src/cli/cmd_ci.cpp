@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "checks/ci_suite.h"
+#include "app/ci_suite.h"
 #include "app/envelope.h"
 #include "cli/candidate.h"
 #include "cli/command.h"

@@ -5,125 +5,165 @@
 #include <map>
 #include <set>
 
+#include "backend/executor.h"
+#include "backend/timed_backend.h"
+#include "base/error.h"
+#include "diff/expected.h"
 #include "diff/pairing.h"
 #include "diff/selection_scores.h"
 #include "exec/stage_cache.h"
-#include "numerics/policy.h"
-#include "diff/expected.h"
-#include "base/error.h"
-#include "backend/executor.h"
-#include "backend/timed_backend.h"
 #include "model/pattern.h"
+#include "numerics/policy.h"
 
 namespace tdiff {
 
-MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
-                         const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
-  const auto& stages = session.stages;
-  const auto t0 = std::chrono::steady_clock::now();
-  MixedRunResult result;
-  PhaseTimes& times = result.times;
-  ReferenceStore& refs = session.reference();  // read once per session, not per mixed run
+namespace {
+
+// One mixed run: the executor's hooks (replay, reuse and cache, compare) over shared state.
+class MixedRun {
+ public:
+  MixedRun(CaseSession& session, Backend& candidate, const std::vector<bool>& on_candidate, RunContext& ctx,
+           const MixedRunOptions& opt)
+      : session_(session), candidate_(candidate), on_candidate_(on_candidate), opt_(opt),
+        refs_(session.reference()), from_cache_(session.stages.size(), false) {
+    const auto& stages = session.stages;
+    if (!opt.compare.empty()) select_stages(opt.compare, stages);
+    rule_.opt = opt.diff;
+    rule_.opt.stage_order.clear();
+    for (const auto& s : stages) rule_.opt.stage_order.push_back(s.name);
+    rule_.opt.replayed_selections = opt.replay_selections;
+    rule_.weights = &ctx.weights;
+    rule_.times = &result_.times;
+    result_.diff.label_ref = session.path + ":/reference";
+    result_.diff.label_cand = candidate.name();
+    result_.diff.seq = session.info.batch.seq();
+    for (const auto& s : stages)
+      if (const std::string k = selection_scores_key(s).key; !k.empty()) score_keys_.insert(k);
+  }
+
+  ExecutorHooks hooks() {
+    ExecutorHooks h;
+    h.replace = [this](const Stage& s, std::size_t i, std::vector<Tensor>& out) { return replay(s, i, out); };
+    h.cached = [this](const Stage& s, std::size_t i, std::vector<Tensor>& out) { return take_stored(s, i, out); };
+    h.on_stage = [this](const Stage& s, std::size_t i, const std::vector<Tensor>& out) { on_stage(s, i, out); };
+    return h;
+  }
+  MixedRunResult& result() { return result_; }
+
+ private:
   // get(): tensors that later stages and callbacks receive; get_shared(): the compared ones.
-  auto read_ref = [&](const std::string& stage, const std::string& tensor, bool shared = false) {
-    auto s = times.measure(kPhaseReadRef);
-    return shared ? refs.get_shared(stage, tensor) : refs.get(stage, tensor);
-  };
-  auto have_ref = [&](const std::string& stage) { return refs.has_stage(stage); };
-  if (!opt.compare.empty()) select_stages(opt.compare, stages);
+  Tensor read_ref(const std::string& stage, const std::string& tensor, bool shared = false) {
+    auto s = result_.times.measure(kPhaseReadRef);
+    return shared ? refs_.get_shared(stage, tensor) : refs_.get(stage, tensor);
+  }
+  bool have_ref(const std::string& stage) const { return refs_.has_stage(stage); }
+  bool inputs_clean(const Stage& s) const {
+    for (const auto& in : s.inputs)
+      if (!clean_.count(in.key())) return false;
+    return true;
+  }
 
-  CompareOptions copt = opt.diff;
-  copt.stage_order.clear();
-  for (const auto& s : stages) copt.stage_order.push_back(s.name);
-  result.diff.label_ref = session.path + ":/reference";
-  result.diff.label_cand = candidate.name();
-  result.diff.seq = session.info.batch.seq();
-
-  // A tensor is "clean" while it equals the reference bit for bit: produced by the reference
-  // backend (deterministic) from clean inputs. Clean stages can be read from the case file.
-  std::set<std::string> clean = {"inputs/ids", "inputs/mask", "inputs/pos"};
-  ExecutorHooks hooks;
-  std::vector<bool> from_cache(stages.size(), false);
-  std::set<std::string> score_keys;           // the stored scores some selection stage chooses on
-  std::map<std::string, Tensor> cand_scores;  // this run's values of them
-  for (const auto& s : stages)
-    if (const std::string k = selection_scores_key(s).key; !k.empty()) score_keys.insert(k);
-  copt.replayed_selections = opt.replay_selections;
-  PairingRule rule;
-  rule.opt = copt;
-  rule.weights = &ctx.weights;
-  rule.times = &times;
-  hooks.replace = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
-    if (!opt.replay_selections || !on_candidate[i] || !op_info(s.kind).selection) return false;
+  // Selection replay: the candidate's selection stage ran; later stages get the reference's choices.
+  bool replay(const Stage& s, std::size_t i, std::vector<Tensor>& out) {
+    if (!opt_.replay_selections || !on_candidate_[i] || !op_info(s.kind).selection) return false;
     if (!have_ref(s.name)) {  // a partial reference (tdiff golden --stages): this one follows its own
-      result.not_replayed.push_back(s.name);
+      result_.not_replayed.push_back(s.name);
       return false;
     }
     for (const auto& t : s.outputs) out.push_back(read_ref(s.name, t));
-    ++result.replayed;
+    ++result_.replayed;
     return true;
-  };
-  hooks.cached = [&](const Stage& s, std::size_t i, std::vector<Tensor>& out) {
-    bool inputs_clean = true;
-    for (const auto& in : s.inputs) inputs_clean = inputs_clean && clean.count(in.key());
-    if (!on_candidate[i] && inputs_clean && opt.reuse_reference && have_ref(s.name)) {
+  }
+
+  // A reference stage on clean inputs reads /reference; otherwise an earlier mixed run's output.
+  bool take_stored(const Stage& s, std::size_t i, std::vector<Tensor>& out) {
+    if (!on_candidate_[i] && inputs_clean(s) && opt_.reuse_reference && have_ref(s.name)) {
       for (const auto& t : s.outputs) out.push_back(read_ref(s.name, t));
-      ++result.reused;
+      ++result_.reused;
       return true;
     }
-    if (!opt.cache) return false;
+    if (!opt_.cache) return false;
     // A cached stage skips the replace hook: a replayed selection is run again (it is cheap).
-    if (opt.replay_selections && on_candidate[i] && op_info(s.kind).selection) return false;
-    const std::vector<Tensor>* hit = opt.cache->find(i, on_candidate);
+    if (opt_.replay_selections && on_candidate_[i] && op_info(s.kind).selection) return false;
+    const std::vector<Tensor>* hit = opt_.cache->find(i, on_candidate_);
     if (!hit) return false;
     out = *hit;
-    from_cache[i] = true;
-    ++result.cached;
+    from_cache_[i] = true;
+    ++result_.cached;
     return true;
-  };
-  hooks.on_stage = [&](const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
-    if (opt.progress) opt.progress(s, i);
-    if (on_candidate[i]) ++result.on_candidate;
-    else ++result.on_reference;
-    bool inputs_clean = !on_candidate[i];
-    for (const auto& in : s.inputs) inputs_clean = inputs_clean && clean.count(in.key());
-    if (inputs_clean)
-      for (const auto& t : s.outputs) clean.insert(s.name + "/" + t);
-    else if (opt.cache && !from_cache[i])
-      opt.cache->put(i, on_candidate, out);
-    if (opt.on_outputs) {
-      auto t = times.measure(kPhaseOutputs);
-      opt.on_outputs(s, out);
+  }
+
+  void on_stage(const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
+    if (opt_.progress) opt_.progress(s, i);
+    if (on_candidate_[i]) ++result_.on_candidate;
+    else ++result_.on_reference;
+    if (!on_candidate_[i] && inputs_clean(s))
+      for (const auto& t : s.outputs) clean_.insert(s.name + "/" + t);
+    else if (opt_.cache && !from_cache_[i])
+      opt_.cache->put(i, on_candidate_, out);
+    if (opt_.on_outputs) {
+      auto t = result_.times.measure(kPhaseOutputs);
+      opt_.on_outputs(s, out);
     }
     // The candidate's selection scores, for the routing comparison of the top-k that follows.
     for (std::size_t k = 0; k < out.size(); ++k)
-      if (score_keys.count(s.name + "/" + s.outputs[k])) cand_scores[s.name + "/" + s.outputs[k]] = out[k];
-    if (!pattern_matches(opt.compare, s.name)) return;
+      if (score_keys_.count(s.name + "/" + s.outputs[k])) cand_scores_[s.name + "/" + s.outputs[k]] = out[k];
+    if (!pattern_matches(opt_.compare, s.name)) return;
     if (!have_ref(s.name))
-      input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session.path, s.name,
-                  session.path);
-    // The reference side reads /reference as shared tensors; the candidate's side is this stage's
-    // outputs and the scores its earlier stages produced.
-    TensorSide ref_side{result.diff.label_ref, session.path + ":/reference/",
-                        [&](const std::string& key, const Tensor*) {
-                          const auto [stage, tensor] = split_key(key);
-                          return have_ref(stage) ? read_ref(stage, tensor, true) : Tensor();
-                        }};
-    TensorSide cand_side{candidate.name(), candidate.name() + " ", [&](const std::string& key, const Tensor*) {
-                           for (std::size_t k = 0; k < out.size(); ++k)
-                             if (key == s.name + "/" + s.outputs[k]) return out[k];
-                           const auto it = cand_scores.find(key);
-                           return it == cand_scores.end() ? Tensor() : it->second;
+      input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session_.path, s.name,
+                  session_.path);
+    compare(s, out);
+  }
+
+  // The reference side reads /reference as shared tensors; the candidate's side is this stage's
+  // outputs and the scores its earlier stages produced.
+  void compare(const Stage& s, const std::vector<Tensor>& out) {
+    const TensorSide ref{result_.diff.label_ref, session_.path + ":/reference/",
+                         [&](const std::string& key, const Tensor*) {
+                           const auto [stage, tensor] = split_key(key);
+                           return have_ref(stage) ? read_ref(stage, tensor, true) : Tensor();
                          }};
-    pair_stage(s, ref_side, cand_side, rule, result.diff);
-  };
+    const TensorSide cand{candidate_.name(), candidate_.name() + " ", [&](const std::string& key, const Tensor*) {
+                            for (std::size_t k = 0; k < out.size(); ++k)
+                              if (key == s.name + "/" + s.outputs[k]) return out[k];
+                            const auto it = cand_scores_.find(key);
+                            return it == cand_scores_.end() ? Tensor() : it->second;
+                          }};
+    pair_stage(s, ref, cand, rule_, result_.diff);
+  }
+
+  CaseSession& session_;
+  Backend& candidate_;
+  const std::vector<bool>& on_candidate_;
+  const MixedRunOptions& opt_;
+  ReferenceStore& refs_;  // read once per session, not per mixed run
+  MixedRunResult result_;
+  PairingRule rule_;
+  // A tensor is "clean" while it equals the reference bit for bit: produced by the reference
+  // backend (deterministic) from clean inputs. Clean stages can be read from the case file.
+  std::set<std::string> clean_ = {"inputs/ids", "inputs/mask", "inputs/pos"};
+  std::vector<bool> from_cache_;
+  std::set<std::string> score_keys_;           // the stored scores some selection stage chooses on
+  std::map<std::string, Tensor> cand_scores_;  // this run's values of them
+};
+
+}  // namespace
+
+MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
+                         const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  MixedRun run(session, candidate, on_candidate, ctx, opt);
+  MixedRunResult& result = run.result();
+  PhaseTimes& times = result.times;
   TensorMap env;
   put_inputs(session.info.batch, env);
+  const auto& stages = session.stages;
   const std::vector<Stage> head(stages.begin(), stages.begin() + static_cast<std::ptrdiff_t>(std::min(opt.end, stages.size())));
-  TimedBackend timed_cand(candidate, times, kPhaseCandidate, kPhaseFinish), timed_ref(reference, times, opt.rest_phase ? opt.rest_phase : kPhaseReference, kPhaseFinish);
+  TimedBackend timed_cand(candidate, times, kPhaseCandidate, kPhaseFinish),
+      timed_ref(reference, times, opt.rest_phase ? opt.rest_phase : kPhaseReference, kPhaseFinish);
   execute(head, [&](const Stage& s) -> Backend& {
     return on_candidate[static_cast<std::size_t>(&s - head.data())] ? static_cast<Backend&>(timed_cand) : timed_ref;
-  }, ctx, env, hooks);
+  }, ctx, env, run.hooks());
   if (result.replayed) result.diff.label_cand += ", selections replayed from the reference";
   // What the candidate's formats explain, for the tolerance rule (the reference has no policy).
   if (const Policy* policy = candidate.numerics()) {
@@ -131,7 +171,7 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     set_expected(result.diff, {&session, policy, StageInputs::run, &on_candidate, !opt.end_to_end});
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return result;
+  return MixedRunResult(std::move(result));
 }
 
 }  // namespace tdiff

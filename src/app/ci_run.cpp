@@ -1,10 +1,10 @@
-// One case of `tdiff ci` (checks/ci_suite.h): accuracy against /reference, then determinism; or
+// One case of `tdiff ci` (app/ci_suite.h): accuracy against /reference, then determinism; or
 // an external implementation's dump of it judged.
 #include <chrono>
 
 #include <fmt/format.h>
 
-#include "checks/ci_suite.h"
+#include "app/ci_suite.h"
 #include "exec/mixed_run.h"
 #include "casefile/session.h"
 #include "diff/expected.h"

@@ -1,4 +1,4 @@
-#include "checks/ci_suite.h"
+#include "app/ci_suite.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
