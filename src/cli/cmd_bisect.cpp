@@ -1,286 +1,16 @@
 // tdiff bisect: which candidate stage makes the watched output fail (bisect/bisect.h).
-#include <cmath>
-#include <filesystem>
+#include <memory>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
-#include "bisect/bisect.h"
-#include "app/envelope.h"
-#include "cli/candidate.h"
+#include "app/bisect_command.h"
 #include "cli/command.h"
-#include "cli/progress.h"
-#include "cli/report_options.h"
-#include "cli/shell.h"
-#include "casefile/env_record.h"
-#include "base/error.h"
-#include "base/timing.h"
-#include "refcpu/refcpu_backend.h"
-#include "report/bisect_report.h"
+#include "cli/options.h"
 
 namespace tdiff::cli {
 
-namespace {
-
-struct BisectCmd {
-  std::string case_path;
-  CandidateOptions cand;
-  ReportOptions report;
-  std::string watch = "logits";
-  std::string floor = "fixed";
-  std::string mode = "search";
-  std::string suffix = "auto";
-  bool attribute = false;
-  std::string attribute_by = "class";
-  std::size_t max_culprits = 8;
-};
-
-std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
-  std::vector<std::string> keys;
-  for (const auto& s : stages)
-    for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
-  return keys;
-}
-
-std::string flags(const BisectCmd& c) {
-  std::string s;
-  if (c.watch != "logits") s += " --watch " + shell_quote(c.watch);
-  if (c.floor != "fixed") s += " --floor " + shell_quote(c.floor);
-  if (c.mode != "search") s += " --mode " + c.mode;
-  if (c.suffix != "auto") s += " --suffix " + c.suffix;
-  if (c.attribute) s += " --attribute" + (c.attribute_by != "class" ? " --attribute-by " + c.attribute_by : "");
-  if (c.max_culprits != 8) s += fmt::format(" --max-culprits {}", c.max_culprits);
-  return s;
-}
-
-// The all-candidate run's first FAIL, for the story across `run` and `bisect`.
-void note_first_fail(BisectReport& rep, const std::vector<Stage>& stages, const CompareResult& full) {
-  if (full.first_fail < 0) return;
-  const TensorDiff& d = full.rows[static_cast<std::size_t>(full.first_fail)];
-  rep.run_first_fail = d.key();
-  for (std::size_t i = 0; i < stages.size(); ++i)
-    if (stages[i].name == d.stage) rep.run_first_fail_index = i;
-}
-
-// After an inconclusive search: watching the stage that deviates most makes the search name
-// it (or the earlier stage that feeds it) when its deviation is beyond the gate.
-void suggest_next(BisectReport& rep, const BisectCmd& c) {
-  if (rep.leads->ranked.empty()) return;
-  const IsolatedStage& top = rep.leads->ranked.front();
-  const double k = rep.watch_thresholds.floor_k;
-  if (top.stage == rep.watch.stage) {
-    // Watching the lead already: the same command again would be this run (a loop). The
-    // isolation ranking is the finding.
-    rep.next_reason = fmt::format(
-        "the watched stage {} itself deviates most on its own inputs ({}) yet its output stays within the gate end to "
-        "end: the floor's rounding its inputs carry outweighs its own deviation. The ranking above is the finding; no "
-        "further bisect would name more",
-        top.stage, std::isinf(top.score) ? "an error where the floor has none" : fmt::format("{:.3g}x the floor", top.score));
-    return;
-  }
-  BisectCmd next = c;
-  next.watch = top.worst.key();
-  next.report.run_id.clear();
-  rep.next_command = fmt::format("tdiff bisect {}{}{}", shell_quote(c.case_path), c.cand.flags(), flags(next));
-  if (rep.floor.empty())
-    rep.next_reason = fmt::format("bisect on {}, the stage with the largest local error, to find the stage its error "
-                                  "starts at; with a floor (--floor fixed) the ranking says which errors the formats do "
-                                  "not explain",
-                                  top.worst.key());
-  else if (top.score > k)
-    rep.next_reason = fmt::format("{} deviates from the floor on its own ({}, beyond floor_k = {:g}) but the "
-                                  "deviation does not reach {}: bisect on its output to confirm where it starts (if "
-                                  "that crosses nothing either, the floor's rounding its inputs carry outweighs the "
-                                  "fault end to end, and this isolation ranking is the finding)",
-                                  top.worst.key(),
-                                  std::isinf(top.score) ? "an error where the floor has none" : fmt::format("{:.3g}x", top.score),
-                                  k, rep.watch.key());
-  else
-    rep.next_reason = fmt::format("no stage deviates more than floor_k = {:g} times the floor even on its own inputs "
-                                  "(largest {:.3g}x, {}): the candidate's error is what its formats explain; to look "
-                                  "closer anyway, bisect on that stage's output",
-                                  k, top.score, top.worst.key());
-}
-
-// The bisection's record in the case: environment, outcome, culprits and trace.
-void record_bisect(CaseUpdate& update, const BisectCmd& c, const std::string& run_id, const EnvRecord& env,
-                   const Policy& policy, const BisectReport& rep) {
-  update.put_env(run_id, env);
-  const std::string g = "/runs/" + run_id;
-  update.writer().set_attr(g, "command", "bisect");
-  update.writer().set_attr(g, "backend", c.cand.backend);
-  update.writer().set_attr(g, "policy", policy.describe());
-  update.writer().set_attr(g, "watch", rep.watch.key());
-  update.writer().set_attr(g, "outcome", rep.outcome());
-  std::vector<std::string> culprits;
-  if (rep.search)
-    for (const auto& x : rep.search->culprits) culprits.push_back(x.stage);
-  update.writer().set_attr(g, "culprits", fmt::format("{}", fmt::join(culprits, " ")));
-  update.writer().set_attr(g, "trace_csv", render_trace_csv(rep));
-  update.commit();
-}
-
-// What runs the stages after a split. auto: the floor on the GPU (a forward there takes
-// milliseconds, the reference's suffix seconds a layer at real widths), the reference elsewhere.
-Suffix choose_suffix(const BisectCmd& c, bool has_floor) {
-  if (c.suffix == "floor" && !has_floor)
-    input_error("--suffix floor needs a floor (--floor none was given): the stages after a split run on it");
-  return c.suffix == "floor" || (c.suffix == "auto" && has_floor && c.cand.backend == "hip") ? Suffix::floor
-                                                                                            : Suffix::reference;
-}
-
-void run_bisect(BisectCmd c) {
-  PhaseTimes times;  // the command's; each probe prints its own line as it ends
-  auto opening = times.measure("open");
-  CaseSession session = open_session(c.case_path, c.cand.model_dir);
-  if (session.reference().stages().empty())
-    input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
-  opening.stop();
-  // Opened before the work, as run's: a case that cannot take the record fails now, and the
-  // case's byte copy is made beside the bisection (a record only: no object-by-object copy).
-  auto updating = times.measure("case update");
-  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
-  updating.stop();
-  const Policy policy = c.cand.make_policy(session);
-  const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
-  const std::string run_id = app::run_id_for(c.report.run_id, "bisect");
-  c.cand.seed = app::run_seed_for(c.cand.seed, run_id);
-  auto setup = times.measure("backend setup");
-  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
-  std::unique_ptr<Backend> floor;
-  std::string floor_label;
-  if (c.floor != "none") {
-    Policy fp = Policy::load(c.floor);
-    fp.validate(session.stages);
-    floor = make_candidate(c.cand.backend, fp, c.cand.seed, c.cand.hip_gemm);
-    floor_label = fmt::format("{} under {}", c.cand.backend, fp.describe());
-  }
-  refcpu::RefCpuBackend reference;
-  setup.stop();
-  const Suffix suffix = choose_suffix(c, floor != nullptr);
-  const auto ref_attrs = h5_read_attrs(c.case_path, "/reference");
-  const auto tie = ref_attrs.find("tie_rule");
-  RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));
-
-  BisectReport rep;
-  rep.mode = c.mode;
-  rep.candidate = fmt::format("{} under {}", c.cand.backend, policy.describe());
-  rep.floor = floor_label;
-  rep.rest = suffix == Suffix::floor ? "the floor" : "the reference";
-  const bool color = want_color(stdout);
-  StatusLine status("bisect");
-  Bisector* live = nullptr;  // set below; the callbacks run only inside the bisector's calls
-  std::size_t notes_shown = 0;
-  BisectOptions bo;
-  bo.watch = c.watch;
-  bo.thresholds = thresholds;
-  bo.max_culprits = c.max_culprits;
-  bo.suffix = suffix;
-  bo.on_progress = [&](const std::string& what, std::size_t done, std::size_t total) { status.show(what, done, total); };
-  // The trace line by line as the search runs (flushed: CI logs read a pipe), head first.
-  bo.on_probe = [&](const Probe& p) {
-    status.clear();
-    if (rep.trace.empty()) {
-      rep.trace = {p};
-      rep.notes = live->notes();
-      rep.watch_thresholds = live->thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
-      print_bisect_head(stdout, rep);
-      notes_shown = rep.notes.size();
-    }
-    print_trace_row(stdout, rep, p, color);
-    std::fflush(stdout);
-    fmt::print(stderr, "timing step {}: {}\n", p.step, p.times.line());
-  };
-  Bisector bisector(session, *candidate, reference, ctx, bo);
-  live = &bisector;
-  if (floor) bisector.set_floor(*floor);
-
-  rep.watch = bisector.watch();
-  rep.stages = bisector.stage_count();
-  rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
-  CaseHash case_hash(c.case_path);  // beside the bisection: the input checks are done
-  {
-    auto t = times.measure(c.mode == "search" ? "mixed runs" : "isolation");
-    if (c.mode == "search") rep.search = bisector.search();
-    else rep.isolation = bisector.isolate();
-  }
-  if (rep.search && !rep.search->full_fails) {
-    auto t = times.measure("isolation");
-    rep.leads = bisector.isolate();
-  }
-  if (c.attribute) {
-    auto t = times.measure("mixed runs");
-    rep.attribution = bisector.attribute(c.attribute_by == "kind" ? Grouping::op_kind : Grouping::stage_class);
-  }
-  status.clear();
-  const bool streamed = !rep.trace.empty();
-  rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);  // relaxed by the floor
-  rep.trace = bisector.trace();
-  rep.totals = bisector.totals();
-  rep.notes = bisector.notes();
-  if (rep.search) note_first_fail(rep, session.stages, bisector.full_run());
-  if (rep.leads) suggest_next(rep, c);
-
-  RunInfo& info = rep.info;
-  info.case_name = std::filesystem::path(c.case_path).stem().string();
-  info.run_id = run_id;
-  info.title = fmt::format("tdiff bisect {}: {}", std::filesystem::path(c.case_path).filename().string(), rep.candidate);
-  info.command = fmt::format("tdiff bisect {}{}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), flags(c),
-                             c.report.flags()) + " --run-id " + shell_quote(run_id);
-  EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
-  auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
-  add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
-  hashing.stop();
-  env.extra["seed"] = std::to_string(c.cand.seed);
-  env.extra["floor"] = floor_label.empty() ? "none" : floor_label;
-  env.extra["bisect_suffix"] = suffix == Suffix::floor ? "floor" : "reference";
-  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
-
-  // The per-stage comparison of the all-candidate run (or of the isolated stages).
-  const CompareResult* run_diff = nullptr;
-  if (rep.search || rep.attribution) run_diff = &bisector.full_run();
-  else if (rep.isolation) run_diff = &rep.isolation->diff;
-  if (c.report.all_rows && run_diff) {
-    TerminalOptions topt;
-    topt.color = want_color(stdout);
-    topt.all_rows = true;
-    print_terminal(stdout, *run_diff, info, topt);
-    fmt::print("\n");
-  }
-  if (streamed) {
-    print_bisect_notes(stdout, rep, notes_shown);
-    print_bisect_body(stdout, rep, color);
-  } else {
-    print_bisect_terminal(stdout, rep, color);
-  }
-  auto reports = times.measure("reports");
-  if (!c.report.no_reports) {
-    const std::string dir = report_dir(info, c.report.out_dir);
-    if (run_diff) {
-      RunInfo run_info = info;
-      run_info.title = (rep.isolation && !rep.search ? "isolated stages: " : "all-candidate run: ") + rep.candidate;
-      write_reports(dir, *run_diff, run_info);
-      rep.has_run_report = true;
-    }
-    write_bisect_reports(dir, rep);
-    fmt::print("reports   {}/bisect.html (and bisect.json, trace.csv{}{}{}{})\n", dir, rep.isolation ? ", isolation.csv" : "",
-               rep.leads ? ", leads.csv" : "",
-               rep.attribution ? ", attribution.csv" : "", rep.has_run_report ? ", report.html" : "");
-  }
-
-  reports.stop();
-
-  auto recording = times.measure("record");
-  record_bisect(update, c, run_id, env, policy, rep);
-  recording.stop();
-  fmt::print(stderr, "timing: {}\n", times.line());
-  exit_code() = rep.exit_code();
-}
-
-}  // namespace
-
 void setup_bisect(CLI::App& app) {
-  auto c = std::make_shared<BisectCmd>();
+  auto c = std::make_shared<app::BisectCmd>();
   auto* cmd = app.add_subcommand("bisect", "Find the candidate stage(s) that make the watched output fail");
   cmd->footer(
       "Examples:\n"
@@ -301,7 +31,7 @@ void setup_bisect(CLI::App& app) {
       "from the floor are listed with the command to run next. Progress goes to stderr, the trace to stdout as it runs.\n"
       "Exit code: 0 nothing crosses the threshold, 1 a culprit found (isolate: a stage fails), 2 usage or input error.");
   cmd->add_option("case", c->case_path, "case file with a reference (tdiff golden)")->required();
-  c->cand.add_to(cmd);
+  add_options(cmd, c->cand);
   cmd->add_option("--watch", c->watch, "watched output: logits (default), STAGE or STAGE/tensor");
   cmd->add_option("--floor", c->floor, "noise-floor policy on the same backend (preset or file), or none (default fixed)");
   cmd->add_option("--mode", c->mode, "search (default): mixed runs; isolate: each stage on the reference's inputs")
@@ -315,8 +45,8 @@ void setup_bisect(CLI::App& app) {
       ->check(CLI::IsMember({"class", "kind"}));
   cmd->add_option("--max-culprits", c->max_culprits, "stop the culprit set after this many stages (default 8)")
       ->check(CLI::PositiveNumber);
-  c->report.add_to(cmd);
-  cmd->callback([c] { run_bisect(*c); });
+  add_options(cmd, c->report);
+  cmd->callback([c] { exit_code() = app::run_bisect(*c); });
 }
 
 }  // namespace tdiff::cli

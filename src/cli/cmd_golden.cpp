@@ -1,101 +1,16 @@
 // tdiff golden: the float64 reference of every stage into /reference of the case file.
-#include <algorithm>
-#include <chrono>
+#include <memory>
 
-#include "app/case_workflows.h"
+#include <fmt/format.h>
+
+#include "app/golden_command.h"
 #include "cli/command.h"
-#include "cli/progress.h"
-#include "cli/weight_check.h"
-#include "casefile/env_record.h"
-#include "base/error.h"
-#include "backend/executor.h"
-#include "model/pattern.h"
-#include "casefile/h5io.h"
-#include "casefile/session.h"
-#include "checks/reference_check.h"
-#include "refcpu/linear.h"
-#include "refcpu/refcpu_backend.h"
+#include "cli/options.h"
 
 namespace tdiff::cli {
 
-namespace {
-
-struct GoldenOptions {
-  std::string case_path;
-  std::string model_dir;
-  std::string stages;
-  std::string tie_rule = "lowest-index";
-  bool verify = false;
-  double tolerance = 1e-12;
-  WeightCheckOptions weights;
-};
-
-// --verify: recompute every stage from the stored inputs and report how far this build's
-// reference is from the stored one; the case is not changed. Exit 1 beyond the tolerance.
-void verify_golden(const GoldenOptions& o) {
-  CaseSession session = open_session(o.case_path, o.model_dir);
-  o.weights.check(session);
-  if (reference_stages(o.case_path).empty())
-    input_error("{}: no reference to verify (run `tdiff golden {}` first)", o.case_path, o.case_path);
-  const auto attrs = h5_read_attrs(o.case_path, "/reference");
-  const auto tie = attrs.find("tie_rule");
-  const TieRule rule = parse_tie_rule(tie != attrs.end() ? tie->second : o.tie_rule);
-  Progress progress("golden --verify", session.stages.size());
-  const auto t0 = std::chrono::steady_clock::now();
-  auto diffs = check_reference(session, rule, [&](std::size_t i, const Stage& s) { progress.step(i + 1, s.name); });
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // Differing tensors first: integers (which must agree exactly), then floats by relative L2.
-  std::stable_sort(diffs.begin(), diffs.end(), [](const ReferenceDiff& a, const ReferenceDiff& b) {
-    if (a.bits.identical() != b.bits.identical()) return b.bits.identical();
-    if (a.integer != b.integer) return a.integer;
-    return a.rel_l2 > b.rel_l2;
-  });
-  std::size_t identical = 0, beyond = 0;
-  for (const auto& d : diffs) {
-    identical += d.bits.identical();
-    beyond += d.integer ? !d.bits.identical() : !(d.rel_l2 <= o.tolerance);
-  }
-  progress.finish(fmt::format("golden --verify: {} tensors of {} stages recomputed on the stored inputs in {:.2f} s: "
-                              "{} bit-identical, {} beyond the tolerance (relative L2 {:.0e}; integers exactly)",
-                              diffs.size(), session.stages.size(), secs, identical, beyond, o.tolerance));
-  fmt::print("{:<40} {:>12} {:>12} {:>24}\n", "stage/tensor", "rel L2", "max |diff|", "differing elements");
-  for (std::size_t i = 0; i < diffs.size() && i < 12; ++i) {
-    const auto& d = diffs[i];
-    if (d.bits.identical()) break;
-    fmt::print("{:<40} {:>12} {:>12.3g} {:>24}\n", d.stage + "/" + d.tensor, d.integer ? "-" : fmt::format("{:.3g}", d.rel_l2),
-               d.bits.max_abs, fmt::format("{} of {}", d.bits.differing, d.bits.numel));
-  }
-  exit_code() = beyond ? 1 : 0;
-}
-
-void run_golden(const GoldenOptions& o) {
-  CaseSession session = open_session(o.case_path, o.model_dir);
-  if (!o.stages.empty()) select_stages(o.stages, session.stages);  // an unknown pattern is an input error
-  const WeightCheck checked = o.weights.check(session);  // a reference of another model is worse than none
-  Progress progress("golden", session.stages.size());
-  app::ReferenceRequest request;
-  request.stages = o.stages;
-  request.tie_rule = parse_tie_rule(o.tie_rule);
-  request.progress = [&](std::size_t i, const Stage& s) { progress.step(i + 1, s.name); };
-  request.weights_note = o.weights.note(checked);
-  request.before_commit = [&](CaseUpdate& update) {
-    WeightCheckOptions::refresh(update, checked);
-    if (checked.changed.empty()) return;
-    // --force: the new reference is of these weights, so the case now records them (else a
-    // later run on the old weights would pass the check against a reference of the new ones).
-    CaseInfo now;
-    record_weight_files(now, session.weights->files().files());
-    update.put_weight_records(now);
-  };
-  const app::ReferenceWritten written = app::write_reference(session, request);
-  progress.finish(fmt::format("golden: {} stages computed in {:.2f} s, {} tensors stored under /reference of {}",
-                              written.stages, written.seconds, written.tensors, o.case_path));
-}
-
-}  // namespace
-
 void setup_golden(CLI::App& app) {
-  auto o = std::make_shared<GoldenOptions>();
+  auto o = std::make_shared<app::GoldenOptions>();
   auto* cmd = app.add_subcommand("golden", "Run the float64 reference and store every stage's output in the case");
   cmd->footer(
       "Example:\n"
@@ -111,12 +26,11 @@ void setup_golden(CLI::App& app) {
   cmd->add_flag("--verify", o->verify,
                  "recompute every stage from the stored reference's inputs and report how far this build is from it "
                  "(the case is not changed; exit 1 beyond --tolerance)");
-  o->weights.add_to(cmd);
+  add_options(cmd, o->weights);
   cmd->add_option("--tolerance", o->tolerance, "--verify: largest relative L2 of a float tensor (default 1e-12)")
       ->check(CLI::PositiveNumber);
   cmd->callback([o] {
-    if (o->verify) verify_golden(*o);
-    else run_golden(*o);
+    exit_code() = o->verify ? app::verify_golden(*o) : app::run_golden(*o);
   });
 }
 

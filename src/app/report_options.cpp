@@ -1,21 +1,10 @@
-#include "cli/report_options.h"
+#include "app/report_options.h"
 
 #include <fmt/format.h>
 
-#include "cli/shell.h"
+#include "app/shell.h"
 
-namespace tdiff::cli {
-
-void ReportOptions::add_to(CLI::App* cmd) {
-  cmd->add_option("--thresholds", thresholds,
-                  "thresholds file (TOML: [default] and [[rule]] stages = glob), or a named set: precision (default: "
-                  "errors against what the candidate's formats explain), scaled, paper (the paper's absolute bounds)");
-  cmd->add_option("--threshold", overrides, "override 'KEY=VALUE' or 'GLOB:KEY=VALUE[,KEY=VALUE]' (repeatable)");
-  cmd->add_option("-o,--out", out_dir, "report folder (default reports/<case>/<run-id>)");
-  cmd->add_option("--run-id", run_id, "run id (default: time-based)");
-  cmd->add_flag("--all", all_rows, "print every tensor, not only WARN/FAIL, for large runs");
-  cmd->add_flag("--no-reports", no_reports, "print the table only; write no report files");
-}
+namespace tdiff::app {
 
 ThresholdPolicy ReportOptions::make_thresholds(const std::vector<std::string>& keys) const {
   ThresholdPolicy t = thresholds.empty() ? ThresholdPolicy{} : load_thresholds(thresholds);
@@ -51,4 +40,4 @@ void ReportOptions::write(const CompareResult& r, const RunInfo& info) const {
   fmt::print("reports     {}/report.html (and report.csv, report.json, junit.xml)\n", dir);
 }
 
-}  // namespace tdiff::cli
+}  // namespace tdiff::app

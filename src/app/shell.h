@@ -6,10 +6,10 @@
 
 #include "casefile/env_record.h"
 
-namespace tdiff::cli {
+namespace tdiff::app {
 
 inline std::string absolute_path(const std::string& p) {
   return std::filesystem::absolute(p).lexically_normal().string();
 }
 
-}  // namespace tdiff::cli
+}  // namespace tdiff::app

@@ -1,22 +1,11 @@
-#include "cli/weight_check.h"
+#include "app/weight_check.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/error.h"
 
-namespace tdiff::cli {
-
-void WeightCheckOptions::add_to(CLI::App* cmd) {
-  cmd->add_flag("--force", force,
-                "go on when the model's weight files differ from what the case records (a warning, and the run's "
-                "environment record says it was forced)");
-  cmd->add_option("--verify-weights", verify,
-                  "quick: size, time and a fingerprint of each weight file (the whole file is hashed only when its "
-                  "time changed); full: SHA-256 of every file")
-      ->check(CLI::IsMember({"quick", "full"}))
-      ->capture_default_str();
-}
+namespace tdiff::app {
 
 WeightCheck WeightCheckOptions::check(const CaseSession& s) const {
   WeightCheck c = check_weight_files(s.weights->files().files(), s.info.checksums, s.info.file_stats, verify == "full");
@@ -39,4 +28,4 @@ std::string WeightCheckOptions::note(const WeightCheck& c) const {
 
 void WeightCheckOptions::refresh(CaseUpdate& u, const WeightCheck& c) { u.put_file_stats(c.refreshed); }
 
-}  // namespace tdiff::cli
+}  // namespace tdiff::app

@@ -3,19 +3,16 @@
 // what the case records (formats/weight_files.h) before any stage reads them.
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include "casefile/case_file.h"
 #include "casefile/session.h"
 #include "formats/weight_files.h"
 
-namespace tdiff::cli {
+namespace tdiff::app {
 
 struct WeightCheckOptions {
   bool force = false;
   std::string verify = "quick";  // quick | full
 
-  void add_to(CLI::App* cmd);
   // A changed, missing or extra weight file is an InputError naming it, unless --force: then
   // one warning line on stderr, and note() says so for the run's environment record.
   WeightCheck check(const CaseSession& s) const;
@@ -27,4 +24,4 @@ struct WeightCheckOptions {
   static void refresh(CaseUpdate& u, const WeightCheck& c);
 };
 
-}  // namespace tdiff::cli
+}  // namespace tdiff::app

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-namespace tdiff::cli {
+namespace tdiff::app {
 
 class Progress {
  public:
@@ -60,4 +60,4 @@ class StatusLine {
   bool tty_;
 };
 
-}  // namespace tdiff::cli
+}  // namespace tdiff::app

@@ -1,30 +1,12 @@
-#include "cli/candidate.h"
+#include "app/candidate.h"
 
 #include <fmt/format.h>
 
-#include "cli/shell.h"
+#include "app/shell.h"
 #include "base/error.h"
 #include "exec/backend_registry.h"
 
-namespace tdiff::cli {
-
-void CandidateOptions::add_to(CLI::App* cmd) {
-  add_backend_option(cmd, backend, false);
-  cmd->add_option("--policy", policy, "numerics policy: naive, fixed, fp32, or a .toml/.json policy file");
-  cmd->add_option("--set", sets, "override a knob: 'PATTERN:knob=value' or 'knob=value' (repeatable)");
-  cmd->add_option("--seed", seed, "run seed for atomic orders and unstable ties (default: from the run id)");
-  cmd->add_option("--model", model_dir, "model folder (default: the path the case records)");
-  add_hip_gemm_option(cmd, hip_gemm);
-}
-
-void add_hip_gemm_option(CLI::App* cmd, std::string& hip_gemm) {
-  cmd->add_option("--hip-gemm", hip_gemm,
-                  "hip: where 16-bit GEMMs and attention's products run: matrix (matrix cores: MFMA / tensor "
-                  "cores, the hardware's summation order inside a 16-deep product) or vector (vector ALU, emu's sums "
-                  "bit for bit)")
-      ->check(CLI::IsMember({"matrix", "vector"}))
-      ->capture_default_str();
-}
+namespace tdiff::app {
 
 Policy CandidateOptions::make_policy(const CaseSession& session) const {
   Policy p = Policy::load(policy);
@@ -61,12 +43,4 @@ EnvRecord candidate_env(const std::string& backend, const Policy& policy, const 
   return env;
 }
 
-void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference) {
-  std::string help = "backend";
-  for (const auto& e : backend_registry())
-    if (e.candidate || with_reference)
-      help += fmt::format("{} {}: {}{}", help == "backend" ? ":" : ";", e.name, e.description, e.built ? "" : " (not in this build)");
-  cmd->add_option("--backend", backend, help)->check(CLI::IsMember(backend_names(with_reference)))->capture_default_str();
-}
-
-}  // namespace tdiff::cli
+}  // namespace tdiff::app

@@ -6,14 +6,12 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "backend/backend.h"
 #include "casefile/env_record.h"
 #include "numerics/policy.h"
 #include "casefile/session.h"
 
-namespace tdiff::cli {
+namespace tdiff::app {
 
 struct CandidateOptions {
   std::string backend = "emu";
@@ -23,7 +21,6 @@ struct CandidateOptions {
   std::string model_dir;
   std::string hip_gemm = "matrix";  // hip: "matrix" (matrix cores where the device has them) or "vector"
 
-  void add_to(CLI::App* cmd);
   // The policy with the --set overrides, validated against the model's stages.
   Policy make_policy(const CaseSession& session) const;
   // " --backend emu --policy fixed --set ..." for reproduce commands.
@@ -41,9 +38,4 @@ std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy
 EnvRecord candidate_env(const std::string& backend, const Policy& policy, const std::vector<Stage>& stages,
                         const Backend* candidate, const std::string& hip_gemm = "matrix");
 
-// Adds --backend with the registry's names (and refcpu when `with_reference`).
-void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference);
-// Adds --hip-gemm to a command.
-void add_hip_gemm_option(CLI::App* cmd, std::string& hip_gemm);
-
-}  // namespace tdiff::cli
+}  // namespace tdiff::app

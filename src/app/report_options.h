@@ -4,13 +4,11 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "diff/compare.h"
 #include "diff/thresholds.h"
 #include "report/report.h"
 
-namespace tdiff::cli {
+namespace tdiff::app {
 
 struct ReportOptions {
   std::string thresholds;              // TOML thresholds file
@@ -18,7 +16,6 @@ struct ReportOptions {
   std::string out_dir, run_id;
   bool all_rows = false, no_reports = false;
 
-  void add_to(CLI::App* cmd);
   // The thresholds, with every rule's pattern checked against `keys` ("stage/tensor").
   ThresholdPolicy make_thresholds(const std::vector<std::string>& keys) const;
   // " --thresholds ... --threshold ..." for reproduce commands.
@@ -31,4 +28,4 @@ struct ReportOptions {
   void write(const CompareResult& r, const RunInfo& info) const;
 };
 
-}  // namespace tdiff::cli
+}  // namespace tdiff::app

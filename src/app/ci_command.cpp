@@ -1,0 +1,280 @@
+#include "app/ci_command.h"
+
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "app/ci_suite.h"
+#include "app/envelope.h"
+#include "app/candidate.h"
+#include "app/progress.h"
+#include "app/shell.h"
+#include "casefile/case_file.h"
+#include "model/config.h"
+#include "base/error.h"
+#include "model/pattern.h"
+#include "synth/synth.h"
+#include "exec/candidate_dump.h"
+#include "report/ci_index.h"
+#include "report/report.h"
+#include "report/summary.h"
+
+namespace fs = std::filesystem;
+
+namespace tdiff::app {
+
+namespace {
+
+
+
+// A preset's name as it is, a policy file (*.toml, *.json: Policy::load) by its absolute path,
+// so the command runs from any folder.
+std::string policy_arg(const std::string& policy) {
+  return policy.ends_with(".toml") || policy.ends_with(".json") ? absolute_path(policy) : policy;
+}
+
+std::string command_line(const CiCmd& c, const Suite& s) {
+  std::string cmd = fmt::format("tdiff ci {}", shell_quote(s.dir));
+  if (!c.dumps_dir.empty()) {
+    cmd += " --candidate-dumps " + shell_quote(absolute_path(c.dumps_dir));
+    if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(policy_arg(c.dump_policy));
+  } else {
+    cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(policy_arg(c.policy)));
+    for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
+  }
+  if (!c.cache_dir.empty()) cmd += " --cache " + shell_quote(absolute_path(c.cache_dir));
+  if (!c.thresholds.empty()) cmd += " --thresholds " + shell_quote(absolute_path(c.thresholds));
+  for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
+  if (!c.cases.empty()) cmd += " --cases " + shell_quote(c.cases);
+  if (c.repeat > 0) cmd += fmt::format(" --repeat {}", c.repeat);
+  if (c.backend == "hip" && c.dumps_dir.empty()) cmd += " --hip-gemm " + c.hip_gemm;
+  return cmd;
+}
+
+// Where the dump of one case is: <dir>/<case>.h5.
+std::string dump_file(const CiCmd& c, const SuiteCase& sc) { return c.dumps_dir + "/" + sc.name + ".h5"; }
+
+// The exact `tdiff run` of one case (run 1 of its ci run, or its dump judged).
+std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc, const std::string& case_file,
+                         const std::string& thresholds) {
+  std::string cmd = fmt::format("tdiff run {}", shell_quote(case_file));
+  if (!c.dumps_dir.empty()) {
+    cmd += " --candidate-dump " + shell_quote(absolute_path(dump_file(c, sc)));
+    if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(policy_arg(c.dump_policy));
+  } else {
+    cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(policy_arg(c.policy)));
+    cmd += suite.replay_selections ? " --selections replay" : " --selections free";
+    for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
+    cmd += fmt::format(" --seed {}", sc.seed);
+    if (c.backend == "hip") cmd += " --hip-gemm " + c.hip_gemm;
+  }
+  if (!thresholds.empty()) cmd += " --thresholds " + shell_quote(thresholds);
+  for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
+  return cmd;
+}
+
+// Every case asked for has its dump, each dump's names, shapes and dtypes are right, and a dump
+// that records its case file (tdiff-capture's do) was written on a file of that case's name (the
+// cases of a set share shapes: a swapped dump would be judged otherwise): checked before any
+// case is judged, so a bad dump stops the run before it writes a report.
+std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const SuiteCase*>& cases, const SuiteCache& cache,
+                                      const std::vector<Stage>& stages) {
+  std::vector<CandidateDump> dumps;
+  for (const SuiteCase* sc : cases) {
+    dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages, dump_file(c, *sc)));
+    const std::string& on = dumps.back().written_on;
+    if (!on.empty() && fs::path(on).filename() != fs::path(cache.case_file(*sc)).filename())
+      input_error("{}: written on the case file {}, not on case {}'s ({}.h5)", dump_file(c, *sc), on, sc->name, sc->name);
+  }
+  return dumps;
+}
+
+void check_dumps_exist(const CiCmd& c, const Suite& suite, const std::vector<const SuiteCase*>& cases) {
+  if (!fs::is_directory(c.dumps_dir)) input_error("--candidate-dumps {}: not a folder", c.dumps_dir);
+  std::vector<std::string> missing;
+  for (const SuiteCase* sc : cases)
+    if (!fs::exists(dump_file(c, *sc))) missing.push_back(sc->name + ".h5");
+  if (!missing.empty())
+    input_error("--candidate-dumps {}: no dump for {} of {} cases ({}); each case's dump is <folder>/<case>.h5, "
+                "written on the case file `tdiff ci {} --prepare` lists",
+                c.dumps_dir, missing.size(), cases.size(), fmt::join(missing, ", "), suite.dir);
+}
+
+// --prepare: one line per case, tab-separated, for a loop that runs an implementation on each.
+void print_prepared(const Suite& suite, const SuiteCache& cache, const std::vector<const SuiteCase*>& cases) {
+  fmt::print(stderr, "ci {}: model and references ready in {}; per case: name, case file, model folder\n", suite.name,
+             cache.dir);
+  for (const SuiteCase* sc : cases) fmt::print("{}\t{}\t{}\n", sc->name, cache.case_file(*sc), cache.model_dir());
+}
+
+void record(const CiCaseResult& r, const EnvRecord& env, const std::string& suite) {
+  CaseUpdate update(r.case_file);
+  update.put_env(r.run_id, env);
+  const std::string g = "/runs/" + r.run_id;
+  update.writer().set_attr(g, "kind", "ci");
+  update.writer().set_attr(g, "suite", suite);
+  update.writer().set_attr(g, "backend", env.backend);
+  update.writer().set_attr(g, "policy", env.policy);
+  update.writer().set_attr(g, "verdict", verdict_name(r.verdict));
+  update.writer().set_attr(g, "reason", r.reason);
+  update.writer().set_attr(g, "deterministic", r.nondeterministic.empty() ? "yes" : r.determinism_note);
+  update.writer().set_attr(g, "report_csv", render_csv(r.diff));
+  update.commit();
+}
+
+// "dumps in DIR (transformers 5.17 (torch 2.9), mode run)": what the dumps say they are.
+std::string dumps_description(const CiCmd& c, const std::vector<CandidateDump>& dumps) {
+  std::set<std::string> engines, modes;
+  for (const auto& d : dumps) {
+    const auto e = d.env.find("engine");
+    engines.insert(e == d.env.end() ? "engine not recorded" : e->second);
+    modes.insert(d.mode);
+  }
+  return fmt::format("dumps in {} ({}; mode {})", c.dumps_dir, fmt::join(engines, ", "), fmt::join(modes, ", "));
+}
+
+// The table row, the reports and the case's record of one judged case.
+CiRow finish_case(const CiCmd& c, const Suite& suite, const SuiteCase& sc, CiCaseResult& r, const CiSummary& sum,
+                  EnvRecord case_env, const std::string& out, const std::string& thresholds_file) {
+  case_env.extra["case"] = sc.name;
+  case_env.extra["seed"] = std::to_string(sc.seed);
+  case_env.extra["repeat"] = std::to_string(r.runs);
+  add_case_facts(case_env, r.case_file, read_case(r.case_file).checksums);
+
+  RunInfo info;
+  info.case_name = sc.name;
+  info.run_id = r.run_id;
+  info.title = fmt::format("tdiff ci {} / {}: {}", suite.name, sc.name, sum.candidate);
+  info.command = case_command(c, suite, sc, r.case_file, thresholds_file);
+  for (const auto& [k, v] : case_env.to_attrs()) info.env.emplace_back(k, v);
+  write_reports(out + "/" + sc.name, r.diff, info);
+
+  CiRow row;
+  row.name = sc.name;
+  row.about = sc.about;
+  row.inputs = fmt::format("{} x {}, {}", r.rows, r.seq, r.padded ? r.pad_side + " padding" : "no padding");
+  row.verdict = r.verdict;
+  row.reason = r.reason;
+  row.tensors = static_cast<int>(r.diff.rows.size());
+  const auto counts = report::count_verdicts(r.diff);
+  row.fails = counts.fail, row.warns = counts.warn;
+  if (const TensorDiff* lg = logits_row(r.diff)) {
+    row.logits_cosine = lg->metrics.cosine;
+    row.logits_top1 = lg->logits->top1_agree;
+    row.logits_kl_max = lg->logits->kl_max;
+  }
+  row.runs = r.runs;
+  row.deterministic = r.nondeterministic.empty();
+  row.seconds = r.seconds;
+  row.report = sc.name + "/report.html";
+  row.case_file = r.case_file;
+  row.run_id = r.run_id;
+  if (!row.deterministic) {
+    RunInfo dinfo = info;
+    dinfo.title = fmt::format("tdiff ci {} / {}: determinism of {}", suite.name, sc.name, sum.candidate);
+    dinfo.command = fmt::format("tdiff determinism {} --backend {} --policy {} --seed {} --runs {}{}", shell_quote(r.case_file),
+                                c.backend, shell_quote(c.policy), sc.seed, suite.repeat,
+                                c.backend == "hip" ? " --hip-gemm " + c.hip_gemm : std::string());
+    write_reports(out + "/" + sc.name + "/determinism", r.determinism, dinfo);
+    row.determinism_report = sc.name + "/determinism/report.html";
+  }
+  record(r, case_env, suite.name);
+  return row;
+}
+
+}  // namespace
+
+int run_ci(CiCmd c) {
+  Suite suite = load_suite(c.suite);
+  if (c.repeat > 0) suite.repeat = c.repeat;
+  const bool dumps = !c.dumps_dir.empty();
+  Policy policy = Policy::load(c.policy);
+  for (const auto& s : c.sets) policy.add_set(s);
+  std::optional<Policy> dump_policy;
+  if (!c.dump_policy.empty()) dump_policy = Policy::load(c.dump_policy);
+  const std::string thresholds_file = !c.thresholds.empty() ? absolute_path(c.thresholds) : suite.thresholds_file;
+  ThresholdPolicy thresholds = thresholds_file.empty() ? ThresholdPolicy{} : load_thresholds(thresholds_file);
+  for (const auto& o : c.overrides) add_threshold_override(thresholds, o);
+  ModelConfig config = synth_preset(suite.preset);
+  if (suite.layers > 0) config.truncate_layers(suite.layers);
+  const std::vector<Stage> stages = build_stages(config);
+  (dumps && dump_policy ? *dump_policy : policy).validate(stages);  // a knob that applies nowhere: an input error before any build
+  {
+    std::vector<std::string> keys;
+    for (const auto& s : stages)
+      for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
+    thresholds.check_patterns(keys);
+  }
+  std::vector<const SuiteCase*> cases;
+  for (const auto& sc : suite.cases)
+    if (pattern_matches(c.cases, sc.name)) cases.push_back(&sc);
+  if (cases.empty()) input_error("{}: --cases '{}' matches no case", suite.dir, c.cases);
+  if (dumps)
+    check_dumps_exist(c, suite, cases);
+  else if (!c.prepare)
+    make_candidate(c.backend, policy, 0, c.hip_gemm);  // a backend this build lacks: an input error before any work
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const SuiteCache cache = prepare_suite_cache(suite, c.cache_dir, c.rebuild, [](const std::string& what) {
+    fmt::print(stderr, "ci: building {}\n", what);
+  }, cases);
+  if (c.prepare) {
+    print_prepared(suite, cache, cases);
+    return 0;
+  }
+  const std::vector<CandidateDump> dump_files = dumps ? open_dumps(c, cases, cache, stages) : std::vector<CandidateDump>{};
+  const std::string run_id = app::run_id_for(c.run_id, "ci");
+  const std::string out = c.out_dir.empty() ? fmt::format("reports/ci/{}/{}", suite.name, run_id) : c.out_dir;
+  fs::create_directories(out);
+
+  CiOptions opt;
+  opt.make = [&](std::uint64_t seed) { return make_candidate(c.backend, policy, seed, c.hip_gemm); };
+  opt.policy = policy;
+  opt.thresholds = thresholds;
+  CiSummary sum;
+  sum.suite = suite.name;
+  sum.description = suite.description;
+  sum.command = command_line(c, suite);
+  sum.candidate = dumps ? dumps_description(c, dump_files) : fmt::format("{} under {}", c.backend, policy.describe());
+  sum.cache = cache.built ? fmt::format("models and references built into {} (for this run: {})", cache.dir,
+                                        fmt::join(cache.built_parts, ", "))
+                          : fmt::format("models and references reused from {}", cache.dir);
+  sum.thresholds_file = thresholds_file;
+  sum.thresholds_text = thresholds_file.empty() ? "(none: the default thresholds)" : read_text_file(thresholds_file);
+  for (const auto& o : c.overrides) sum.thresholds_text += "\n# --threshold " + o;
+  EnvRecord env = dumps ? capture_env("dump", c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy, process_command_line())
+                        : candidate_env(c.backend, policy, stages, nullptr, c.hip_gemm);
+  env.extra["suite"] = suite.name;
+  env.extra["suite_hash"] = suite.hash;
+  for (const auto& [k, v] : env.to_attrs()) sum.env.emplace_back(k, v);
+
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const SuiteCase& sc = *cases[i];
+    const std::string case_file = cache.case_file(sc);
+    Progress progress(fmt::format("ci {}", sc.name), 0);
+    opt.progress = [&](const Stage& s, std::size_t k, int run) { progress.step(k + 1, fmt::format("run {}: {}", run, s.name)); };
+    CiCaseResult r = dumps ? judge_ci_dump(sc, case_file, dump_files[i], dump_policy ? &*dump_policy : nullptr, thresholds)
+                           : run_ci_case(suite, sc, case_file, opt);
+    r.run_id = run_id;
+    progress.finish(fmt::format("ci {}: {} in {:.1f} s", sc.name, verdict_name(r.verdict), r.seconds));
+    EnvRecord case_env = env;
+    if (dumps) {
+      case_env.extra["dump"] = absolute_path(dump_files[i].path);
+      case_env.extra["dump_mode"] = dump_files[i].mode;
+      for (const auto& [k, v] : dump_files[i].env) case_env.extra["dump." + k] = v;
+    }
+    sum.rows.push_back(finish_case(c, suite, sc, r, sum, case_env, out, thresholds_file));
+  }
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  write_file_atomic(out + "/junit.xml", render_ci_junit(sum));
+  write_file_atomic(out + "/index.html", render_ci_index(sum));
+  fmt::print("{}", render_ci_table(sum, want_color(stdout)));
+  fmt::print("cache       {}\n", sum.cache);
+  fmt::print("reproduce   {}\n", sum.command);
+  fmt::print("reports     {}/index.html (and junit.xml, <case>/report.html)\n", out);
+  return sum.verdict() == Verdict::fail ? 1 : 0;
+}
+
+}  // namespace tdiff::app

@@ -1,0 +1,152 @@
+#include "app/compare_command.h"
+
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "app/envelope.h"
+#include "app/shell.h"
+#include "model/config.h"
+#include "casefile/env_record.h"
+#include "base/error.h"
+#include "casefile/h5io.h"
+#include "formats/safetensors.h"
+#include "model/stage_graph.h"
+#include "diff/compare.h"
+#include "exec/saved_run.h"
+#include "diff/thresholds.h"
+#include "report/report.h"
+#include "base/sha256.h"
+
+namespace tdiff::app {
+
+namespace {
+
+
+
+std::string default_group(const std::string& file) {
+  return h5_exists(file, "/reference") ? "/reference" : "/";
+}
+
+// Model order from the case file's model config; empty when neither file has one.
+std::vector<std::string> stage_order_of(const std::vector<std::string>& files) {
+  for (const auto& f : files) {
+    try {
+      const auto attrs = h5_read_attrs(f, "/");
+      auto it = attrs.find("model_config");
+      if (it == attrs.end()) continue;
+      std::vector<std::string> names;
+      for (const auto& s : build_stages(parse_config(nlohmann::json::parse(it->second), f + ":/model_config")))
+        names.push_back(s.name);
+      return names;
+    } catch (const std::exception&) {
+      // Not a case file, or an unreadable config: fall back to the order by name.
+    }
+  }
+  return {};
+}
+
+// The weight checksums a case file records ("sha256:<file>" root attributes); none in other dumps.
+std::map<std::string, std::string> recorded_weight_sha256(const std::string& file) {
+  std::map<std::string, std::string> out;
+  const std::string prefix = "sha256:";
+  for (const auto& [k, v] : h5_read_attrs(file, "/"))
+    if (k.rfind(prefix, 0) == 0) out[k.substr(prefix.size())] = v;
+  return out;
+}
+
+EnvRecord compare_env(const CompareCmd& c) {
+  EnvRecord env = capture_env("compare", c.thresholds.empty() ? "default thresholds" : c.thresholds);
+  add_case_facts(env, c.file_a, recorded_weight_sha256(c.file_a));
+  env.extra["candidate_sha256"] = std::filesystem::equivalent(c.file_a, c.file_b) ? env.extra["case_sha256"] : file_sha256(c.file_b);
+  return env;
+}
+
+}  // namespace
+
+// The command that reproduces this comparison, every default spelled out.
+std::string reproduce_command(const CompareCmd& c) {
+  std::string s = fmt::format("tdiff compare {} {} --group-a {} --group-b {}", shell_quote(absolute_path(c.file_a)),
+                              shell_quote(absolute_path(c.file_b)), shell_quote(c.group_a), shell_quote(c.group_b));
+  if (!c.stages.empty()) s += " --stages " + shell_quote(c.stages);
+  if (!c.thresholds.empty()) s += " --thresholds " + shell_quote(absolute_path(c.thresholds));
+  for (const auto& o : c.overrides) s += " --threshold " + shell_quote(o);
+  if (!c.floor_file.empty()) s += fmt::format(" --floor {} --group-floor {}", shell_quote(absolute_path(c.floor_file)), shell_quote(c.floor_group));
+  if (c.floor_k) s += fmt::format(" --floor-k {}", *c.floor_k);
+  if (c.rel_floor) s += fmt::format(" --rel-floor {}", *c.rel_floor);
+  return s;
+}
+
+int run_compare(CompareCmd c) {
+  for (const auto* f : {&c.file_a, &c.file_b})
+    if (!std::filesystem::is_regular_file(*f)) input_error("file not found: {}", *f);
+  if (c.group_a.empty()) c.group_a = default_group(c.file_a);
+  if (c.group_b.empty()) c.group_b = default_group(c.file_b);
+
+  ThresholdPolicy policy = c.thresholds.empty() ? ThresholdPolicy{} : load_thresholds(c.thresholds);
+  for (const auto& o : c.overrides) add_threshold_override(policy, o);
+  if (c.floor_k) add_threshold_override(policy, fmt::format("floor_k={}", *c.floor_k));
+
+  CompareOptions opt;
+  opt.stages = c.stages;
+  opt.stage_order = stage_order_of({c.file_a, c.file_b});
+  if (c.rel_floor) opt.metrics.rel_floor = *c.rel_floor;
+  // Tensors a run saved (tdiff run --save) against its case: paired stage by stage and judged as
+  // that run judged them (its selection mode, its policy's expected errors, the routing bias).
+  const std::optional<SavedRun> saved = read_saved_run(c.file_b, c.group_b);
+  const std::optional<std::vector<Stage>> stages = saved ? case_stages(c.file_a) : std::nullopt;
+  std::optional<CaseSession> session;
+  if (stages) {
+    try {
+      session.emplace(open_session(c.file_a));
+    } catch (const InputError& e) {
+      fmt::print("note: without the model ({}), no expected errors and no routing bias: judged by the scaled rule\n",
+                 e.what());
+    }
+  }
+  auto compare = [&](const std::string& file, const std::string& group) {
+    const std::optional<SavedRun> run = read_saved_run(file, group);
+    if (stages && run)
+      return compare_saved_run(c.file_a, c.group_a, file, group, *stages, *run, session ? &*session : nullptr, opt);
+    return compare_files(c.file_a, c.group_a, file, group, opt);
+  };
+  CompareResult result = compare(c.file_b, c.group_b);
+
+  // Rules are checked against every tensor of both dumps, not only the --stages selection,
+  // so that one thresholds file serves runs restricted to a few stages.
+  std::vector<std::string> keys = list_keys(c.file_a, c.group_a);
+  for (auto& k : list_keys(c.file_b, c.group_b)) keys.push_back(std::move(k));
+  policy.check_patterns(keys);
+
+  std::optional<CompareResult> floor;
+  if (!c.floor_file.empty()) {
+    if (!std::filesystem::is_regular_file(c.floor_file)) input_error("noise-floor file not found: {}", c.floor_file);
+    if (c.floor_group.empty()) c.floor_group = default_group(c.floor_file);
+    floor = compare(c.floor_file, c.floor_group);
+  }
+  judge(result, policy, floor ? &*floor : nullptr);
+
+  RunInfo info;
+  info.case_name = c.case_name.empty() ? std::filesystem::path(c.file_a).stem().string() : c.case_name;
+  info.run_id = app::run_id_for(c.run_id, "compare");
+  info.title = fmt::format("tdiff compare {} vs {}", std::filesystem::path(c.file_a).filename().string(),
+                           std::filesystem::path(c.file_b).filename().string());
+  info.command = reproduce_command(c);
+  for (const auto& [k, v] : compare_env(c).to_attrs()) info.env.emplace_back(k, v);
+
+  TerminalOptions topt;
+  topt.color = want_color(stdout);
+  topt.all_rows = c.all_rows;
+  print_terminal(stdout, result, info, topt);
+  if (!c.no_reports) {
+    const std::string dir = report_dir(info, c.out_dir);
+    write_reports(dir, result, info);
+    fmt::print("reports     {}/report.html (and report.csv, report.json, junit.xml)\n", dir);
+  }
+  return result.verdict == Verdict::fail ? 1 : 0;
+}
+
+}  // namespace tdiff::app

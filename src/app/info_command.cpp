@@ -1,0 +1,254 @@
+#include "app/info_command.h"
+
+// catalogue and the operator table.
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "casefile/case_file.h"
+#include "base/error.h"
+#include "model/pattern.h"
+#include "numerics/policy.h"
+#include "model/stage_graph.h"
+#include "formats/weights.h"
+#include "exec/backend_registry.h"
+
+namespace tdiff::app {
+
+namespace {
+
+
+constexpr std::size_t kWidth = 100;  // the stage table fits a 100-column terminal
+
+
+// Prints `label` in a 10-column margin, then the text.
+void line(const std::string& label, const std::string& text) { fmt::print("{:<10}{}\n", label, text); }
+
+std::string mlp_name(MlpType t) { return t == MlpType::hash_moe ? "hash_moe" : "moe"; }
+
+std::string human_bytes(std::uintmax_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) { v /= 1024; ++u; }
+  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+void print_model(const ModelConfig& c) {
+  line("dims", fmt::format("vocab {}, hidden {}, {} layers, {} heads x {} (rope {}), q_lora {}, o {} groups x {}",
+                           c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.head_dim,
+                           c.rope_dim, c.q_lora_rank, c.o_groups, c.o_lora_rank));
+  line("", fmt::format("window {}, csa rate {}, hca rate {}, indexer {} heads x {} top {}, hc {} streams",
+                       c.sliding_window, c.csa_rate, c.hca_rate, c.index_n_heads, c.index_head_dim, c.index_topk,
+                       c.hc_mult));
+  line("", fmt::format("{} experts, top {}, intermediate {}", c.n_routed_experts, c.num_experts_per_tok,
+                       c.moe_intermediate_size));
+  // Runs of consecutive layers with the same attention and MLP type, one line each.
+  std::string label = "layers";
+  for (std::int64_t l = 0; l < c.num_hidden_layers;) {
+    const auto at = c.layer_types[static_cast<std::size_t>(l)];
+    const auto mt = c.mlp_types[static_cast<std::size_t>(l)];
+    std::int64_t e = l;
+    while (e + 1 < c.num_hidden_layers && c.layer_types[static_cast<std::size_t>(e + 1)] == at &&
+           c.mlp_types[static_cast<std::size_t>(e + 1)] == mt)
+      ++e;
+    const std::string range = e == l ? fmt::format("L{:02}", l) : fmt::format("L{:02}-L{:02}", l, e);
+    line(label, fmt::format("{:<9} {:<29} {}", range, layer_type_name(at), mlp_name(mt)));
+    label.clear();
+    l = e + 1;
+  }
+}
+
+std::string fit(const std::string& s, std::size_t w) {
+  if (s.size() <= w) return s;
+  return w <= 3 ? s.substr(0, w) : s.substr(0, w - 3) + "...";
+}
+
+void print_stages(const ModelConfig& c, const std::string& pattern) {
+  const auto all = build_stages(c);
+  std::vector<std::size_t> shown;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (pattern_matches(pattern, all[i].name)) shown.push_back(i);
+  if (shown.empty()) input_error("--stages '{}': no stage matches (e.g. 'L00.attn.*')", pattern);
+
+  struct Row { std::string idx, name, kind, in, out, w; };
+  std::vector<Row> rows{{"#", "stage", "kind", "inputs", "outputs", "w"}};
+  for (auto i : shown) {
+    const Stage& s = all[i];
+    std::vector<std::string> in;
+    for (const auto& r : s.inputs) in.push_back(r.key());
+    rows.push_back({std::to_string(i), s.name, op_kind_name(s.kind), fmt::format("{}", fmt::join(in, " ")),
+                    fmt::format("{}", fmt::join(s.outputs, " ")), std::to_string(s.weights.size())});
+  }
+  std::size_t wi = 0, wn = 0, wk = 0, wo = 0, ww = 0;
+  for (const auto& r : rows) {
+    wi = std::max(wi, r.idx.size());
+    wn = std::max(wn, r.name.size());
+    wk = std::max(wk, r.kind.size());
+    wo = std::max(wo, std::min<std::size_t>(r.out.size(), 16));
+    ww = std::max(ww, r.w.size());
+  }
+  // Inputs take what is left of the line; long lists are cut with "...".
+  const std::size_t used = wi + wn + wk + wo + ww + 5 * 2;
+  const std::size_t win = used < kWidth ? std::max<std::size_t>(kWidth - used, 8) : 8;
+  for (const auto& r : rows) {
+    std::string s = fmt::format("{:>{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>{}}", r.idx, wi, r.name, wn, r.kind, wk,
+                                fit(r.in, win), win, fit(r.out, wo), wo, r.w, ww);
+    s.erase(s.find_last_not_of(' ') + 1);
+    fmt::print("{}\n", s);
+  }
+  fmt::print("{} of {} stages\n", shown.size(), all.size());
+}
+
+// One column of `--ops`: what a backend of the registry says for each kind.
+struct CoverageColumn {
+  std::string name;
+  std::function<std::string(OpKind)> cell;
+};
+
+CoverageColumn backend_column(const BackendEntry& e) {
+  if (!e.built) return {e.name, [](OpKind) { return std::string("not built"); }};
+  std::shared_ptr<Backend> b;
+  try {
+    b = make_backend(e.name, Policy::preset("fixed"));
+  } catch (const InputError&) {  // built, but no device to make it on
+    return {e.name, [](OpKind) { return std::string("no device"); }};
+  }
+  return {e.name, [b](OpKind k) { return std::string(b->implements(k) ? "yes" : "missing"); }};
+}
+
+// The operator table with each kind's coverage: the backends that implement it (the
+// reference first) and the tests/gpu file that checks its kernels.
+}  // namespace
+
+void info_model(const InfoOptions& o) {
+  CaseInfo m = case_for_model(o.model);
+  const WeightStore weights(m.model_path, m.config);  // the same checks `case new` makes
+  line("model", m.model_path);
+  print_model(m.config);
+  std::int64_t params = 0;
+  for (const auto& [name, spec] : expected_weights(m.config)) params += shape_numel(spec.shape);
+  std::set<std::string> dtypes;
+  // The release layout's storage formats by their safetensors names (F8_E4M3, F8_E8M0, I8, ...).
+  for (const auto& name : weights.files().names()) {
+    const TensorInfo& info = weights.files().info(name);
+    dtypes.insert(weights.release_layout() ? info.format : std::string(dtype_name(info.dtype)));
+  }
+  if (weights.release_layout()) line("layout", "DeepSeek release (release names; FP8 linears, FP4 routed experts)");
+  std::string label = "weights";
+  for (const auto& file : weights.files().files()) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(file, ec);
+    line(label, fmt::format("{} ({})", std::filesystem::path(file).filename().string(), human_bytes(size)));
+    label.clear();
+  }
+  line("", fmt::format("{} tensors, {} parameters, dtypes {}", weights.files().names().size(), params,
+                       fmt::join(dtypes, " ")));
+  if (!o.stages.empty()) {
+    fmt::print("\n");
+    print_stages(m.config, o.stages);
+  }
+}
+
+void info_case(const InfoOptions& o) {
+  const std::string& path = o.case_path;
+  const CaseInfo c = read_case(path);
+  line("case", fmt::format("{} (format {}, written by tdiff {} {})", path, c.format_version, c.tdiff_version,
+                           c.tdiff_commit));
+  line("model", c.model_path);
+  for (const auto& [file, sum] : c.checksums) line("", fmt::format("sha256 {} {}", sum.substr(0, 16), file));
+  print_model(c.config);
+
+  const Batch& b = c.batch;
+  line("inputs", fmt::format("{} prompts x {} tokens, padding {}{}, seed {}", b.rows(), b.seq(), c.pad_side,
+                             c.pad_to > 0 ? fmt::format(" (pad-to {})", c.pad_to) : "", c.seed));
+  std::vector<std::string> spans;
+  for (std::int64_t r = 0; r < b.rows(); ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    spans.push_back(fmt::format("{} [{},{})", b.length[i], b.start[i], b.start[i] + b.length[i]));
+  }
+  const std::size_t keep = std::min<std::size_t>(spans.size(), 8);
+  line("", fmt::format("real tokens per row: {}{}", fmt::join(spans.begin(), spans.begin() + static_cast<long>(keep), ", "),
+                       spans.size() > keep ? fmt::format(", ... ({} more)", spans.size() - keep) : ""));
+
+  const auto stages = reference_stages(path);
+  if (stages.empty()) {
+    line("reference", fmt::format("none (run: tdiff golden {})", path));
+  } else {
+    const auto expected = build_stages(c.config).size();
+    const auto attrs = h5_read_attrs(path, "/reference");
+    std::string from;
+    for (const auto& [k, v] : attrs) from += fmt::format("{}{} {}", from.empty() ? ", " : " ", k, v);
+    line("reference", fmt::format("{} of {} stages, {} tensors{}", stages.size(), expected,
+                                  h5_list_datasets(path, "/reference").size(), from));
+  }
+  const auto env = read_env_records(path);
+  if (env.empty()) line("env", "none");
+  std::string label = "env";
+  for (const auto& [id, e] : env) {
+    line(label, fmt::format("{}  {}  backend {}  policy {}", id, e.date_utc, e.backend,
+                            e.policy.empty() ? "-" : e.policy));
+    line("", fmt::format("  tdiff {} {}, {} threads, {} ({}, {} cores)", e.tdiff_version, e.git_commit, e.omp_threads,
+                         e.hostname, e.cpu_model, e.cpu_cores));
+    if (!e.os.empty()) line("", fmt::format("  {}, {}", e.os, e.kernel));
+    for (const auto& [k, v] : e.extra) {  // a multi-line value (policy_stages) indented under its key
+      std::string text = v;
+      for (auto at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1))
+        text.insert(at + 1, std::string(k.size() + 13, ' '));
+      line("", fmt::format("  {} {}", k, text));
+    }
+    label.clear();
+  }
+  const auto runs = case_runs(path);
+  if (runs.empty()) line("runs", "none");
+  label = "runs";
+  for (const auto& id : runs) {
+    line(label, fmt::format("{}  {} tensors", id, h5_list_datasets(path, "/runs/" + id).size()));
+    label.clear();
+  }
+  if (!o.stages.empty()) {
+    fmt::print("\n");
+    print_stages(c.config, o.stages);
+  }
+}
+
+// The fault catalog as a Markdown table (the README's copy is checked against this output).
+void print_knobs() {
+  fmt::print("| knob | values | bad | fixed | in naive | operator kinds | what the bad setting does |\n");
+  fmt::print("|---|---|---|---|---|---|---|\n");
+  for (const KnobInfo& k : knob_catalog()) {
+    std::vector<std::string> kinds;
+    for (OpKind kind : k.kinds) kinds.push_back(op_kind_name(kind));
+    const std::string all = kinds.size() > 20 ? "every compute kind" : fmt::format("{}", fmt::join(kinds, ", "));
+    const std::string paper = k.paper_factor > 0 ? fmt::format(" (paper: ~{}x error)", k.paper_factor) : "";
+    fmt::print("| `{}` | {} | {} | {} | {} | {} | {}{} |\n", k.name, fmt::join(k.values, ", "), k.bad, k.good,
+               k.in_naive ? "yes" : "no", all, k.effect, paper);
+  }
+}
+
+void print_ops() {
+  std::vector<CoverageColumn> cols;
+  for (bool reference : {true, false})
+    for (const BackendEntry& e : backend_registry())
+      if (e.candidate != reference) cols.push_back(backend_column(e));
+  std::string head = fmt::format("{:<15} {:<17} {:<8} {:<9}", "kind", "family", "outputs", "selection");
+  for (const auto& c : cols) head += fmt::format(" {:<10}", c.name);
+  fmt::print("{} GPU test\n", head);
+  std::vector<std::string> untested;
+  for (const OpInfo& op : op_table()) {
+    std::string row = fmt::format("{:<15} {:<17} {:<8} {:<9}", op.name, op_family_name(op.family),
+                                  tensor_kind_name(op.output), op.selection ? "yes" : "no");
+    for (const auto& c : cols) row += fmt::format(" {:<10}", c.cell(op.kind));
+    if (!*op.gpu_test) untested.push_back(op.name);
+    fmt::print("{} {}\n", row, *op.gpu_test ? fmt::format("tests/gpu/{}", op.gpu_test) : "missing");
+  }
+  fmt::print("{} kinds; a GPU test for {}{}\n", op_table().size(), op_table().size() - untested.size(),
+             untested.empty() ? "" : fmt::format(" (missing: {})", fmt::join(untested, ", ")));
+}
+
+}  // namespace tdiff::app

@@ -1,0 +1,31 @@
+#pragma once
+// tdiff info: what a case file or a model folder holds, the stage list, the fault catalog and
+// the operator table.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "app/candidate.h"
+#include "app/report_options.h"
+#include "app/weight_check.h"
+
+namespace tdiff::app {
+
+struct InfoOptions {
+  std::string case_path;
+  std::string model;
+  std::string stages;  // glob; empty: no stage list
+  bool knobs = false;
+  bool ops = false;
+};
+
+// The fault catalog (a Markdown table).
+void print_knobs();
+// The operator table with its coverage.
+void print_ops();
+// A model folder: its config, weights and, with --stages, the stage list.
+void info_model(const InfoOptions& o);
+// A case file: its inputs, model, reference and recorded runs.
+void info_case(const InfoOptions& o);
+
+}  // namespace tdiff::app

@@ -1,0 +1,320 @@
+#include "app/run_command.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "exec/candidate_dump.h"
+#include "exec/mixed_run.h"
+#include "app/envelope.h"
+#include "app/candidate.h"
+#include "app/progress.h"
+#include "app/report_options.h"
+#include "app/shell.h"
+#include "app/weight_check.h"
+#include "casefile/env_record.h"
+#include "base/error.h"
+#include "casefile/h5io.h"
+#include "model/pattern.h"
+#include "base/timing.h"
+#include "diff/expected.h"
+#include "checks/model_stats.h"
+#include "report/stats_report.h"
+#include "refcpu/refcpu_backend.h"
+#include "report/summary.h"
+
+namespace tdiff::app {
+
+namespace {
+
+
+
+// Keys of every stage output, for checking threshold patterns.
+std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
+  std::vector<std::string> keys;
+  for (const auto& s : stages)
+    for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
+  return keys;
+}
+
+// The model statistics section of report.html (and stats.csv/json with --stats); a note instead
+// when the reference lacks what they need (a partial golden).
+void add_model_stats(CaseSession& session, const RunCmd& c, RunInfo& info) {
+  if (c.report.no_reports && !c.stats) return;
+  std::optional<ModelStats> m;
+  try {
+    m = compute_model_stats(session);
+  } catch (const InputError& e) {
+    fmt::print("model statistics: not in the report ({})\n", e.what());
+    return;
+  }
+  info.stats_html = render_stats_html(*m);
+  if (c.stats && !c.report.no_reports)
+    write_report_files(report_dir(info, c.report.out_dir),
+                       {{"stats.csv", render_stats_csv(*m)}, {"stats.json", render_stats_json(*m)}});
+}
+
+void print_first_divergence(const CompareResult& diff) {
+  if (diff.first_fail >= 0) {
+    const TensorDiff& d = diff.rows[static_cast<std::size_t>(diff.first_fail)];
+    // Integer selections: agreement only (a distance between expert ids means nothing).
+    const std::string numbers =
+        d.kind == TensorKind::routing || d.kind == TensorKind::exact
+            ? report::error_text(d)
+            : fmt::format("cosine {:.6f}, rel_l2 {:.3g}, expected {}", d.metrics.cosine, d.metrics.rel_l2,
+                          report::expected_text(d));
+    const std::string where = report::where_text(diff, d);
+    fmt::print("first divergence: {} ({}): {}{}\n", d.key(), numbers, d.reason, where.empty() ? "" : "; at " + where);
+    fmt::print("  the first tensor whose own error crosses its thresholds; `tdiff bisect` names the first stage whose\n"
+               "  error makes the logits fail, which can be another one (its report says why)\n");
+  } else {
+    fmt::print("first divergence: none (no stage fails its thresholds)\n");
+  }
+}
+
+// The case update of a run, opened before the work: a case that cannot take the record fails
+// now, not after the reports (empty with --no-record).
+void open_record(const RunCmd& c, std::optional<CaseUpdate>& update) {
+  // A record beside a reference of GBs: copied as bytes (seconds less at real widths). --save
+  // may replace an earlier run's tensors of the same run id, which would stay as dead space.
+  if (!c.no_record) update.emplace(c.case_path, c.save ? H5Writer::Copy::objects : H5Writer::Copy::bytes);
+}
+
+// The run's record in the case: environment and verdict summary (nothing with --no-record).
+// `clear`: first remove what an earlier run of the same id left there.
+void record_run(std::optional<CaseUpdate>& update, const std::string& run_id, const EnvRecord& env,
+                const std::vector<std::pair<std::string, std::string>>& attrs, const CompareResult& diff,
+                bool clear = false) {
+  if (!update) return;
+  const std::string g = "/runs/" + run_id;
+  if (clear) update->writer().remove(g);
+  update->put_env(run_id, env);
+  for (const auto& [k, v] : attrs) update->writer().set_attr(g, k, v);
+  update->writer().set_attr(g, "verdict", verdict_name(diff.verdict));
+  update->writer().set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
+  update->writer().set_attr(g, "report_csv", render_csv(diff));
+  update->commit();
+}
+
+// The stages a dump lacks, in one line (the report lists every missing tensor).
+void print_lacking(const CandidateDump& dump, std::size_t with_reference) {
+  if (!dump.extra.empty())
+    fmt::print("dump has {} tensor{} no stage produces, not compared: {}{}\n", dump.extra.size(),
+               dump.extra.size() == 1 ? "" : "s", dump.extra.front(), dump.extra.size() > 1 ? ", ..." : "");
+  const auto& l = dump.lacking_stages;
+  if (l.empty()) return;
+  std::vector<std::string> shown(l.begin(), l.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(l.size(), 6)));
+  fmt::print("dump lacks {} of {} stages with a reference: {}{}\n", l.size(), with_reference, fmt::join(shown, ", "),
+             l.size() > shown.size() ? ", ..." : "");
+}
+
+// An isolated dump (each stage on the reference's inputs): stages ranked by local error, as
+// `tdiff bisect --mode isolate --floor none` ranks tdiff's own backends.
+void print_local_ranking(const CompareResult& diff) {
+  const std::vector<const TensorDiff*> rows = rank_by_local_error(diff);
+  fmt::print("isolated stages (each on the reference's inputs), ranked by local error (rel_l2; mismatch share for "
+             "selections):\n");
+  for (std::size_t i = 0; i < rows.size() && i < 10; ++i)
+    fmt::print("{:>4}  {:<40} {:>10.3g}  {}\n", i + 1, rows[i]->key(), local_error(*rows[i]), verdict_name(rows[i]->verdict));
+}
+
+// An external implementation has no tdiff policy: --dump-policy names the formats it stores
+// in (a bf16 port: fixed), so its tensors get the tolerances from precision a backend's get;
+// without it they are judged by the scaled rule, as compare judges two dumps.
+void set_dump_expected(const RunCmd& c, const std::optional<CaseSession>& session, const CandidateDump& dump,
+                       CompareResult& diff) {
+  if (c.dump_policy.empty()) {
+    fmt::print("note: no --dump-policy, so no expected errors: judged by the scaled rule (tdiff compare's); "
+               "--dump-policy fixed models a bf16 port\n");
+    return;
+  }
+  if (!session) input_error("--dump-policy: the expected errors need the model's weights (give --model)");
+  Policy policy = Policy::load(c.dump_policy);
+  policy.validate(session->stages);
+  set_expected(diff, {&*session, &policy, dump.mode == "isolated" ? StageInputs::reference : StageInputs::run, nullptr});
+}
+
+int run_dump(RunCmd c) {
+  if (reference_stages(c.case_path).empty())
+    input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  // The model is needed only for the routing bias that router flips are explained against; a
+  // case attached to a ticket may travel without it.
+  std::optional<CaseSession> session;
+  try {
+    session.emplace(open_session(c.case_path, c.cand.model_dir));
+  } catch (const InputError& e) {
+    if (!c.cand.model_dir.empty()) throw;
+    fmt::print("note: without the model ({}), router flips are not checked against the routing bias\n", e.what());
+  }
+  const WeightCheck checked = session ? c.weights.check(*session) : WeightCheck{};
+  std::optional<CaseUpdate> update;
+  open_record(c, update);
+  const std::vector<Stage> stages = session ? session->stages : build_stages(read_case(c.case_path).config);
+  const CandidateDump dump = open_candidate_dump(c.case_path, stages, c.dump, c.dump_group);
+  const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(stages));
+  const std::string run_id = app::run_id_for(c.report.run_id, "run");
+  CompareOptions opt;
+  opt.stages = c.stages;
+  CompareResult diff = compare_candidate_dump(c.case_path, stages, dump, session ? session->weights.get() : nullptr, opt);
+  set_dump_expected(c, session, dump, diff);
+  judge(diff, thresholds);
+
+  const auto engine = dump.env.find("engine");
+  const std::string what = fmt::format("{}{}", std::filesystem::path(c.dump).filename().string(),
+                                       engine == dump.env.end() ? "" : " (" + engine->second + ")");
+  RunInfo info;
+  info.case_name = std::filesystem::path(c.case_path).stem().string();
+  info.run_id = run_id;
+  info.title = fmt::format("tdiff run {}: dump {}{}", std::filesystem::path(c.case_path).filename().string(), what,
+                           dump.mode == "isolated" ? ", each stage isolated on the reference's inputs" : "");
+  info.command = fmt::format("tdiff run {} --candidate-dump {}{}{}{}", shell_quote(absolute_path(c.case_path)),
+                             shell_quote(absolute_path(c.dump)), c.dump_group == "/" ? "" : " --dump-group " + shell_quote(c.dump_group),
+                             c.cand.model_dir.empty() ? "" : " --model " + shell_quote(absolute_path(c.cand.model_dir)),
+                             c.report.flags() + (c.dump_policy.empty() ? "" : " --dump-policy " + shell_quote(c.dump_policy))) +
+                 (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --run-id " + shell_quote(run_id);
+  EnvRecord env = capture_env("dump", "the dump's own", process_command_line());
+  add_case_facts(env, c.case_path, read_case(c.case_path).checksums);
+  env.extra["dump"] = absolute_path(c.dump) + ":" + c.dump_group;
+  env.extra["dump_mode"] = dump.mode;
+  env.extra["dump_policy"] = c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy;
+  for (const auto& [k, v] : dump.env) env.extra["dump." + k] = v;
+  if (session) env.extra["weights"] = c.weights.note(checked);
+  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  c.report.print(diff, info);
+  record_run(update, run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff);
+  c.report.write(diff, info);
+  print_lacking(dump, reference_stages(c.case_path).size());
+  const Tensor& mask = read_case(c.case_path).batch.mask;
+  std::int64_t real = 0;
+  for (auto m : mask.span<const std::uint8_t>()) real += m != 0;
+  if (real < mask.numel())
+    fmt::print("judged on real tokens only: {} of {} positions (padding is the implementation's own)\n", real, mask.numel());
+  if (dump.mode == "isolated") print_local_ranking(diff);
+  print_first_divergence(diff);
+  return diff.verdict == Verdict::fail ? 1 : 0;
+}
+
+}  // namespace
+
+// --save / --save-to: where the candidate's outputs of the compared stages go, as they come,
+// under /runs/<run-id>/<stage>/<tensor> (what `tdiff compare --group-b /runs/<run-id>` reads).
+// Null when not saving; `own` holds the writer of a --save-to file.
+H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, std::unique_ptr<H5Writer>& own,
+                    const std::string& run_id) {
+  // A run id used again keeps nothing of the old run: removed here when --save writes into
+  // the case, else with the record (the case's copy is still being made beside the run).
+  if (update && c.save) update->writer().remove("/runs/" + run_id);
+  if (c.save_to.empty() && !c.save) return nullptr;
+  if (!c.save_to.empty() && std::filesystem::exists(c.save_to) && std::filesystem::equivalent(c.save_to, c.case_path))
+    input_error("--save-to {}: that is the case file (use --save to keep the tensors in it)", c.save_to);
+  if (!c.save_to.empty())  // an existing file gains this run, as a case does
+    own = std::make_unique<H5Writer>(c.save_to, std::filesystem::exists(c.save_to) ? c.save_to : "");
+  if (own) {
+    own->remove("/runs/" + run_id);
+    return own.get();
+  }
+  if (!update) input_error("--save keeps the tensors in the case, which --no-record leaves untouched (use --save-to FILE)");
+  return &update->writer();
+}
+
+int run_run(RunCmd c) {
+  if (!c.dump.empty()) return run_dump(c);
+  PhaseTimes times;  // printed last (stderr) and kept in report.json
+  auto opening = times.measure("open");
+  CaseSession session = open_session(c.case_path, c.cand.model_dir);
+  if (session.reference().stages().empty())
+    input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  opening.stop();
+  auto checking = times.measure("weight check");
+  const WeightCheck checked = c.weights.check(session);
+  checking.stop();
+  auto recording = times.measure("case update");
+  std::optional<CaseUpdate> update;
+  open_record(c, update);
+  recording.stop();
+  const Policy policy = c.cand.make_policy(session);
+  const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
+  const std::string run_id = app::run_id_for(c.report.run_id, "run");
+  c.cand.seed = app::run_seed_for(c.cand.seed, run_id);
+  auto setup = times.measure("backend setup");
+  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
+  refcpu::RefCpuBackend reference;
+  setup.stop();
+
+  std::unique_ptr<H5Writer> save_file;  // --save writes into the case update, opened above, during the run
+  H5Writer* sink = save_sink(c, update, save_file, run_id);
+  CaseHash case_hash(c.case_path);  // beside the run: the input checks are done
+
+  Progress progress(fmt::format("run {}", c.cand.backend), session.stages.size());
+  MixedRunOptions mo;
+  if (sink)
+    mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
+      if (!pattern_matches(c.stages, s.name)) return;
+      for (std::size_t k = 0; k < out.size(); ++k) sink->write("/runs/" + run_id + "/" + s.name + "/" + s.outputs[k], out[k]);
+    };
+  mo.compare = c.stages;
+  mo.replay_selections = c.selections == "replay";
+  mo.progress = [&](const Stage& s, std::size_t i) { progress.step(i + 1, s.name); };
+  RunContext ctx = session.context();
+  const std::vector<bool> all(session.stages.size(), true);
+  MixedRunResult r = run_mixed(session, *candidate, reference, all, ctx, mo);
+  times.add(r.times);
+  progress.finish(fmt::format("run: {} stages on {} in {:.2f} s", r.on_candidate, c.cand.backend, r.seconds));
+  if (mo.replay_selections && !r.not_replayed.empty())
+    fmt::print("selections: {} of {} selection stages not replayed (no stored reference: {}{}); later stages follow the "
+               "candidate's own choices there\n",
+               r.not_replayed.size(), r.not_replayed.size() + r.replayed, r.not_replayed.front(),
+               r.not_replayed.size() > 1 ? ", ..." : "");
+  auto judging = times.measure("judge");
+  judge(r.diff, thresholds);
+  judging.stop();
+
+  RunInfo info;
+  info.case_name = std::filesystem::path(c.case_path).stem().string();
+  info.run_id = run_id;
+  info.title = fmt::format("tdiff run {}: {} under {}{}", std::filesystem::path(c.case_path).filename().string(),
+                           c.cand.backend, policy.describe(),
+                           r.replayed ? ", selections replayed from the reference" : "");
+  info.command = fmt::format("tdiff run {}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), c.report.flags()) +
+                 (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
+                 " --run-id " + shell_quote(run_id) + (checked.changed.empty() ? "" : " --force");
+  EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, candidate.get());
+  auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
+  add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
+  hashing.stop();
+  env.extra["seed"] = std::to_string(c.cand.seed);
+  env.extra["weights"] = c.weights.note(checked);
+  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  auto stats = times.measure("model stats");
+  add_model_stats(session, c, info);
+  stats.stop();
+  c.report.print(r.diff, info);
+  auto saving = times.measure("record");
+  if (save_file) {
+    for (const auto& [k, v] : std::map<std::string, std::string>{{"case", absolute_path(c.case_path)}, {"backend", c.cand.backend},
+                                                                 {"policy", policy.describe()}, {"selections", c.selections}})
+      save_file->set_attr("/runs/" + run_id, k, v);
+    save_file->commit();
+  }
+  if (sink) fmt::print("saved       candidate tensors under {}:/runs/{}\n", c.save_to.empty() ? c.case_path : c.save_to, run_id);
+  if (update) WeightCheckOptions::refresh(*update, checked);
+  record_run(update, run_id, env, {{"backend", c.cand.backend}, {"policy", policy.describe()}, {"selections", c.selections}},
+             r.diff, !c.save);
+  saving.stop();
+  info.timing = times.phases();
+  info.timing.emplace_back("total", times.since_start());  // up to the reports
+  auto reports = times.measure("reports");
+  c.report.write(r.diff, info);
+  reports.stop();
+
+  print_first_divergence(r.diff);
+  fmt::print(stderr, "timing: {}\n", times.line());
+  return r.diff.verdict == Verdict::fail ? 1 : 0;
+}
+
+}  // namespace tdiff::app

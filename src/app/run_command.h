@@ -1,0 +1,32 @@
+#pragma once
+// tdiff run: the candidate (a backend, or an external dump) on the case's inputs, every stage
+// compared with /reference, judged, recorded and reported.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "app/candidate.h"
+#include "app/report_options.h"
+#include "app/weight_check.h"
+
+namespace tdiff::app {
+
+struct RunCmd {
+  std::string case_path;
+  std::string stages;
+  std::string selections = "replay";
+  bool save = false;    // the candidate's tensors into /runs/<run-id> of the case
+  std::string save_to;  // ... or of this HDF5 file
+  bool stats = false;
+  std::string dump, dump_group = "/";  // --candidate-dump: an external implementation's tensors
+  std::string dump_policy;             // the formats it stores in, for the expected errors
+  CandidateOptions cand;
+  ReportOptions report;
+  WeightCheckOptions weights;
+  bool no_record = false;
+};
+
+// The command's work; returns its exit code (0 pass, 1 a FAIL verdict).
+int run_run(RunCmd c);
+
+}  // namespace tdiff::app

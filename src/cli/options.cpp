@@ -1,0 +1,57 @@
+#include "cli/options.h"
+
+#include <fmt/format.h>
+
+#include "exec/backend_registry.h"
+
+namespace tdiff::cli {
+
+void add_options(CLI::App* cmd, app::CandidateOptions& o) {
+  add_backend_option(cmd, o.backend, false);
+  cmd->add_option("--policy", o.policy, "numerics policy: naive, fixed, fp32, or a .toml/.json policy file");
+  cmd->add_option("--set", o.sets, "override a knob: 'PATTERN:knob=value' or 'knob=value' (repeatable)");
+  cmd->add_option("--seed", o.seed, "run seed for atomic orders and unstable ties (default: from the run id)");
+  cmd->add_option("--model", o.model_dir, "model folder (default: the path the case records)");
+  add_hip_gemm_option(cmd, o.hip_gemm);
+}
+
+void add_hip_gemm_option(CLI::App* cmd, std::string& hip_gemm) {
+  cmd->add_option("--hip-gemm", hip_gemm,
+                  "hip: where 16-bit GEMMs and attention's products run: matrix (matrix cores: MFMA / tensor "
+                  "cores, the hardware's summation order inside a 16-deep product) or vector (vector ALU, emu's sums "
+                  "bit for bit)")
+      ->check(CLI::IsMember({"matrix", "vector"}))
+      ->capture_default_str();
+}
+
+void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference) {
+  std::string help = "backend";
+  for (const auto& e : backend_registry())
+    if (e.candidate || with_reference)
+      help += fmt::format("{} {}: {}{}", help == "backend" ? ":" : ";", e.name, e.description, e.built ? "" : " (not in this build)");
+  cmd->add_option("--backend", backend, help)->check(CLI::IsMember(backend_names(with_reference)))->capture_default_str();
+}
+
+void add_options(CLI::App* cmd, app::ReportOptions& o) {
+  cmd->add_option("--thresholds", o.thresholds,
+                  "thresholds file (TOML: [default] and [[rule]] stages = glob), or a named set: precision (default: "
+                  "errors against what the candidate's formats explain), scaled, paper (the paper's absolute bounds)");
+  cmd->add_option("--threshold", o.overrides, "override 'KEY=VALUE' or 'GLOB:KEY=VALUE[,KEY=VALUE]' (repeatable)");
+  cmd->add_option("-o,--out", o.out_dir, "report folder (default reports/<case>/<run-id>)");
+  cmd->add_option("--run-id", o.run_id, "run id (default: time-based)");
+  cmd->add_flag("--all", o.all_rows, "print every tensor, not only WARN/FAIL, for large runs");
+  cmd->add_flag("--no-reports", o.no_reports, "print the table only; write no report files");
+}
+
+void add_options(CLI::App* cmd, app::WeightCheckOptions& o) {
+  cmd->add_flag("--force", o.force,
+                "go on when the model's weight files differ from what the case records (a warning, and the run's "
+                "environment record says it was forced)");
+  cmd->add_option("--verify-weights", o.verify,
+                  "quick: size, time and a fingerprint of each weight file (the whole file is hashed only when its "
+                  "time changed); full: SHA-256 of every file")
+      ->check(CLI::IsMember({"quick", "full"}))
+      ->capture_default_str();
+}
+
+}  // namespace tdiff::cli

@@ -1,0 +1,25 @@
+#pragma once
+// The flags of the option groups several commands share (app/candidate.h, app/report_options.h,
+// app/weight_check.h): one declaration each, so every command spells them alike.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "app/candidate.h"
+#include "app/report_options.h"
+#include "app/weight_check.h"
+
+namespace tdiff::cli {
+
+// --backend, --policy, --set, --seed, --model, --hip-gemm.
+void add_options(CLI::App* cmd, app::CandidateOptions& o);
+// --thresholds, --threshold, -o, --run-id, --all, --no-reports.
+void add_options(CLI::App* cmd, app::ReportOptions& o);
+// --force, --verify-weights.
+void add_options(CLI::App* cmd, app::WeightCheckOptions& o);
+// --backend with the registry's names (and refcpu when `with_reference`).
+void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference);
+// --hip-gemm.
+void add_hip_gemm_option(CLI::App* cmd, std::string& hip_gemm);
+
+}  // namespace tdiff::cli
