@@ -109,8 +109,6 @@ void record_bisect(CaseUpdate& update, const BisectCmd& c, const std::string& ru
   update.commit();
 }
 
-}  // namespace
-
 // What runs the stages after a split. auto: the floor on the GPU (a forward there takes
 // milliseconds, the reference's suffix seconds a layer at real widths), the reference elsewhere.
 Suffix choose_suffix(const BisectCmd& c, bool has_floor) {
@@ -120,76 +118,45 @@ Suffix choose_suffix(const BisectCmd& c, bool has_floor) {
                                                                                             : Suffix::reference;
 }
 
-int run_bisect(BisectCmd c) {
-  PhaseTimes times;  // the command's; each probe prints its own line as it ends
-  auto opening = times.measure("open");
-  CaseSession session = open_session(c.case_path, c.cand.model_dir);
-  if (session.reference().stages().empty())
-    input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
-  opening.stop();
-  // Opened before the work, as run's: a case that cannot take the record fails now, and the
-  // case's byte copy is made beside the bisection (a record only: no object-by-object copy).
-  auto updating = times.measure("case update");
-  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
-  updating.stop();
-  const Policy policy = c.cand.make_policy(session);
-  const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
-  const std::string run_id = app::run_id_for(c.report.run_id, "bisect");
-  c.cand.seed = app::run_seed_for(c.cand.seed, run_id);
-  auto setup = times.measure("backend setup");
-  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
-  std::unique_ptr<Backend> floor;
-  std::string floor_label;
-  if (c.floor != "none") {
-    Policy fp = Policy::load(c.floor);
-    fp.validate(session.stages);
-    floor = make_candidate(c.cand.backend, fp, c.cand.seed, c.cand.hip_gemm);
-    floor_label = fmt::format("{} under {}", c.cand.backend, fp.describe());
-  }
-  refcpu::RefCpuBackend reference;
-  setup.stop();
-  const Suffix suffix = choose_suffix(c, floor != nullptr);
-  const auto ref_attrs = h5_read_attrs(c.case_path, "/reference");
-  const auto tie = ref_attrs.find("tie_rule");
-  RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));
+// The floor the watched output is gated against (--floor), on the candidate's backend; null
+// with --floor none. `label`: "emu under fixed".
+std::unique_ptr<Backend> make_floor(const BisectCmd& c, const CaseSession& session, std::string& label) {
+  if (c.floor == "none") return nullptr;
+  Policy fp = Policy::load(c.floor);
+  fp.validate(session.stages);
+  label = fmt::format("{} under {}", c.cand.backend, fp.describe());
+  return make_candidate(c.cand.backend, fp, c.cand.seed, c.cand.hip_gemm);
+}
 
-  BisectReport rep;
-  rep.mode = c.mode;
-  rep.candidate = fmt::format("{} under {}", c.cand.backend, policy.describe());
-  rep.floor = floor_label;
-  rep.rest = suffix == Suffix::floor ? "the floor" : "the reference";
-  const bool color = want_color(stdout);
-  StatusLine status("bisect");
-  Bisector* live = nullptr;  // set below; the callbacks run only inside the bisector's calls
+// The search's callbacks: progress on stderr, the trace on stdout line by line as it runs
+// (flushed: CI logs read a pipe), its head first. `live` is set before the bisector's calls.
+struct TraceStream {
+  BisectReport& rep;
+  Bisector* live = nullptr;
   std::size_t notes_shown = 0;
-  BisectOptions bo;
-  bo.watch = c.watch;
-  bo.thresholds = thresholds;
-  bo.max_culprits = c.max_culprits;
-  bo.suffix = suffix;
-  bo.on_progress = [&](const std::string& what, std::size_t done, std::size_t total) { status.show(what, done, total); };
-  // The trace line by line as the search runs (flushed: CI logs read a pipe), head first.
-  bo.on_probe = [&](const Probe& p) {
-    status.clear();
-    if (rep.trace.empty()) {
-      rep.trace = {p};
-      rep.notes = live->notes();
-      rep.watch_thresholds = live->thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
-      print_bisect_head(stdout, rep);
-      notes_shown = rep.notes.size();
-    }
-    print_trace_row(stdout, rep, p, color);
-    std::fflush(stdout);
-    fmt::print(stderr, "timing step {}: {}\n", p.step, p.times.line());
-  };
-  Bisector bisector(session, *candidate, reference, ctx, bo);
-  live = &bisector;
-  if (floor) bisector.set_floor(*floor);
+  bool color = want_color(stdout);
+  StatusLine status{"bisect"};
 
-  rep.watch = bisector.watch();
-  rep.stages = bisector.stage_count();
-  rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
-  CaseHash case_hash(c.case_path);  // beside the bisection: the input checks are done
+  void connect(BisectOptions& bo) {
+    bo.on_progress = [this](const std::string& what, std::size_t done, std::size_t total) { status.show(what, done, total); };
+    bo.on_probe = [this](const Probe& p) {
+      status.clear();
+      if (rep.trace.empty()) {
+        rep.trace = {p};
+        rep.notes = live->notes();
+        rep.watch_thresholds = live->thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
+        print_bisect_head(stdout, rep);
+        notes_shown = rep.notes.size();
+      }
+      print_trace_row(stdout, rep, p, color);
+      std::fflush(stdout);
+      fmt::print(stderr, "timing step {}: {}\n", p.step, p.times.line());
+    };
+  }
+};
+
+// The search (or isolation), the leads of an inconclusive one and the attribution, into `rep`.
+void run_searches(const BisectCmd& c, Bisector& bisector, BisectReport& rep, PhaseTimes& times) {
   {
     auto t = times.measure(c.mode == "search" ? "mixed runs" : "isolation");
     if (c.mode == "search") rep.search = bisector.search();
@@ -203,22 +170,19 @@ int run_bisect(BisectCmd c) {
     auto t = times.measure("mixed runs");
     rep.attribution = bisector.attribute(c.attribute_by == "kind" ? Grouping::op_kind : Grouping::stage_class);
   }
-  status.clear();
-  const bool streamed = !rep.trace.empty();
-  rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);  // relaxed by the floor
-  rep.trace = bisector.trace();
-  rep.totals = bisector.totals();
-  rep.notes = bisector.notes();
-  if (rep.search) note_first_fail(rep, session.stages, bisector.full_run());
-  if (rep.leads) suggest_next(rep, c);
+}
 
+// The report's title, reproduce command and environment record.
+void describe_bisect(const BisectCmd& c, const CaseSession& session, const Policy& policy, const std::string& run_id,
+                     const std::string& floor_label, Suffix suffix, CaseHash& case_hash, PhaseTimes& times,
+                     BisectReport& rep, EnvRecord& env) {
   RunInfo& info = rep.info;
   info.case_name = std::filesystem::path(c.case_path).stem().string();
   info.run_id = run_id;
   info.title = fmt::format("tdiff bisect {}: {}", std::filesystem::path(c.case_path).filename().string(), rep.candidate);
   info.command = fmt::format("tdiff bisect {}{}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), flags(c),
                              c.report.flags()) + " --run-id " + shell_quote(run_id);
-  EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
+  env = candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
   auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
   add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
   hashing.stop();
@@ -227,6 +191,14 @@ int run_bisect(BisectCmd c) {
   env.extra["bisect_suffix"] = suffix == Suffix::floor ? "floor" : "reference";
   for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
 
+}
+
+// The terminal output after the search, then the report files.
+void emit_bisect(const BisectCmd& c, Bisector& bisector, BisectReport& rep, const TraceStream& stream, bool streamed,
+                 PhaseTimes& times) {
+  const RunInfo& info = rep.info;
+  const std::size_t notes_shown = stream.notes_shown;
+  const bool color = stream.color;
   // The per-stage comparison of the all-candidate run (or of the isolated stages).
   const CompareResult* run_diff = nullptr;
   if (rep.search || rep.attribution) run_diff = &bisector.full_run();
@@ -260,6 +232,69 @@ int run_bisect(BisectCmd c) {
   }
 
   reports.stop();
+}
+
+}  // namespace
+
+int run_bisect(BisectCmd c) {
+  PhaseTimes times;  // the command's; each probe prints its own line as it ends
+  auto opening = times.measure("open");
+  CaseSession session = open_session(c.case_path, c.cand.model_dir);
+  if (session.reference().stages().empty())
+    input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  opening.stop();
+  // Opened before the work, as run's: a case that cannot take the record fails now, and the
+  // case's byte copy is made beside the bisection (a record only: no object-by-object copy).
+  auto updating = times.measure("case update");
+  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
+  updating.stop();
+  const Policy policy = c.cand.make_policy(session);
+  const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
+  const std::string run_id = app::run_id_for(c.report.run_id, "bisect");
+  c.cand.seed = app::run_seed_for(c.cand.seed, run_id);
+  auto setup = times.measure("backend setup");
+  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
+  std::string floor_label;
+  const std::unique_ptr<Backend> floor = make_floor(c, session, floor_label);
+  refcpu::RefCpuBackend reference;
+  setup.stop();
+  const Suffix suffix = choose_suffix(c, floor != nullptr);
+  const auto ref_attrs = h5_read_attrs(c.case_path, "/reference");
+  const auto tie = ref_attrs.find("tie_rule");
+  RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));
+
+  BisectReport rep;
+  rep.mode = c.mode;
+  rep.candidate = fmt::format("{} under {}", c.cand.backend, policy.describe());
+  rep.floor = floor_label;
+  rep.rest = suffix == Suffix::floor ? "the floor" : "the reference";
+  TraceStream stream{rep};
+  BisectOptions bo;
+  bo.watch = c.watch;
+  bo.thresholds = thresholds;
+  bo.max_culprits = c.max_culprits;
+  bo.suffix = suffix;
+  stream.connect(bo);
+  Bisector bisector(session, *candidate, reference, ctx, bo);
+  stream.live = &bisector;
+  if (floor) bisector.set_floor(*floor);
+
+  rep.watch = bisector.watch();
+  rep.stages = bisector.stage_count();
+  rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);
+  CaseHash case_hash(c.case_path);  // beside the bisection: the input checks are done
+  run_searches(c, bisector, rep, times);
+  stream.status.clear();
+  const bool streamed = !rep.trace.empty();
+  rep.watch_thresholds = bisector.thresholds().for_tensor(rep.watch.stage, rep.watch.tensor);  // relaxed by the floor
+  rep.trace = bisector.trace();
+  rep.totals = bisector.totals();
+  rep.notes = bisector.notes();
+  if (rep.search) note_first_fail(rep, session.stages, bisector.full_run());
+  if (rep.leads) suggest_next(rep, c);
+  EnvRecord env;
+  describe_bisect(c, session, policy, run_id, floor_label, suffix, case_hash, times, rep, env);
+  emit_bisect(c, bisector, rep, stream, streamed, times);
 
   auto recording = times.measure("record");
   record_bisect(update, c, run_id, env, policy, rep);
