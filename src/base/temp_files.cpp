@@ -75,14 +75,21 @@ void remove_temps_and_die(int sig) {
   ::raise(sig);
 }
 
+// The handler. The first signal removes the temporaries and kills; one that comes during a
+// SignalDeferral is noted for the deferral's end; one that comes while another is removing the
+// temporaries returns at once (that one ends the process; waiting here could block it).
 extern "C" void on_fatal_signal(int sig) {
   int phase = 0;
   if (g_phase.compare_exchange_strong(phase, kDying)) {
     remove_temps_and_die(sig);
   } else if (phase > 0) {
     g_deferred.store(sig);  // the last SignalDeferral acts on it
-  } else {
-    for (;;) ::pause();  // another thread is removing the temporaries and ends the process
+    // ... unless it ended between the two steps above: then act now.
+    phase = 0;
+    if (g_phase.compare_exchange_strong(phase, kDying)) {
+      g_deferred.store(0);
+      remove_temps_and_die(sig);
+    }
   }
 }
 
@@ -152,7 +159,16 @@ SignalDeferral::SignalDeferral() {
 
 SignalDeferral::~SignalDeferral() {
   if (g_phase.fetch_sub(1) != 1) return;
-  if (const int sig = g_deferred.exchange(0)) on_fatal_signal(sig);
+  const int sig = g_deferred.exchange(0);
+  if (!sig) return;
+  // As in a handler: no second signal may interrupt the removal; the raised one kills once
+  // the mask is back.
+  sigset_t fatal, old;
+  sigemptyset(&fatal);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&fatal, s);
+  ::pthread_sigmask(SIG_BLOCK, &fatal, &old);
+  on_fatal_signal(sig);
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 void install_temp_cleanup() {
