@@ -1,6 +1,7 @@
 #include "checks/ci_suite.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -18,7 +19,6 @@
 #include "casefile/case_file.h"
 #include "casefile/env_record.h"
 #include "base/error.h"
-#include "base/sha256.h"
 #include "backend/executor.h"
 #include "model/pattern.h"
 #include "casefile/session.h"
@@ -33,6 +33,16 @@ namespace fs = std::filesystem;
 namespace tdiff {
 
 namespace {
+
+std::string sha256_hex(const std::string& data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("SHA-256 failed");
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
+  return hex;
+}
 
 // A file a suite names must lie in the suite's folder (symbolic links followed): a suite is
 // shared like a case, and must not make tdiff read /etc/passwd.
@@ -161,7 +171,7 @@ Suite load_suite(const std::string& path) {
     s.cases.push_back(std::move(c));
   }
   if (!s.thresholds_file.empty()) load_thresholds(s.thresholds_file);  // its errors now, not after the build
-  s.hash = bytes_sha256(fmt::format("tdiff-ci-cache 1\n{}\n{}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT) + read_bytes(fpath) +
+  s.hash = sha256_hex(fmt::format("tdiff-ci-cache 1\n{}\n{}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT) + read_bytes(fpath) +
                       "\n" + read_bytes(s.tokens_file));
   return s;
 }
