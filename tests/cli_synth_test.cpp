@@ -1,5 +1,12 @@
-// `tdiff synth` through the built binary: exit codes and one-line errors (DESIGN 6, 10).
+// `tdiff synth` through the built binary: exit codes and one-line errors (DESIGN 6, 10), and
+// what an interruption or an earlier SIGKILL leaves beside the output.
 #include "cli_support.h"
+
+#include <fcntl.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +21,48 @@ namespace fs = std::filesystem;
 class CliSynthTest : public testing::CliTest {};
 using Result = testing::CliResult;
 std::size_t lines(const std::string& s) { return testing::count_lines(s); }
+
+// Every name under `dir`, recursively (hidden ones too), sorted.
+std::vector<std::string> listing(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) names.push_back(fs::relative(e.path(), dir).string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// True when `dir` holds a temporary model folder of `out` with model.safetensors begun.
+bool writing_model(const fs::path& dir, const std::string& out) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("." + out + ".tdiff.tmp-", 0) == 0 && fs::exists(e.path() / "model.safetensors"))
+      return true;
+  return false;
+}
+
+// Starts tdiff with `args` (no shell, output discarded), waits until it writes the weights of
+// the model folder `dir`/`out`, sends `sig` and returns the wait status (-1: it never did).
+int interrupt_synth(const std::vector<std::string>& args, const fs::path& dir, const std::string& out, int sig) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv{const_cast<char*>(TDIFF_BIN)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execv(TDIFF_BIN, argv.data());
+    ::_exit(127);
+  }
+  bool seen = false;
+  for (int i = 0; i < 3000 && !seen; ++i) {
+    seen = writing_model(dir, out);
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // well inside the weights
+  ::kill(pid, sig);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return seen ? status : -1;
+}
 
 TEST_F(CliSynthTest, WritesTinyModel) {
   const Result r = run(fmt::format("synth --preset tiny --seed 4 -o '{}'", path("m")));
@@ -81,6 +130,47 @@ TEST_F(CliSynthTest, HugeConfigValuesNameTheKey) {
     EXPECT_NE(r.err.find(key), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(path("out")));
   }
+}
+
+// SIGINT or SIGTERM while the weights are written, of a new model folder or over an earlier
+// model: tdiff dies of that signal and the parent folder is as it was (no temporary, the
+// earlier model byte for byte).
+TEST_F(CliSynthTest, InterruptedSynthLeavesNothingBehind) {
+  ASSERT_EQ(run(fmt::format("synth --preset small --seed 1 -o '{}'", path("m"))).code, 0);
+  nlohmann::json big = nlohmann::json::parse(testing::slurp(path("m/config.json")));
+  big["vocab_size"] = 262144;  // embedding and lm_head of 256 MiB each: seconds to draw and write
+  std::ofstream(path("big.json")) << big.dump();
+  const std::string weights = file_sha256(path("m/model.safetensors"));
+  const auto before = listing(dir_);
+  for (const char* out : {"m", "new"}) {
+    for (int sig : {SIGINT, SIGTERM}) {
+      const int status =
+          interrupt_synth({"synth", "--config", path("big.json"), "--seed", "1", "-o", path(out)}, dir_, out, sig);
+      ASSERT_NE(status, -1) << "synth never began the weights of " << out;
+      ASSERT_TRUE(WIFSIGNALED(status)) << "synth finished before the signal: make the model larger";
+      EXPECT_EQ(WTERMSIG(status), sig);
+      EXPECT_EQ(listing(dir_), before) << out << ", signal " << sig;
+      EXPECT_EQ(file_sha256(path("m/model.safetensors")), weights);
+    }
+  }
+}
+
+// What a SIGKILLed synth left beside its output (a temporary folder whose process is gone) is
+// removed before the next synth there writes; a live process's temporary stays.
+TEST_F(CliSynthTest, StaleTemporaryFoldersBesideTheOutputAreRemoved) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);  // its pid now belongs to no process
+  const std::string stale = path(fmt::format(".m.tdiff.tmp-{}-0badc0de", child));
+  const std::string live = path(fmt::format(".m.tdiff.tmp-{}-0badc0de", ::getpid()));
+  for (const auto& d : {stale, live}) {
+    fs::create_directories(d);
+    std::ofstream(d + "/model.safetensors") << "half";
+  }
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("m"))).code, 0);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live + "/model.safetensors"));
+  EXPECT_TRUE(fs::exists(path("m/model.safetensors")));
 }
 
 TEST_F(CliSynthTest, HelpHasAnExample) {

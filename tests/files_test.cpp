@@ -223,7 +223,7 @@ TEST_F(FilesCli, SignalsDuringGoldenAndRunRemoveTheTemporaries) {
   const auto before = listing(dir_);
   const std::string case_bytes = bytes_of(c);
   for (int sig : {SIGINT, SIGTERM}) {
-    const int status = interrupt_when_temp_appears({"golden", c}, dir_, "big.h5.tmp-", sig);
+    const int status = interrupt_when_temp_appears({"golden", c}, dir_, ".big.h5.tdiff.tmp-", sig);
     ASSERT_TRUE(status != -1 && WIFSIGNALED(status)) << "golden finished before the signal: make the case larger";
     EXPECT_EQ(WTERMSIG(status), sig);
     EXPECT_EQ(listing(dir_), before);
@@ -232,30 +232,32 @@ TEST_F(FilesCli, SignalsDuringGoldenAndRunRemoveTheTemporaries) {
   ASSERT_EQ(run(fmt::format("golden '{}'", c)).code, 0);
   const std::string golden_bytes = bytes_of(c);
   const auto with_ref = listing(dir_);
-  const int status = interrupt_when_temp_appears({"run", c, "-o", path("rep")}, dir_, "big.h5.tmp-", SIGTERM);
+  const int status = interrupt_when_temp_appears({"run", c, "-o", path("rep")}, dir_, ".big.h5.tdiff.tmp-", SIGTERM);
   ASSERT_TRUE(status != -1 && WIFSIGNALED(status)) << "run finished before the signal";
   EXPECT_EQ(listing(dir_), with_ref);
   EXPECT_EQ(bytes_of(c), golden_bytes);
 }
 
-// What SIGKILL leaves (the temporary of a process that no longer exists) is removed by the
-// next command that writes the same target; a live process's temporary is left alone.
+// What SIGKILL leaves (the temporaries of a process that no longer exists, files or folders)
+// is removed by the next command that writes in the same folder; a live process's temporary
+// and a name outside the scheme are left alone.
 TEST_F(FilesCli, StaleTemporariesOfDeadProcessesAreRemoved) {
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
   ::waitpid(child, nullptr, 0);  // its pid now belongs to no process
-  const std::string dead = path(fmt::format("c.h5.tmp-{}-0badc0de", child));
-  const std::string live = path(fmt::format("c.h5.tmp-{}-0badc0de", ::getpid()));
-  const std::string other = path("c.h5.tmp-notours");
+  const std::string dead = path(fmt::format(".c.h5.tdiff.tmp-{}-0badc0de", child));
+  const std::string live = path(fmt::format(".c.h5.tdiff.tmp-{}-0badc0de", ::getpid()));
+  const std::string other = path(".c.h5.tdiff.tmp-notours");
   for (const auto& f : {dead, live, other}) std::ofstream(f) << "x";
-  fs::create_directories(path(fmt::format("rep.tmp-{}-12345678", child)));
-  std::ofstream(path(fmt::format("rep.tmp-{}-12345678/report.csv", child))) << "x";
+  const std::string dead_folder = path(fmt::format(".rep.tdiff.tmp-{}-12345678", child));
+  fs::create_directories(dead_folder + "/sub");
+  std::ofstream(dead_folder + "/report.csv") << "x";
   ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(live));
   EXPECT_TRUE(fs::exists(other));
+  EXPECT_FALSE(fs::exists(dead_folder));  // any writer in the folder removes them
   ASSERT_EQ(run(fmt::format("run '{}' -o '{}'", path("c.h5"), path("rep"))).code, 0);
-  EXPECT_FALSE(fs::exists(path(fmt::format("rep.tmp-{}-12345678", child))));
   EXPECT_TRUE(fs::exists(path("rep/report.csv")));
 }
 

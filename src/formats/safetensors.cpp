@@ -17,8 +17,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
+#include "base/atomic_file.h"
 #include "base/error.h"
+#include "model/config.h"
 
 namespace tdiff {
 
@@ -299,20 +300,6 @@ std::vector<std::string> ModelWeights::files() const {
 
 namespace {
 
-// Writes all of `n` bytes or throws.
-void write_all(int fd, const void* p, std::size_t n, const std::string& path) {
-  const auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, std::min<std::size_t>(n, std::size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      input_error("{}: write failed ({})", path, errno_text());
-    }
-    c += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
 // Writes all of `n` bytes at `offset` or throws.
 void pwrite_all(int fd, const void* p, std::size_t n, std::uint64_t offset, const std::string& path) {
   const auto* c = static_cast<const char*>(p);
@@ -411,33 +398,11 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   std::uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
 
-  // Temporary file beside the target so that rename() is atomic (same file system).
-  const fs::path target(path);
-  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmpl = (parent / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
-  const int fd = ::mkstemp(tmpl.data());
-  if (fd < 0) input_error("{}: cannot create a file in {} ({})", path, parent.string(), errno_text());
-  try {
-    ::fchmod(fd, 0644);  // mkstemp creates 0600; a model file is meant to be shared
-    write_all(fd, len, 8, path);
-    write_all(fd, text.data(), text.size(), path);
-    for (const auto* p : sorted) write_all(fd, p->second.raw(), p->second.nbytes(), path);
-    if (::fsync(fd) != 0) input_error("{}: fsync failed ({})", path, errno_text());
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmpl.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    const auto err = errno_text();
-    ::unlink(tmpl.c_str());
-    input_error("{}: close failed ({})", path, err);
-  }
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
-    const auto err = errno_text();
-    ::unlink(tmpl.c_str());
-    input_error("{}: cannot rename the temporary file into place ({})", path, err);
-  }
+  AtomicFile out(path);
+  out.write(len, 8);
+  out.write(text);
+  for (const auto* p : sorted) out.write(p->second.raw(), p->second.nbytes());
+  out.commit();
 }
 
 }  // namespace tdiff

@@ -72,7 +72,7 @@ class ModelWeights {
   std::map<std::string, std::size_t> where_;  // tensor name -> index into files_
 };
 
-// Writes a safetensors file atomically (temporary file in the same folder, then rename).
+// Writes a safetensors file atomically (an AtomicFile: base/atomic_file.h).
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

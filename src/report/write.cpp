@@ -1,16 +1,9 @@
 // Report files on disk: the output folder and atomic writes.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include <cstdio>
+#include <deque>
 #include <filesystem>
-#include <fstream>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
-#include "base/temp_files.h"
 #include "report/report.h"
 
 namespace tdiff {
@@ -23,26 +16,6 @@ std::string report_dir(const RunInfo& info, const std::string& out_dir) {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Writes `content` to a new file (fsync'd); an InputError with the system's reason names `shown`.
-void write_new_file(const std::string& path, const std::string& content, const std::string& shown) {
-  const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0666);
-  if (fd < 0) input_error("cannot write {} ({})", shown, std::strerror(errno));
-  std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      input_error("cannot write {} ({})", shown, std::strerror(err));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  const bool ok = ::fsync(fd) == 0 || errno == EINVAL;  // EINVAL: a special file that cannot sync
-  const int err = errno;
-  if (::close(fd) != 0 || !ok) input_error("cannot write {} ({})", shown, std::strerror(ok ? errno : err));
-}
 
 // Creates the missing folders above a report folder; remembers which, so that a failed write
 // removes them again (a report that could not be written leaves no empty folders behind).
@@ -66,66 +39,37 @@ struct NewParents {
   }
 };
 
-// Moves the finished files from `tmp` to `dir`: one rename of the folder when `dir` is new,
-// else one rename per file (each file is replaced whole, never half-written).
-void move_into_place(const std::string& tmp, const std::string& dir,
-                     const std::vector<std::pair<std::string, std::string>>& files) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) {
-    fs::rename(tmp, dir, ec);
-    if (ec) input_error("cannot rename {} to {}: {}", tmp, dir, ec.message());
-    return;
-  }
-  if (!fs::is_directory(dir, ec)) input_error("report folder {} is a file, not a folder", dir);
-  for (const auto& [name, content] : files) {
-    fs::rename(fs::path(tmp) / name, fs::path(dir) / name, ec);
-    if (ec) input_error("cannot rename {} into {}: {}", (fs::path(tmp) / name).string(), dir, ec.message());
-  }
-  fs::remove(tmp, ec);
-}
-
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& content) {
-  // Same folder as the target, so that the rename never crosses file systems.
-  remove_stale_temps(path);
-  const std::string tmp = temp_name(path);
-  TempRegistration reg(tmp);
-  try {
-    write_new_file(tmp, content, path);
-  } catch (const InputError&) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    input_error("cannot rename {} to {}: {}", tmp, path, ec.message());
-  }
+  AtomicFile f(path);
+  f.write(content);
+  f.commit();
 }
 
+// A new folder is written whole beside its place and renamed in (AtomicFolder); in an
+// existing one (it may hold other files) each file is replaced whole, once all are written.
+// Either way a full disk or an interruption leaves neither a half-written report nor an empty
+// folder.
 std::vector<std::string> write_report_files(const std::string& dir,
                                             const std::vector<std::pair<std::string, std::string>>& files) {
-  // Every file is written into a temporary folder beside `dir` first: a full disk or an
-  // interruption leaves neither a half-written report nor an empty folder.
   const fs::path target = fs::absolute(dir).lexically_normal();
   NewParents parents;
   parents.make(target.parent_path());
-  remove_stale_temps(target.string());
-  const std::string tmp = temp_name(target.string());
-  std::vector<TempRegistration> regs;
-  regs.emplace_back(tmp);
   std::error_code ec;
   try {
-    if (!fs::create_directory(tmp, ec)) input_error("cannot create report folder {}: {}", dir, ec.message());
-    for (const auto& [name, content] : files) {
-      regs.emplace_back((fs::path(tmp) / name).string());
-      write_new_file((fs::path(tmp) / name).string(), content, (fs::path(dir) / name).string());
+    if (!fs::exists(target, ec)) {
+      AtomicFolder folder(target.string());
+      for (const auto& [name, content] : files)
+        write_new_file((fs::path(folder.temp_path()) / name).string(), content, (fs::path(dir) / name).string());
+      folder.commit();
+    } else {
+      if (!fs::is_directory(target, ec)) input_error("report folder {} is a file, not a folder", dir);
+      std::deque<AtomicFile> written;
+      for (const auto& [name, content] : files) written.emplace_back((target / name).string()).write(content);
+      for (auto& f : written) f.commit();
     }
-    move_into_place(tmp, target.string(), files);
   } catch (const InputError&) {
-    fs::remove_all(tmp, ec);
     parents.undo();
     throw;
   }

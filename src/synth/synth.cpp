@@ -1,13 +1,7 @@
 #include "synth/synth.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "formats/safetensors.h"
 #include "synth/synth_profile.h"
@@ -326,8 +321,6 @@ class WeightGen {
   std::int64_t pos_ = 0;    // elements produced so far
 };
 
-std::string errno_text() { return std::strerror(errno); }
-
 void write_text(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out << text;
@@ -414,16 +407,6 @@ void write_model_file(const ModelConfig& c, std::uint64_t seed, const fs::path& 
   if (failure) std::rethrow_exception(failure);
   out.close();
 }
-
-// Removes a temporary folder unless released.
-struct TempDir {
-  fs::path path;
-  ~TempDir() {
-    if (path.empty()) return;
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 bool is_model_file(const std::string& f) {
   return f == "config.json" || f == "generation_config.json" || f == "model.safetensors.index.json" ||
@@ -543,32 +526,9 @@ void write_model_folder(const std::string& dir, const std::function<void(const s
   const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   if (ec) input_error("{}: cannot create the parent folder ({})", dir, ec.message());
-
-  const std::string stem = "." + target.filename().string();
-  std::string tmpl = (parent / (stem + ".tmp-XXXXXX")).string();
-  if (!::mkdtemp(tmpl.data())) input_error("{}: cannot write in {} ({})", dir, parent.string(), errno_text());
-  TempDir tmp{tmpl};
-  ::chmod(tmpl.c_str(), 0755);  // mkdtemp makes it private; a model folder is meant to be shared
-
-  write(tmp.path.string());
-
-  if (exists) {
-    // Swap: move the old folder aside (onto an empty placeholder), move the new one in,
-    // then delete the old one; put it back if the second rename fails.
-    std::string old_tmpl = (parent / (stem + ".old-XXXXXX")).string();
-    if (!::mkdtemp(old_tmpl.data())) input_error("{}: cannot write in {} ({})", dir, parent.string(), errno_text());
-    TempDir old{old_tmpl};
-    if (::rename(target.c_str(), old_tmpl.c_str()) != 0) input_error("{}: cannot replace ({})", dir, errno_text());
-    if (::rename(tmpl.c_str(), target.c_str()) != 0) {
-      const auto err = errno_text();
-      if (::rename(old_tmpl.c_str(), target.c_str()) != 0) old.path.clear();  // never delete the only copy
-      input_error("{}: cannot replace ({})", dir, err);
-    }
-    tmp.path.clear();
-  } else {
-    if (::rename(tmpl.c_str(), target.c_str()) != 0) input_error("{}: cannot create ({})", dir, errno_text());
-    tmp.path.clear();
-  }
+  AtomicFolder folder(target.string());
+  write(folder.temp_path());
+  folder.commit();
 }
 
 void write_synth_model(const ModelConfig& c, std::uint64_t seed, const std::string& dir, const SynthProgress& progress,
