@@ -3,7 +3,7 @@
 A deliberate deviation from stock transformers, for the oracle only: transformers computes the
 RoPE frequencies, angles, cos and sin in float32 even in a float64 model (spec 3.3 and 3.9,
 site F3), so its tables drift from the exact ones by about position x 2^-24 rad, and every
-stage after them with it (tests/oracle/README.md: rope.main/cos 2.7e-6 at 256 tokens, 2.7e-5 at
+stage after them with it (tests/support/oracle/README.md: rope.main/cos 2.7e-6 at 256 tokens, 2.7e-5 at
 2304). This patch replaces the forward of every rotary embedding module of the model (the
 instances, not the class: the model's own, and the one each compressor and each indexer owns
 for the compressed entries' and the indexer queries' positions) by the same computation in

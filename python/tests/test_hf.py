@@ -1,5 +1,5 @@
 """transformers' DeepseekV4ForCausalLM through the package on the CPU: a float64 capture of the
-tiny model equals the reference within 1e-6 (tests/oracle/compare_hf.py's per-token relative
+tiny model equals the reference within 1e-6 (tests/support/oracle/compare_hf.py's per-token relative
 L2; the indexer scores 1e-4), every stage is captured (the mapping covers what transformers
 exposes), --rope-f64 makes the tables exact, isolate writes a dump that `tdiff run
 --candidate-dump` ranks, and a release folder loads with every tensor in the dtype
@@ -45,7 +45,7 @@ class HfTest(unittest.TestCase):
         cls.model = os.path.join(cls.dir, "tiny")
         cls.case = os.path.join(cls.dir, "tiny.h5")
         sh(TDIFF, "synth", "--preset", "tiny", "--seed", "1", "-o", cls.model)
-        # one unpadded prompt of 96 tokens (as tests/oracle's tiny-long): every stage, the indexer selecting
+        # one unpadded prompt of 96 tokens (as tests/support/oracle's tiny-long): every stage, the indexer selecting
         sh(TDIFF, "case", "new", "--model", cls.model, "--random-prompts", "1", "--len", "96", "--seed", "2",
            "-o", cls.case)
         sh(TDIFF, "golden", cls.case, "--tie-rule", "torch-cpu")
@@ -71,7 +71,7 @@ class HfTest(unittest.TestCase):
         return out, p.stdout
 
     def compare(self, dump, *extra):
-        return sh(sys.executable, os.path.join(ROOT, "tests", "oracle", "compare_hf.py"), self.case, dump,
+        return sh(sys.executable, os.path.join(ROOT, "tests", "support", "oracle", "compare_hf.py"), self.case, dump,
                   "--bound", "1e-6", "--score-bound", "1e-4", *extra)
 
     def test_float64_capture_equals_the_reference(self):
@@ -207,7 +207,7 @@ class HfTest(unittest.TestCase):
         self.assertIn("release layout", p.stdout)
         with h5py.File(out, "r") as f:
             self.assertEqual(json.loads(f.attrs["not_captured"]), {})
-        sh(sys.executable, os.path.join(ROOT, "tests", "oracle", "compare_hf.py"), case, out,
+        sh(sys.executable, os.path.join(ROOT, "tests", "support", "oracle", "compare_hf.py"), case, out,
            "--bound", "1e-6", "--score-bound", "1e-4")
 
 

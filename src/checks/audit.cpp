@@ -173,6 +173,105 @@ std::vector<OpKind> knob_kinds_missing(const KnobInfo& knob, const std::vector<O
   return v;
 }
 
+// The runs of one audit: isolated stages (cached by stage and resolved numerics) and full
+// runs of both seeds (the base policy's shared by every side whose setting is the base's).
+class Auditor {
+ public:
+  Auditor(CaseSession& session, const Policy& base, const CandidateFactory& make_candidate, const AuditOptions& opt)
+      : session_(session), base_(base), make_candidate_(make_candidate), opt_(opt), ctx_(session.context()) {}
+
+  void say(const std::string& what) const {
+    if (opt_.progress) opt_.progress(what);
+  }
+
+  // Full runs of the base policy with both seeds, shared by every row whose setting is the base's.
+  void run_base() {
+    if (!opt_.full_runs) return;
+    say("full runs of the base policy");
+    base_a_ = full_run(session_, *make_candidate_(base_, opt_.seed_a), ctx_);
+    const FullRun base_b = full_run(session_, *make_candidate_(base_, opt_.seed_b), ctx_);
+    base_r2r_ = run_to_run(base_a_, base_b, session_.stages);
+  }
+
+  // The touched stages under `p`, each in isolation. The good side usually equals the base
+  // policy at every stage and is computed once.
+  LocalError local(const Policy& p, const std::vector<OpKind>& kinds) {
+    const std::unique_ptr<Backend> cand = make_candidate_(p, opt_.seed_a);
+    std::vector<TensorDiff> rows;
+    for (const Stage& s : session_.stages) {
+      if (!touches(kinds, s.kind)) continue;
+      const Numerics n = p.resolve(s.name);
+      auto& entries = cache_[s.name];
+      auto it = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.first == n; });
+      if (it == entries.end()) {
+        entries.emplace_back(n, isolated_diffs(session_, s, *cand, ctx_, {}));
+        it = entries.end() - 1;
+      }
+      rows.insert(rows.end(), it->second.begin(), it->second.end());
+    }
+    return pool(std::move(rows));
+  }
+
+  void full(const Policy& p, AuditSide& side) {
+    if (!opt_.full_runs) return;
+    side.ran_full = true;
+    if (same_as_base(p)) {
+      side.full = base_a_;
+      side.r2r = base_r2r_;
+      return;
+    }
+    side.full = full_run(session_, *make_candidate_(p, opt_.seed_a), ctx_);
+    const FullRun b = full_run(session_, *make_candidate_(p, opt_.seed_b), ctx_);
+    side.r2r = run_to_run(side.full, b, session_.stages);
+  }
+
+  // Both settings of one knob, isolated and (with full runs) end to end; `count` is "[i/n] ".
+  AuditRow row(const KnobInfo& k, const std::string& count, const std::vector<OpKind>& missing, const std::string& backend) {
+    AuditRow row;
+    row.knob = k;
+    row.selection = std::all_of(k.kinds.begin(), k.kinds.end(), is_selection);
+    for (const auto& s : session_.stages) row.touched += touches(k.kinds, s.kind) ? 1 : 0;
+    Policy bad = base_, good = base_;
+    bad.add_set(k.name + "=" + k.bad);
+    good.add_set(k.name + "=" + k.good);
+    row.bad.setting = k.bad;
+    row.good.setting = k.good;
+    if (const auto lacking = knob_kinds_missing(k, missing); !lacking.empty()) {
+      row.skipped = fmt::format("{} has no kernel for {}", backend, kind_list(lacking));
+      row.factor = NAN;
+      say(fmt::format("{}{}: skipped ({})", count, k.name, row.skipped));
+      return row;
+    }
+    say(fmt::format("{}{}: {} stages in isolation", count, k.name, row.touched));
+    row.bad.local = local(bad, k.kinds);
+    row.good.local = local(good, k.kinds);
+    if (opt_.full_runs) say(fmt::format("{}{}: full runs at {} and at {}", count, k.name, k.bad, k.good));
+    full(bad, row.bad);
+    full(good, row.good);
+    // Full runs keep only what the report shows.
+    row.bad.full.fingerprint.clear();
+    row.good.full.fingerprint.clear();
+    row.factor = audit_factor(row.bad, row.good, row.selection);
+    return row;
+  }
+
+ private:
+  bool same_as_base(const Policy& p) const {
+    for (const auto& s : session_.stages)
+      if (!(p.resolve(s.name) == base_.resolve(s.name))) return false;
+    return true;
+  }
+
+  CaseSession& session_;
+  const Policy& base_;
+  const CandidateFactory& make_candidate_;
+  const AuditOptions& opt_;
+  RunContext ctx_;
+  std::map<std::string, std::vector<std::pair<Numerics, std::vector<TensorDiff>>>> cache_;
+  FullRun base_a_;
+  RunToRun base_r2r_;
+};
+
 }  // namespace
 
 AuditResult run_audit(CaseSession& session, const Policy& base, const CandidateFactory& make_candidate,
@@ -192,90 +291,10 @@ AuditResult run_audit(CaseSession& session, const Policy& base, const CandidateF
   if (opt.full_runs && !missing.empty())
     input_error("audit: {} has no kernel for {}, so it cannot run the model end to end (audit with --no-full-runs)",
                 result.backend, kind_list(missing));
-
-  auto say = [&](const std::string& what) {
-    if (opt.progress) opt.progress(what);
-  };
-  auto same_as_base = [&](const Policy& p) {
-    for (const auto& s : session.stages)
-      if (!(p.resolve(s.name) == base.resolve(s.name))) return false;
-    return true;
-  };
-  RunContext ctx = session.context();
-
-  // Isolated stage results by (stage, resolved numerics): the good side usually equals the
-  // base policy at every stage and is computed once.
-  std::map<std::string, std::vector<std::pair<Numerics, std::vector<TensorDiff>>>> cache;
-  auto local = [&](const Policy& p, const std::vector<OpKind>& kinds) {
-    const std::unique_ptr<Backend> cand = make_candidate(p, opt.seed_a);
-    std::vector<TensorDiff> rows;
-    for (const Stage& s : session.stages) {
-      if (!touches(kinds, s.kind)) continue;
-      const Numerics n = p.resolve(s.name);
-      auto& entries = cache[s.name];
-      auto it = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.first == n; });
-      if (it == entries.end()) {
-        entries.emplace_back(n, isolated_diffs(session, s, *cand, ctx, {}));
-        it = entries.end() - 1;
-      }
-      rows.insert(rows.end(), it->second.begin(), it->second.end());
-    }
-    return pool(std::move(rows));
-  };
-
-  // Full runs of the base policy with both seeds, shared by every row whose setting is the base's.
-  FullRun base_a, base_b;
-  RunToRun base_r2r;
-  if (opt.full_runs) {
-    say("full runs of the base policy");
-    base_a = full_run(session, *make_candidate(base, opt.seed_a), ctx);
-    base_b = full_run(session, *make_candidate(base, opt.seed_b), ctx);
-    base_r2r = run_to_run(base_a, base_b, session.stages);
-  }
-  auto full = [&](const Policy& p, AuditSide& side) {
-    if (!opt.full_runs) return;
-    side.ran_full = true;
-    if (same_as_base(p)) {
-      side.full = base_a;
-      side.r2r = base_r2r;
-      return;
-    }
-    side.full = full_run(session, *make_candidate(p, opt.seed_a), ctx);
-    const FullRun b = full_run(session, *make_candidate(p, opt.seed_b), ctx);
-    side.r2r = run_to_run(side.full, b, session.stages);
-  };
-
-  for (std::size_t ki = 0; ki < knobs.size(); ++ki) {
-    const KnobInfo& k = knobs[ki];
-    const std::string count = fmt::format("[{}/{}] ", ki + 1, knobs.size());
-    AuditRow row;
-    row.knob = k;
-    row.selection = std::all_of(k.kinds.begin(), k.kinds.end(), is_selection);
-    for (const auto& s : session.stages) row.touched += touches(k.kinds, s.kind) ? 1 : 0;
-    Policy bad = base, good = base;
-    bad.add_set(k.name + "=" + k.bad);
-    good.add_set(k.name + "=" + k.good);
-    row.bad.setting = k.bad;
-    row.good.setting = k.good;
-    if (const auto lacking = knob_kinds_missing(k, missing); !lacking.empty()) {
-      row.skipped = fmt::format("{} has no kernel for {}", result.backend, kind_list(lacking));
-      row.factor = NAN;
-      say(fmt::format("{}{}: skipped ({})", count, k.name, row.skipped));
-      result.rows.push_back(std::move(row));
-      continue;
-    }
-    say(fmt::format("{}{}: {} stages in isolation", count, k.name, row.touched));
-    row.bad.local = local(bad, k.kinds);
-    row.good.local = local(good, k.kinds);
-    if (opt.full_runs) say(fmt::format("{}{}: full runs at {} and at {}", count, k.name, k.bad, k.good));
-    full(bad, row.bad);
-    full(good, row.good);
-    // Full runs keep only what the report shows.
-    row.bad.full.fingerprint.clear();
-    row.good.full.fingerprint.clear();
-    row.factor = audit_factor(row.bad, row.good, row.selection);
-    result.rows.push_back(std::move(row));
-  }
+  Auditor auditor(session, base, make_candidate, opt);
+  auditor.run_base();
+  for (std::size_t ki = 0; ki < knobs.size(); ++ki)
+    result.rows.push_back(auditor.row(knobs[ki], fmt::format("[{}/{}] ", ki + 1, knobs.size()), missing, result.backend));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

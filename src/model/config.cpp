@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -138,39 +139,45 @@ void check_weight_sizes(const ModelConfig& c, const std::string& src) {
   check_weight_size({E, two, I, D}, src);
 }
 
-}  // namespace
+// The numeric keys read as they are, in this order: one row per field, its default the
+// ModelConfig's own; validate() checks them once the whole config is read.
+struct ScalarKey {
+  const char* key;
+  std::variant<std::int64_t ModelConfig::*, double ModelConfig::*> field;
+};
+const ScalarKey kScalarKeys[] = {
+    {"vocab_size", &ModelConfig::vocab_size},
+    {"hidden_size", &ModelConfig::hidden_size},
+    {"num_hidden_layers", &ModelConfig::num_hidden_layers},
+    {"num_attention_heads", &ModelConfig::num_attention_heads},
+    {"head_dim", &ModelConfig::head_dim},
+    {"q_lora_rank", &ModelConfig::q_lora_rank},
+    {"o_groups", &ModelConfig::o_groups},
+    {"o_lora_rank", &ModelConfig::o_lora_rank},
+    {"sliding_window", &ModelConfig::sliding_window},
+    {"index_n_heads", &ModelConfig::index_n_heads},
+    {"index_head_dim", &ModelConfig::index_head_dim},
+    {"index_topk", &ModelConfig::index_topk},
+    {"hc_mult", &ModelConfig::hc_mult},
+    {"hc_sinkhorn_iters", &ModelConfig::hc_sinkhorn_iters},
+    {"n_routed_experts", &ModelConfig::n_routed_experts},
+    {"num_experts_per_tok", &ModelConfig::num_experts_per_tok},
+    {"moe_intermediate_size", &ModelConfig::moe_intermediate_size},
+    {"rms_norm_eps", &ModelConfig::rms_norm_eps},
+    {"hc_eps", &ModelConfig::hc_eps},
+    {"swiglu_limit", &ModelConfig::swiglu_limit},
+    {"routed_scaling_factor", &ModelConfig::routed_scaling_factor},
+    {"initializer_range", &ModelConfig::initializer_range},
+    {"max_position_embeddings", &ModelConfig::max_position_embeddings},
+};
 
-ModelConfig parse_config(const json& j, const std::string& src) {
-  if (!j.is_object()) input_error("{}: config is not a JSON object", src);
-  const std::string mt = string_or(j, "model_type", "", src);
-  if (mt != "deepseek_v4")
-    input_error("{}: model_type is '{}', expected 'deepseek_v4'", src, mt);
-  ModelConfig c;
-  c.vocab_size = get_or<std::int64_t>(j, "vocab_size", c.vocab_size, src);
-  c.hidden_size = get_or<std::int64_t>(j, "hidden_size", c.hidden_size, src);
-  c.num_hidden_layers = get_or<std::int64_t>(j, "num_hidden_layers", c.num_hidden_layers, src);
-  c.num_attention_heads = get_or<std::int64_t>(j, "num_attention_heads", c.num_attention_heads, src);
-  c.head_dim = get_or<std::int64_t>(j, "head_dim", c.head_dim, src);
-  c.q_lora_rank = get_or<std::int64_t>(j, "q_lora_rank", c.q_lora_rank, src);
-  c.o_groups = get_or<std::int64_t>(j, "o_groups", c.o_groups, src);
-  c.o_lora_rank = get_or<std::int64_t>(j, "o_lora_rank", c.o_lora_rank, src);
-  c.sliding_window = get_or<std::int64_t>(j, "sliding_window", c.sliding_window, src);
-  c.index_n_heads = get_or<std::int64_t>(j, "index_n_heads", c.index_n_heads, src);
-  c.index_head_dim = get_or<std::int64_t>(j, "index_head_dim", c.index_head_dim, src);
-  c.index_topk = get_or<std::int64_t>(j, "index_topk", c.index_topk, src);
-  c.hc_mult = get_or<std::int64_t>(j, "hc_mult", c.hc_mult, src);
-  c.hc_sinkhorn_iters = get_or<std::int64_t>(j, "hc_sinkhorn_iters", c.hc_sinkhorn_iters, src);
-  c.n_routed_experts = get_or<std::int64_t>(j, "n_routed_experts", c.n_routed_experts, src);
-  c.num_experts_per_tok = get_or<std::int64_t>(j, "num_experts_per_tok", c.num_experts_per_tok, src);
-  c.moe_intermediate_size = get_or<std::int64_t>(j, "moe_intermediate_size", c.moe_intermediate_size, src);
-  c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.rms_norm_eps, src);
-  c.hc_eps = get_or<double>(j, "hc_eps", c.hc_eps, src);
-  c.swiglu_limit = get_or<double>(j, "swiglu_limit", c.swiglu_limit, src);
-  c.routed_scaling_factor = get_or<double>(j, "routed_scaling_factor", c.routed_scaling_factor, src);
-  c.initializer_range = get_or<double>(j, "initializer_range", c.initializer_range, src);
-  c.max_position_embeddings = get_or<std::int64_t>(j, "max_position_embeddings", c.max_position_embeddings, src);
+void read_scalar_keys(const json& j, ModelConfig& c, const std::string& src) {
+  for (const ScalarKey& k : kScalarKeys)
+    std::visit([&](auto field) { c.*field = get_or(j, k.key, c.*field, src); }, k.field);
+}
 
-  // Settings this tool implements one way only: anything else would be a different model.
+// Settings this tool implements one way only: anything else would be a different model.
+void refuse_other_models(const json& j, const std::string& src) {
   if (auto s = string_or(j, "scoring_func", "sqrtsoftplus", src); s != "sqrtsoftplus")
     input_error("{}: scoring_func '{}' is not supported (DeepSeek-V4 uses sqrtsoftplus)", src, s);
   if (auto a = string_or(j, "hidden_act", "silu", src); a != "silu")
@@ -179,8 +186,10 @@ ModelConfig parse_config(const json& j, const std::string& src) {
   if (bool_or(j, "attention_bias", false, src)) input_error("{}: attention_bias=true is not supported", src);
   if (j.contains("n_shared_experts") && !j["n_shared_experts"].is_null() && get_or<std::int64_t>(j, "n_shared_experts", 1, src) != 1)
     input_error("{}: n_shared_experts must be 1 (transformers always builds exactly one)", src);
+}
 
-  // Rotary dimension: partial_rotary_factor, or the legacy qk_rope_head_dim.
+// Rotary dimension: partial_rotary_factor, or the legacy qk_rope_head_dim.
+std::int64_t read_rope_dim(const json& j, std::int64_t head_dim, const std::string& src) {
   const bool has_prf = j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null();
   const bool has_qkr = j.contains("qk_rope_head_dim") && !j["qk_rope_head_dim"].is_null();
   if (has_prf) {
@@ -189,18 +198,19 @@ ModelConfig parse_config(const json& j, const std::string& src) {
     if (!(f > 0 && f <= 1))
       input_error("{}: partial_rotary_factor is {}, it must be in (0, 1] (the rotary fraction of head_dim)", src,
                   j["partial_rotary_factor"].dump());
-    double r = f * static_cast<double>(c.head_dim);
-    c.rope_dim = static_cast<std::int64_t>(r);  // HF: int(head_dim * factor)
-    if (has_qkr && get_or<std::int64_t>(j, "qk_rope_head_dim", 0, src) != c.rope_dim)
+    double r = f * static_cast<double>(head_dim);
+    const auto rope_dim = static_cast<std::int64_t>(r);  // HF: int(head_dim * factor)
+    if (has_qkr && get_or<std::int64_t>(j, "qk_rope_head_dim", 0, src) != rope_dim)
       input_error("{}: qk_rope_head_dim={} disagrees with partial_rotary_factor*head_dim={}", src,
-                  j["qk_rope_head_dim"].dump(), c.rope_dim);
-  } else if (has_qkr) {
-    c.rope_dim = get_or<std::int64_t>(j, "qk_rope_head_dim", 64, src);
-  } else {
-    c.rope_dim = c.head_dim / 8;  // HF default factor 64/512
+                  j["qk_rope_head_dim"].dump(), rope_dim);
+    return rope_dim;
   }
+  if (has_qkr) return get_or<std::int64_t>(j, "qk_rope_head_dim", 64, src);
+  return head_dim / 8;  // HF default factor 64/512
+}
 
-  // Compression rates: compress_rates dict, or legacy compress_rate_csa / compress_rate_hca.
+// Compression rates: compress_rates dict, or legacy compress_rate_csa / compress_rate_hca.
+void read_compress_rates(const json& j, ModelConfig& c, const std::string& src) {
   if (auto it = j.find("compress_rates"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) input_error("{}: compress_rates must be an object", src);
     for (auto& [k, v] : it->items()) {
@@ -212,21 +222,19 @@ ModelConfig parse_config(const json& j, const std::string& src) {
   }
   c.csa_rate = get_or<std::int64_t>(j, "compress_rate_csa", c.csa_rate, src);
   c.hca_rate = get_or<std::int64_t>(j, "compress_rate_hca", c.hca_rate, src);
+}
 
-  // Layer schedule: layer_types, or legacy compress_ratios, or HF's default (V4-Pro) schedule.
-  const auto L = c.num_hidden_layers;
-  if (L <= 0) input_error("{}: num_hidden_layers must be > 0", src);
-  // Checked before the schedule is built from it (10^12 layers grew memory until killed).
-  constexpr std::int64_t kMaxLayers = 1024;  // V4-Flash has 43, V4-Pro 61
-  if (L > kMaxLayers) input_error("{}: num_hidden_layers is {}, beyond the {} tdiff reads", src, L, kMaxLayers);
+// Layer schedule: layer_types, or legacy compress_ratios, or HF's default (V4-Pro) schedule.
+std::vector<LayerType> read_layer_types(const json& j, std::int64_t L, const std::string& src) {
+  std::vector<LayerType> types;
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) input_error("{}: layer_types must be a list", src);
     for (auto& v : *it) {
       if (!v.is_string()) input_error("{}: layer_types holds a non-string entry {}", src, v.dump());
-      c.layer_types.push_back(parse_layer_type(v.get<std::string>(), src));
+      types.push_back(parse_layer_type(v.get<std::string>(), src));
     }
-    if (static_cast<std::int64_t>(c.layer_types.size()) != L)
-      input_error("{}: layer_types has {} entries, num_hidden_layers is {}", src, c.layer_types.size(), L);
+    if (static_cast<std::int64_t>(types.size()) != L)
+      input_error("{}: layer_types has {} entries, num_hidden_layers is {}", src, types.size(), L);
   } else if (auto cr = j.find("compress_ratios"); cr != j.end() && !cr->is_null()) {
     if (!cr->is_array() || static_cast<std::int64_t>(cr->size()) < L)
       input_error("{}: compress_ratios must be a list of at least num_hidden_layers={} entries", src, L);
@@ -234,35 +242,41 @@ ModelConfig parse_config(const json& j, const std::string& src) {
       const auto& v = (*cr)[static_cast<std::size_t>(i)];
       if (!v.is_number_integer()) input_error("{}: compress_ratios[{}] is not an integer", src, i);
       auto r = v.get<std::int64_t>();
-      if (r == 0) c.layer_types.push_back(LayerType::sliding);
-      else if (r == 4) c.layer_types.push_back(LayerType::csa);
-      else if (r == 128) c.layer_types.push_back(LayerType::hca);
+      if (r == 0) types.push_back(LayerType::sliding);
+      else if (r == 4) types.push_back(LayerType::csa);
+      else if (r == 128) types.push_back(LayerType::hca);
       else input_error("{}: compress_ratios[{}] = {} (allowed: 0, 4, 128)", src, i, r);
     }
   } else {
-    for (std::int64_t i = 0; i < L; ++i)
-      c.layer_types.push_back(i < 2 || i % 2 == 0 ? LayerType::hca : LayerType::csa);
+    for (std::int64_t i = 0; i < L; ++i) types.push_back(i < 2 || i % 2 == 0 ? LayerType::hca : LayerType::csa);
   }
+  return types;
+}
 
-  // MoE schedule: mlp_layer_types, or legacy num_hash_layers, or the first 3 hash-routed.
+// MoE schedule: mlp_layer_types, or legacy num_hash_layers, or the first 3 hash-routed.
+std::vector<MlpType> read_mlp_types(const json& j, std::int64_t L, const std::string& src) {
+  std::vector<MlpType> types;
   if (auto it = j.find("mlp_layer_types"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) input_error("{}: mlp_layer_types must be a list", src);
     for (auto& v : *it) {
       auto s = v.is_string() ? v.get<std::string>() : v.dump();
-      if (s == "hash_moe") c.mlp_types.push_back(MlpType::hash_moe);
-      else if (s == "moe") c.mlp_types.push_back(MlpType::moe);
+      if (s == "hash_moe") types.push_back(MlpType::hash_moe);
+      else if (s == "moe") types.push_back(MlpType::moe);
       else input_error("{}: unknown mlp layer type '{}' in mlp_layer_types", src, s);
     }
-    if (static_cast<std::int64_t>(c.mlp_types.size()) != L)
-      input_error("{}: mlp_layer_types has {} entries, num_hidden_layers is {}", src, c.mlp_types.size(), L);
+    if (static_cast<std::int64_t>(types.size()) != L)
+      input_error("{}: mlp_layer_types has {} entries, num_hidden_layers is {}", src, types.size(), L);
   } else {
     std::int64_t nh = get_or<std::int64_t>(j, "num_hash_layers", 3, src);
     if (nh < 0) input_error("{}: num_hash_layers must be >= 0", src);
-    for (std::int64_t i = 0; i < L; ++i) c.mlp_types.push_back(i < nh ? MlpType::hash_moe : MlpType::moe);
+    for (std::int64_t i = 0; i < L; ++i) types.push_back(i < nh ? MlpType::hash_moe : MlpType::moe);
   }
+  return types;
+}
 
-  // RoPE tables. `main` is always plain; `compress` takes YaRN from rope_scaling or from
-  // rope_parameters.compress.
+// RoPE tables. `main` is always plain; `compress` takes YaRN from rope_scaling or from
+// rope_parameters.compress.
+void read_rope_tables(const json& j, ModelConfig& c, const std::string& src) {
   c.rope_main = RopeTable{get_or<double>(j, "rope_theta", 10000.0, src)};
   c.rope_compress = RopeTable{get_or<double>(j, "compress_rope_theta", 160000.0, src)};
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) {
@@ -277,7 +291,28 @@ ModelConfig parse_config(const json& j, const std::string& src) {
   }
   if (auto rs = j.find("rope_scaling"); rs != j.end() && rs->is_object())
     c.rope_compress = parse_yarn(*rs, c.rope_compress.theta, c.max_position_embeddings, src, "rope_scaling");
+}
 
+}  // namespace
+
+ModelConfig parse_config(const json& j, const std::string& src) {
+  if (!j.is_object()) input_error("{}: config is not a JSON object", src);
+  const std::string mt = string_or(j, "model_type", "", src);
+  if (mt != "deepseek_v4")
+    input_error("{}: model_type is '{}', expected 'deepseek_v4'", src, mt);
+  ModelConfig c;
+  read_scalar_keys(j, c, src);
+  refuse_other_models(j, src);
+  c.rope_dim = read_rope_dim(j, c.head_dim, src);
+  read_compress_rates(j, c, src);
+  const auto L = c.num_hidden_layers;
+  if (L <= 0) input_error("{}: num_hidden_layers must be > 0", src);
+  // Checked before the schedule is built from it (10^12 layers grew memory until killed).
+  constexpr std::int64_t kMaxLayers = 1024;  // V4-Flash has 43, V4-Pro 61
+  if (L > kMaxLayers) input_error("{}: num_hidden_layers is {}, beyond the {} tdiff reads", src, L, kMaxLayers);
+  c.layer_types = read_layer_types(j, L, src);
+  c.mlp_types = read_mlp_types(j, L, src);
+  read_rope_tables(j, c, src);
   c.validate(src);
   return c;
 }

@@ -1,4 +1,4 @@
-// refcpu against transformers: the dumps in tests/oracle/ were written by
+// refcpu against transformers: the dumps in tests/support/oracle/ were written by
 // python/capture_hf.py (transformers 5.17, float64, eager) on the device machine from the
 // tiny synthetic model (tdiff synth --preset tiny --seed 1) and the case files beside them.
 // Every captured stage is compared on real tokens only; the spec's acceptance bound is a
@@ -100,7 +100,7 @@ void check(const std::string& name, const std::string& case_file, const std::str
   }
 }
 
-const std::string kDir = std::string(TDIFF_SOURCE_DIR) + "/tests/oracle/";
+const std::string kDir = std::string(TDIFF_SOURCE_DIR) + "/tests/support/oracle/";
 
 // Two prompts of 40 and 24 tokens, right padding (transformers is only right there).
 TEST(OracleTransformers, TinyPaddedBatchMatchesTransformers) {
@@ -111,7 +111,7 @@ TEST(OracleTransformers, TinyLongSequenceMatchesTransformers) {
   check("tiny-long", kDir + "tiny-long.case.h5", kDir + "tiny-long.hf.h5");
 }
 // The small preset (YaRN on the compress table) is too large a dump to ship; with the files
-// of tests/oracle/README.md at hand, TDIFF_ORACLE_SMALL=DIR runs the same comparison.
+// of tests/support/oracle/README.md at hand, TDIFF_ORACLE_SMALL=DIR runs the same comparison.
 TEST(OracleTransformers, SmallYarnSequenceMatchesTransformers) {
   const char* dir = std::getenv("TDIFF_ORACLE_SMALL");
   if (!dir) GTEST_SKIP() << "set TDIFF_ORACLE_SMALL to the folder holding small-long.h5 and hf-small-long.h5";

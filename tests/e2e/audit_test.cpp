@@ -1,12 +1,8 @@
-// The precision audit (checks/audit.h) and `tdiff audit`: rows, factors, the run-to-run column,
-// the paper's factors, knobs the candidate has no kernel for, and the report files, on a
-// tiny-model case.
+// The precision audit (checks/audit.h) on a tiny-model case: rows, factors, the run-to-run
+// column, the paper's factors, and knobs the candidate has no kernel for.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,14 +10,15 @@
 #include "checks/audit.h"
 #include "base/error.h"
 #include "emu/emu_backend.h"
-#include "emu_case.h"
-#include "exec/backend_registry.h"
+#include "audit_case.h"
 #include "report/audit_report.h"
 
 namespace tdiff {
 namespace {
 
 namespace fs = std::filesystem;
+using Audit = testing::AuditCase;
+using testing::knob_line;
 
 // emu candidates, as `tdiff audit` makes them; `made` counts them.
 CandidateFactory emu_candidates(int* made = nullptr) {
@@ -55,53 +52,6 @@ std::string printed(const AuditResult& r, const RunInfo& info) {
   std::free(buf);
   return s;
 }
-
-// The line of `text` that starts with "knob ".
-std::string knob_line(const std::string& text, const std::string& knob) {
-  const auto p = text.find("\n" + knob + " ");
-  return p == std::string::npos ? "" : text.substr(p + 1, text.find('\n', p + 1) - p - 1);
-}
-
-class Audit : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / fmt::format("tdiff-audit-{}", ::getpid()));
-    fs::remove_all(*dir_);
-    fs::create_directories(*dir_);
-    const ModelConfig tiny = synth_preset("tiny");
-    // 128 tokens: two KV blocks, CSA/HCA entries, the indexer selecting among exact ties.
-    const auto c = testing::cached_golden_case("audit", [&](const fs::path& d) {
-      testing::build_golden_case(d, tiny, 1, {testing::random_ids(128, tiny.vocab_size, 31)}, 128);
-    });
-    case_ = new testing::CachedCase(c);
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
-    delete dir_;
-    delete case_;
-  }
-  static CaseSession session() { return open_session(case_->path, case_->model); }
-  // The case and its model folder, for command lines.
-  static std::string args() { return case_->path + " --model " + case_->model; }
-  static std::string read(const fs::path& p) {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  }
-  static int sh(const std::string& cmd) { return WEXITSTATUS(std::system((cmd + " > /dev/null 2>&1").c_str())); }
-  // Runs `cmd`; its stderr in `err`.
-  static int sh_err(const std::string& cmd, std::string& err) {
-    const fs::path e = *dir_ / "stderr.txt";
-    const int code = WEXITSTATUS(std::system(fmt::format("{} > /dev/null 2> {}", cmd, e.string()).c_str()));
-    err = read(e);
-    return code;
-  }
-  static fs::path* dir_;
-  static testing::CachedCase* case_;
-};
-fs::path* Audit::dir_ = nullptr;
-testing::CachedCase* Audit::case_ = nullptr;
 
 TEST_F(Audit, RowsAndFactors) {
   CaseSession s = session();
@@ -226,68 +176,6 @@ TEST_F(Audit, KnobsOfKindsTheCandidateLacksAreSkipped) {
   // A full run needs every kind of the model.
   opt.full_runs = true;
   EXPECT_THROW(run_audit(s, Policy::preset("fixed"), no_attention, opt), InputError);
-}
-
-TEST_F(Audit, CommandPrintsTheTableAndWritesReports) {
-  const std::string out = (*dir_ / "rep").string(), txt = (*dir_ / "audit.txt").string();
-  ASSERT_EQ(WEXITSTATUS(std::system(fmt::format("{} audit {} --no-full-runs -o {} > {} 2>&1", TDIFF_BIN, args(), out, txt).c_str())), 0);
-  const std::string table = read(txt);
-  std::istringstream lines(table);
-  std::string line;
-  int knob_lines = 0;
-  while (std::getline(lines, line)) {
-    if (line.starts_with("reproduce")) break;
-    EXPECT_LE(line.size(), 100u) << line;  // fits 100 columns (the reproduce command aside)
-    for (const auto& k : knob_catalog())
-      if (line.starts_with(k.name + " ")) ++knob_lines;
-  }
-  EXPECT_EQ(knob_lines, static_cast<int>(knob_catalog().size()));
-  EXPECT_NE(table.find(fmt::format("tdiff audit {}: emu, seeds ", fs::path(case_->path).filename().string())),
-            std::string::npos) << table;
-  EXPECT_NE(knob_line(table, "pv_accum").find(" ~8x"), std::string::npos) << table;
-  // Progress in a log (stderr is no terminal here): a line per knob, before the table.
-  const std::string first = fmt::format("audit: [1/{}] {}: ", knob_catalog().size(), knob_catalog().front().name);
-  const auto progress = table.find(first), table_start = table.find("\n" + knob_catalog().front().name + " ");
-  ASSERT_NE(progress, std::string::npos) << table;
-  EXPECT_LT(progress, table_start) << table;
-  // CSV: a header and one row per knob.
-  const std::string csv = read(fs::path(out) / "audit.csv");
-  EXPECT_TRUE(csv.starts_with("knob,bad,good,touched_stages,selection,local_bad,local_good"));
-  EXPECT_NE(csv.find("\nsoftmax_stats,"), std::string::npos);
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), static_cast<long>(knob_catalog().size()) + 1);
-  // JSON: every row with its per-stage details.
-  const auto j = nlohmann::json::parse(read(fs::path(out) / "audit.json"));
-  ASSERT_EQ(j["rows"].size(), knob_catalog().size());
-  EXPECT_EQ(j["policy"], "fixed");
-  EXPECT_EQ(j["backend"], "emu");
-  EXPECT_EQ(j["env"]["backend"], "emu");
-  EXPECT_FALSE(j["rows"][0]["bad"]["stages"].empty());
-  // HTML: self-contained, one details block per knob.
-  const std::string html = read(fs::path(out) / "audit.html");
-  EXPECT_NE(html.find("<table id=\"audit\""), std::string::npos);
-  std::size_t details = 0;
-  for (auto p = html.find("<details"); p != std::string::npos; p = html.find("<details", p + 1)) ++details;
-  EXPECT_EQ(details, knob_catalog().size());
-  EXPECT_EQ(html.find("http"), std::string::npos);  // loads nothing from anywhere
-}
-
-TEST_F(Audit, BadArgumentsExitWith2) {
-  EXPECT_EQ(sh(fmt::format("{} audit {} --knob bogus --no-reports", TDIFF_BIN, args())), 2);
-  EXPECT_EQ(sh(fmt::format("{} audit {} --set bogus=1 --no-reports", TDIFF_BIN, args())), 2);
-  EXPECT_EQ(sh(fmt::format("{} audit {} --seed 3 --seed-b 3 --no-reports", TDIFF_BIN, args())), 2);
-  EXPECT_EQ(sh(fmt::format("{} audit {}/missing.h5 --no-reports", TDIFF_BIN, dir_->string())), 2);
-  // --hip-gemm is hip's.
-  EXPECT_EQ(sh(fmt::format("{} audit {} --hip-gemm vector --no-full-runs --knob qk_accum --no-reports", TDIFF_BIN, args())), 2);
-}
-
-TEST_F(Audit, HipOnABuildWithoutItExitsWith2) {
-  for (const auto& e : backend_registry())
-    if (e.name == "hip" && e.built) GTEST_SKIP() << "this tdiff has hip";
-  std::string err;
-  EXPECT_EQ(sh_err(fmt::format("{} audit {} --backend hip --hip-gemm vector --no-reports", TDIFF_BIN, args()), err), 2);
-  // One line naming the backend and how to build it (backend_entry's message).
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  EXPECT_NE(err.find("backend 'hip' is not built into this tdiff (configure with -DTDIFF_HIP="), std::string::npos) << err;
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """refcpu against transformers at any size: the worst per-token relative L2 of every stage
-class, as tests/oracle_test.cpp computes it for the shipped fixtures, from two files.
+class, as tests/e2e/oracle_test.cpp computes it for the shipped fixtures, from two files.
 
-    tests/oracle/compare_hf.py CASE.h5 HF.h5 [--bound 1e-6] [--score-bound 1e-4]
+    tests/support/oracle/compare_hf.py CASE.h5 HF.h5 [--bound 1e-6] [--score-bound 1e-4]
 
 CASE.h5 holds the reference (`tdiff golden CASE.h5 --tie-rule torch-cpu`, every stage), HF.h5
 python/capture_hf.py's dump of the same case. Every dataset of HF.h5 that the reference has too
@@ -20,7 +20,7 @@ and Lxx.attn.idx.weights/w <= --score-bound (1e-4): transformers computes the in
 weights and scores in float32 (spec F6) and sums heads of both signs, so cancellation magnifies
 float32 rounding (tiny: 1.9e-5; the head weights of the tiny release-format model 1.2e-6); the
 selections made from them are compared exactly (Lxx.attn.idx.topk/sel). Cases with padding are refused:
-transformers pools pad tokens where refcpu does not (spec 5.12); use tests/oracle_test.cpp.
+transformers pools pad tokens where refcpu does not (spec 5.12); use tests/e2e/oracle_test.cpp.
 Exit status: 0 within bounds; 1 a class beyond its bound, a mismatch, or nothing compared;
 2 bad input. Needs numpy and h5py.
 """
@@ -66,7 +66,7 @@ def main():
         print("compare_hf: no group %s in %s or %s in %s" % (a.group_a, a.case, a.group_b, a.hf), file=sys.stderr)
         return 2
     if "inputs/mask" in fa and not np.asarray(fa["inputs/mask"][()]).astype(bool).all():
-        print("compare_hf: %s has padding; use tests/oracle_test.cpp (it leaves pad tokens out)" % a.case,
+        print("compare_hf: %s has padding; use tests/e2e/oracle_test.cpp (it leaves pad tokens out)" % a.case,
               file=sys.stderr)
         return 2
     ref, hf = datasets(fa[a.group_a]), datasets(fb[a.group_b])

@@ -1,137 +1,23 @@
-// Golden prompt sets (cases/) and tdiff ci: the shipped sets cover what they promise, suite
-// files are checked, and a small suite runs through the binary with its cache, reports and
-// records, or an external implementation's dumps of its cases are judged.
+// tdiff ci: a small suite runs through the binary with its cache, reports and records, or an
+// external implementation's dumps of its cases are judged.
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "app/ci_suite.h"
-#include "cli_support.h"
+#include "mini_suite.h"
 #include "casefile/case_file.h"
 #include "base/error.h"
 #include "synth/synth.h"
 #include "base/dtype.h"
 #include "casefile/h5io.h"
 #include "tap/tap.hpp"
-#include "report/ci_index.h"
 
 namespace tdiff {
 namespace {
 
 namespace fs = std::filesystem;
-
-// What the golden set promises (cases/README.md), checked on the shipped files.
-void check_golden_set(const std::string& name) {
-  const Suite s = load_suite(std::string(TDIFF_SOURCE_DIR) + "/cases/" + name);
-  const ModelConfig c = synth_preset(s.preset);
-  const PromptSet p = read_token_file(s.tokens_file, c.vocab_size);
-  ASSERT_EQ(p.ids.size(), 20u) << name;
-  int longer_than_window = 0, repeated = 0;
-  bool first_id = false, last_id = false;
-  std::set<std::size_t> lengths;
-  for (const auto& ids : p.ids) {
-    lengths.insert(ids.size());
-    const auto n = static_cast<std::int64_t>(ids.size());
-    // Longer than the window and at least two windows of each compression rate.
-    longer_than_window += n > c.sliding_window && n >= 2 * c.hca_rate && n >= 2 * c.csa_rate;
-    repeated += std::set<std::int64_t>(ids.begin(), ids.end()).size() * 4 <= ids.size();
-    for (auto id : ids) first_id = first_id || id == 0, last_id = last_id || id == c.vocab_size - 1;
-  }
-  EXPECT_GE(longer_than_window, 5) << name;
-  EXPECT_GE(repeated, 2) << name;
-  EXPECT_TRUE(first_id && last_id) << name;
-  EXPECT_GE(lengths.size(), 15u) << name;
-  // Every prompt in some case; both padding sides; a batch of one without padding.
-  std::set<int> used;
-  std::set<std::string> sides;
-  bool alone = false;
-  for (const auto& k : s.cases) {
-    used.insert(k.prompts.begin(), k.prompts.end());
-    if (k.prompts.size() > 1) sides.insert(k.pad_side);
-    alone = alone || (k.prompts.size() == 1 && k.pad_to == 0);
-    EXPECT_NE(k.seed, 0u) << k.name;
-  }
-  EXPECT_EQ(used.size(), 20u) << name;
-  EXPECT_EQ(sides.size(), 2u) << name;
-  EXPECT_TRUE(alone) << name;
-  EXPECT_EQ(s.repeat, 2) << name;
-  // Gated by the default thresholds, with the selections replayed (cases/README.md).
-  EXPECT_TRUE(s.thresholds_file.empty()) << name;
-  EXPECT_TRUE(s.replay_selections) << name;
-}
-
-TEST(GoldenSet, TinyCoversWhatItPromises) { check_golden_set("tiny"); }
-TEST(GoldenSet, SmallCoversWhatItPromises) { check_golden_set("small"); }
-
-class Suites : public testing::CliTest {
- protected:
-  // Prompts 13-16 of the tiny golden set on the same model cut to two layers (naive's bf16
-  // top-k comparisons tie in L01), in two cases.
-  void write_suite(const std::string& extra_case = "") {
-    const std::string golden = testing::slurp(std::string(TDIFF_SOURCE_DIR) + "/cases/tiny/golden.txt");
-    std::stringstream in(golden), out;
-    std::string line;
-    for (int i = 1; std::getline(in, line); ++i)
-      if (i >= 13 && i <= 16) out << line << "\n";
-    std::ofstream(path("p.txt")) << out.str();
-    std::ofstream(path("suite.toml")) << "name = \"mini\"\ntokens = \"p.txt\"\nrepeat = 2\n"
-                                         "[model]\npreset = \"tiny\"\nseed = 1\nlayers = 2\n"
-                                         "[[case]]\nname = \"right\"\nprompts = [1, 2]\npad_to = 34\nseed = 5\n"
-                                         "[[case]]\nname = \"left\"\nprompts = [3, 4, 1]\npad_side = \"left\"\nseed = 6\n"
-                                      << extra_case;
-  }
-  // The suite file with one line changed, for error tests.
-  std::string suite_with(const std::string& from, const std::string& to) {
-    write_suite();
-    std::string text = testing::slurp(path("suite.toml"));
-    const auto at = text.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    text.replace(at, from.size(), to);
-    std::ofstream(path("bad.toml")) << text;
-    return path("bad.toml");
-  }
-};
-
-TEST_F(Suites, LoadsAndHashesTheDefinitions) {
-  write_suite();
-  const Suite s = load_suite(dir_.string());
-  EXPECT_EQ(s.name, "mini");
-  ASSERT_EQ(s.cases.size(), 2u);
-  EXPECT_EQ(s.cases[1].pad_side, "left");
-  EXPECT_EQ(s.cases[0].pad_to, 34);
-  EXPECT_EQ(s.layers, 2);
-  EXPECT_TRUE(s.replay_selections);  // the default, as tdiff run's
-  EXPECT_FALSE(load_suite(suite_with("repeat = 2", "repeat = 2\nselections = \"free\"")).replay_selections);
-  EXPECT_EQ(s.hash.size(), 64u);
-  EXPECT_EQ(load_suite(path("suite.toml")).hash, s.hash);
-  std::ofstream(path("p.txt"), std::ios::app) << "4 5 6\n";  // another token file: another key
-  EXPECT_NE(load_suite(dir_.string()).hash, s.hash);
-}
-
-TEST_F(Suites, BadSuiteFilesNameTheFileAndLine) {
-  const std::vector<std::pair<std::string, std::string>> bad = {
-      {"repeat = 2", "repeat = 2\nbogus = 1"},           {"prompts = [1, 2]", "prompts = [1, 9]"},
-      {"repeat = 2", "repeat = 2\nselections = \"some\""},
-      {"pad_to = 34", "pad_to = 10"},                    {"name = \"left\"", "name = \"right\""},
-      {"preset = \"tiny\"", "preset = \"huge\""},        {"pad_side = \"left\"", "pad_side = \"up\""},
-      {"tokens = \"p.txt\"", "tokens = \"none.txt\""},   {"seed = 6", "seed = \"six\""},
-      {"[[case]]\nname = \"right\"", "[[case]]\nname = \"Right Case\""},
-      {"repeat = 2", "repeat = 1000000"},                {"pad_to = 34", "pad_to = 1000000000000"},
-  };
-  for (const auto& [from, to] : bad) {
-    const std::string f = suite_with(from, to);
-    try {
-      load_suite(f);
-      ADD_FAILURE() << "accepted: " << to;
-    } catch (const InputError& e) {
-      const std::string what = e.what();
-      EXPECT_TRUE(what.find("bad.toml") != std::string::npos || what.find("none.txt") != std::string::npos ||
-                  what.find("preset") != std::string::npos)
-          << what;
-    }
-  }
-  EXPECT_THROW(load_suite(path("nowhere")), InputError);
-}
+using Suites = testing::MiniSuite;
 
 TEST_F(Suites, CiRunsEveryCaseCachesAndReports) {
   write_suite();
@@ -345,31 +231,6 @@ TEST_F(Suites, CiJudgesAnEnginesDumpsAsRunJudgesEachOne) {
   for (const char* ignored : {"-o x", "--policy naive", "--repeat 2", "--run-id x"})
     EXPECT_EQ(run(fmt::format("ci '{}' --cache '{}' --prepare {}", dir_.string(), cache, ignored)).code, 2) << ignored;
   EXPECT_EQ(run(fmt::format("ci '{}' --dump-policy fixed", dir_.string())).code, 2);
-}
-
-TEST(CiIndex, JunitAndIndexNameEveryCase) {
-  CiSummary s;
-  s.suite = "t";
-  s.command = "tdiff ci cases/t";
-  CiRow a;
-  a.name = "a<b";
-  a.report = "a/report.html";
-  CiRow b;
-  b.name = "b";
-  b.verdict = Verdict::fail;
-  b.reason = "lm_head/logits: cosine 0.9 < 0.99";
-  b.deterministic = false;
-  b.runs = 2;
-  b.determinism_report = "b/determinism/report.html";
-  s.rows = {a, b};
-  EXPECT_EQ(s.verdict(), Verdict::fail);
-  const std::string j = render_ci_junit(s);
-  EXPECT_NE(j.find("name=\"a&lt;b\""), std::string::npos);
-  EXPECT_NE(j.find("<failure message=\"lm_head/logits: cosine 0.9 &lt; 0.99\""), std::string::npos) << j;
-  const std::string h = render_ci_index(s);
-  EXPECT_NE(h.find("href=\"b/determinism/report.html\""), std::string::npos);
-  EXPECT_NE(h.find("a&lt;b"), std::string::npos);
-  EXPECT_NE(render_ci_table(s, false).find("NO (2 runs)"), std::string::npos);
 }
 
 }  // namespace

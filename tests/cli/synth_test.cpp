@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/safetensors.h"
+#include "synth/synth.h"
 #include "base/sha256.h"
 
 namespace tdiff {
@@ -177,6 +178,22 @@ TEST_F(CliSynthTest, HelpHasAnExample) {
   const Result r = run("synth --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("tdiff synth --preset tiny --seed 1"), std::string::npos) << r.out;
+}
+
+// --outliers prints the token ids and channels it planted (synth_outliers).
+TEST(SynthCli, OutliersFlagPrintsIdsAndChannels) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("tdiff-synth-outliers-{}", ::getpid());
+  fs::remove_all(dir);
+  const std::string cmd = fmt::format("{} synth --preset tiny --outliers --seed 1 -o {}/m > {}.out 2>&1", TDIFF_BIN,
+                                      dir.string(), dir.string());
+  ASSERT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0);
+  std::ifstream f(dir.string() + ".out");
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const SynthOutliers o = synth_outliers(synth_preset("tiny"), 1);
+  EXPECT_NE(text.find(fmt::format("outliers: token ids {} {} carry", o.token_ids[0], o.token_ids[1])), std::string::npos)
+      << text;
+  fs::remove_all(dir);
+  fs::remove(dir.string() + ".out");
 }
 
 }  // namespace

@@ -1,0 +1,130 @@
+// The tap (src/tap/tap.h): what an external engine writes is read back as written, bad input is
+// refused with a message naming it, and the C example program writes its dump.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_support.h"
+#include "backend/backend.h"
+#include "base/dtype.h"
+#include "casefile/h5io.h"
+#include "tap/tap.h"
+#include "tap/tap.hpp"
+
+namespace tdiff {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CliResult;
+using testing::slurp;
+
+class TapTest : public testing::CliTest {
+ protected:
+  // Only the named files: no temporaries left beside them.
+  std::vector<std::string> listing() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+TEST_F(TapTest, WritesWhatTdiffReads) {
+  const std::string out = path("dump.h5");
+  tdiff_tap* tap = tdiff_tap_open(out.c_str(), "isolated");
+  ASSERT_NE(tap, nullptr) << tdiff_tap_error();
+  const std::vector<float> f = {1.5f, -2.25f, 3.0f, 1e-3f, 7.0f, -0.5f};
+  const std::vector<std::uint16_t> bf = {bf16_bits(1.0), bf16_bits(-3.5), bf16_bits(0.125)};
+  const std::vector<std::int64_t> idx = {3, 0, 2, 1};
+  const std::vector<std::uint8_t> flags = {1, 0, 1};
+  const std::int64_t s23[] = {2, 3}, s3[] = {3}, s22[] = {2, 2};
+  EXPECT_EQ(tdiff_tap_attr(tap, "engine", "unit test"), 0);
+  EXPECT_EQ(tdiff_tap_write(tap, "L00.attn.core/o", "f32", s23, 2, f.data()), 0) << tdiff_tap_error();
+  EXPECT_EQ(tdiff_tap_write(tap, "embed/e", "bf16", s3, 1, bf.data()), 0) << tdiff_tap_error();
+  EXPECT_EQ(tdiff_tap_write(tap, "L00.moe.select/idx", "i64", s22, 2, idx.data()), 0) << tdiff_tap_error();
+  EXPECT_EQ(tdiff_tap_write(tap, "mask.window/m", "bool", s3, 1, flags.data()), 0) << tdiff_tap_error();
+  EXPECT_FALSE(fs::exists(out)) << "nothing in place before close";
+  ASSERT_EQ(tdiff_tap_close(tap), 0) << tdiff_tap_error();
+
+  const Tensor a = h5_read(out, "/L00.attn.core/o");
+  EXPECT_EQ(a.dtype(), DType::f32);
+  EXPECT_EQ(a.shape(), (Shape{2, 3}));
+  for (std::size_t i = 0; i < f.size(); ++i) EXPECT_EQ(a.data<float>()[i], f[i]);
+  const Tensor b = h5_read(out, "/embed/e");
+  EXPECT_EQ(b.dtype(), DType::bf16);
+  EXPECT_EQ(b.value(1), -3.5);
+  EXPECT_EQ(h5_read(out, "/L00.moe.select/idx").value(0), 3.0);
+  EXPECT_EQ(h5_read(out, "/mask.window/m").dtype(), DType::boolean);
+  const auto attrs = h5_read_attrs(out, "/");
+  EXPECT_EQ(attrs.at("env.engine"), "unit test");
+  EXPECT_EQ(attrs.at("tdiff_dump_mode"), "isolated");
+  EXPECT_EQ(listing(), std::vector<std::string>{"dump.h5"});
+}
+
+TEST_F(TapTest, RefusesBadInputWithAMessageAndLeavesNoFile) {
+  const std::string out = path("dump.h5");
+  EXPECT_EQ(tdiff_tap_open(out.c_str(), "replay"), nullptr);
+  EXPECT_NE(std::string(tdiff_tap_error()).find("mode 'replay'"), std::string::npos) << tdiff_tap_error();
+  EXPECT_EQ(tdiff_tap_open(path("no/such/folder/d.h5").c_str(), "run"), nullptr);
+  EXPECT_NE(std::string(tdiff_tap_error()).find("no/such/folder"), std::string::npos) << tdiff_tap_error();
+
+  const float v[4] = {1, 2, 3, 4};
+  const std::int64_t s4[] = {4}, neg[] = {-4};
+  struct Case {
+    const char* name;
+    const char* dtype;
+    const std::int64_t* shape;
+    const void* data;
+    const char* says;
+  };
+  for (const Case& c : {Case{"logits", "f32", s4, v, "<stage>/<tensor>"}, Case{"a/b/c", "f32", s4, v, "<stage>/<tensor>"},
+                        Case{"../x/y", "f32", s4, v, "<stage>/<tensor>"}, Case{"lm_head/logits", "f128", s4, v, "f128"},
+                        Case{"lm_head/logits", "f32", neg, v, "negative"}, Case{"lm_head/logits", "f32", s4, nullptr, "no data"}}) {
+    tdiff_tap* tap = tdiff_tap_open(out.c_str(), "run");
+    ASSERT_NE(tap, nullptr);
+    EXPECT_EQ(tdiff_tap_write(tap, c.name, c.dtype, c.shape, 1, c.data), -1) << c.name;
+    const std::string err = tdiff_tap_error();
+    EXPECT_NE(err.find(c.says), std::string::npos) << err;
+    EXPECT_NE(err.find(out), std::string::npos) << "names the dump: " << err;
+    EXPECT_EQ(tdiff_tap_write(tap, "embed/e", "f32", s4, 1, v), -1) << "nothing more after an error";
+    EXPECT_EQ(tdiff_tap_close(tap), -1);
+    EXPECT_TRUE(listing().empty()) << c.name << ": " << fmt::format("{}", fmt::join(listing(), " "));
+  }
+  tdiff_tap* twice = tdiff_tap_open(out.c_str(), "run");
+  EXPECT_EQ(tdiff_tap_write(twice, "embed/e", "f32", s4, 1, v), 0);
+  EXPECT_EQ(tdiff_tap_write(twice, "embed/e", "f32", s4, 1, v), -1);
+  EXPECT_NE(std::string(tdiff_tap_error()).find("embed/e: written twice"), std::string::npos) << tdiff_tap_error();
+  tdiff_tap_discard(twice);
+  EXPECT_EQ(tdiff_tap_close(nullptr), -1);
+  EXPECT_TRUE(listing().empty());
+}
+
+TEST_F(TapTest, CppTapIsDiscardedUnlessClosed) {
+  const std::vector<double> v = {1, 2, 3};
+  {
+    Tap tap(path("dropped.h5"));
+    tap.write("lm_head/logits", v, {1, 3});
+  }  // an exception unwinding through an engine ends the same way
+  EXPECT_TRUE(listing().empty());
+  Tap tap(path("kept.h5"));
+  tap.write("lm_head/logits", v, {1, 3});
+  EXPECT_THROW(tap.write("logits", v, {3}), std::runtime_error);
+  EXPECT_THROW(tap.close(), std::runtime_error) << "an incomplete dump is not committed";
+  EXPECT_TRUE(listing().empty());
+}
+
+TEST_F(TapTest, MinimalCProgramWritesItsDump) {
+  const std::string out = path("c.h5");
+  const int status = std::system(fmt::format("'{}' '{}' >'{}' 2>&1", TAP_MINIMAL_BIN, out, path("log")).c_str());
+  ASSERT_EQ(WEXITSTATUS(status), 0) << slurp(path("log"));
+  EXPECT_EQ(h5_read(out, "/lm_head/logits").shape(), (Shape{2, 3, 4}));
+  EXPECT_NE(slurp(path("log")).find("refused as expected"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tdiff
