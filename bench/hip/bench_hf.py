@@ -21,8 +21,8 @@ on the GPU tensor by tensor (exact: codes of 4 significant bits times powers of 
 routed experts stacked into HF's [E, 2I, D] / [E, D, I] tensors, a few experts at a time. No
 float32 fallback there (at real widths it would not fit): a failure is the script's exit.
 The timing is the same; the JSON adds "layout", "load_s" and the release's tensor counts.
-`PYTHONPATH=python python3 -m tdiff_capture.release --self-test` checks that loader's logic
-without a GPU (ctest runs it: python_capture_package).
+python/tests/test_release_codes.py and test_release.py check that loader's logic without a
+GPU (ctest runs them: python_capture_package).
 
     python3 bench/hip/bench_hf.py --model DIR --case case.h5 [--runs 3] [--layout auto|hf|release] [-o bench_hf.json]
 """

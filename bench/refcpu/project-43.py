@@ -89,63 +89,57 @@ def load_source(name, path):
     return mod
 
 
-def main():
-    p = argparse.ArgumentParser(description="Project `tdiff golden` on 43 layers from a few (see the header).")
-    p.add_argument("--log", required=True, help="the stamped golden log (tests/gpu/measure PREFIX.log)")
-    p.add_argument("--model", required=True, help="the measured model folder (its config.json)")
-    p.add_argument("--target", help="config.json of the schedule to project to "
-                                    "(default: V4-Flash's, from tests/gpu/flash-config)")
-    p.add_argument("--tokens", type=int, default=0, help="the measured case's tokens, for the output only")
-    a = p.parse_args()
+class Stamps:
+    """The completion stamps of golden's progress records: c[i] of stage i (1-based; c[0] = 0,
+    golden's start) and `end`, the "golden: ... computed" record's (None when it is missing).
+    at(i) interpolates a stage without a record between its neighbours and says so in
+    `interpolated`; None past the last record."""
 
-    with open(os.path.join(a.model, "config.json")) as f:
-        m_lt, m_mt = schedule(json.load(f), a.model + "/config.json")
-    if a.target:
-        with open(a.target) as f:
-            t_lt, t_mt = schedule(json.load(f), a.target)
-    else:
-        flash = load_source("flash_config", os.path.join(ROOT, "tests", "gpu", "flash-config")).FLASH
-        t_lt, t_mt = schedule(flash, "tests/gpu/flash-config")
-    graph = load_source("capture_hf", os.path.join(ROOT, "python", "capture_hf.py")).stage_graph(m_lt, m_mt)
-    names = [s for s, _ in graph]
+    def __init__(self, c, end):
+        self.c, self.end = c, end
+        self.last = max(c)
+        self.known = sorted(c)
+        self.interpolated = False
+
+    def at(self, i):
+        c = self.c
+        if i in c:
+            return c[i]
+        if i > self.last:
+            return None
+        lo = max(k for k in self.known if k < i)
+        hi = min(k for k in self.known if k > i)
+        self.interpolated = True
+        return c[lo] + (c[hi] - c[lo]) * (i - lo) / (hi - lo)
+
+
+def read_stamps(path, names):
+    """The Stamps of a stamped golden log whose records must name the stages `names` in order."""
     total = len(names)
-
-    # c[i]: completion stamp of stage i (1-based); c[0] = 0, golden's start.
     c = {0: 0.0}
     end = None
     rec = re.compile(r"^\s*([0-9.]+) golden \[(\d+)/(\d+)\] (\S+)\s*$")
     fin = re.compile(r"^\s*([0-9.]+) golden: (\d+) stages computed")
-    with open(a.log, errors="replace") as f:
+    with open(path, errors="replace") as f:
         for line in f:
             m = rec.match(line)
             if m:
                 t, i, n, stage = float(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4)
                 if n != total or names[i - 1] != stage:
                     fail("%s: stage %d/%d is %s; the model's stage list (%d stages) has %s there"
-                         % (a.log, i, n, stage, total, names[i - 1] if i <= total else "nothing"))
+                         % (path, i, n, stage, total, names[i - 1] if i <= total else "nothing"))
                 c[i] = t
                 continue
             m = fin.match(line)
             if m:
                 end = float(m.group(1))
     if len(c) == 1:
-        fail("%s: no progress record of tdiff golden" % a.log, 1)
-    last = max(c)
-    known = sorted(c)
-    interpolated = False
+        fail("%s: no progress record of tdiff golden" % path, 1)
+    return Stamps(c, end)
 
-    def at(i):
-        nonlocal interpolated
-        if i in c:
-            return c[i]
-        if i > last:
-            return None
-        lo = max(k for k in known if k < i)
-        hi = min(k for k in known if k > i)
-        interpolated = True
-        return c[lo] + (c[hi] - c[lo]) * (i - lo) / (hi - lo)
 
-    # Stage ranges of the layers: [first, last] indices, 1-based.
+def layer_spans(names):
+    """{layer: (its first stage, its last stage)}, 1-based indices into `names`."""
     spans = {}
     for i, s in enumerate(names, 1):
         m = re.match(r"^L(\d+)\.", s)
@@ -153,12 +147,18 @@ def main():
             l = int(m.group(1))
             lo, _ = spans.get(l, (i, i))
             spans[l] = (lo, i)
+    return spans
+
+
+def measure_layers(stamps, spans, m_lt, m_mt):
+    """(prologue, one text per layer, {(attention, routing): [seconds]}, {attention: [seconds]},
+    epilogue); prologue and epilogue None when not reached."""
     first_layer = min(lo for lo, _ in spans.values())
-    prologue = at(first_layer - 1)
+    prologue = stamps.at(first_layer - 1)
     rows, by_key, by_type = [], {}, {}
     for l in sorted(spans):
         lo, hi = spans[l]
-        t0, t1 = at(lo - 1), at(hi)
+        t0, t1 = stamps.at(lo - 1), stamps.at(hi)
         key = (SHORT[m_lt[l]], m_mt[l])
         if t0 is None or t1 is None:
             rows.append("L%02d %s/%s not finished" % (l, key[0], key[1]))
@@ -166,23 +166,22 @@ def main():
         rows.append("L%02d %s/%s %.1f s" % (l, key[0], key[1], t1 - t0))
         by_key.setdefault(key, []).append(t1 - t0)
         by_type.setdefault(key[0], []).append(t1 - t0)
-    last_layer_end = at(max(hi for _, hi in spans.values()))
+    last_layer_end = stamps.at(max(hi for _, hi in spans.values()))
+    end = stamps.end
     epilogue = end - last_layer_end if end is not None and last_layer_end is not None else None
+    return prologue, rows, by_key, by_type, epilogue
 
-    tok = " at %d tokens" % a.tokens if a.tokens else ""
-    print("measured (tdiff golden, %d layers%s%s): prologue %s | %s | epilogue %s | total %s"
-          % (len(spans), tok, ", layer ends interpolated" if interpolated else "",
-             "%.1f s" % prologue if prologue is not None else "?", " | ".join(rows),
-             "%.1f s" % epilogue if epilogue is not None else "not reached",
-             "%.1f s" % end if end is not None else "not finished (last record %.1f s, stage %d/%d %s)"
-             % (c[last], last, total, names[last - 1])))
-    mean = lambda xs: sum(xs) / len(xs)
-    print("per layer type: " + ", ".join("%s/%s %.1f s (%d)" % (k[0], k[1], mean(v), len(v))
-                                         for k, v in sorted(by_key.items())))
 
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+def project_layers(t_lt, t_mt, by_key, by_type):
+    """The target's layers from the measured means: (seconds, one text per (attention, routing)
+    pair, notes on pairs taken from the other routing, attention types with no measurement)."""
     counts, parts, notes, missing = {}, [], set(), set()
     secs = 0.0
-    for l, (lt, mt) in enumerate(zip(t_lt, t_mt)):
+    for lt, mt in zip(t_lt, t_mt):
         key = (SHORT[lt], mt)
         counts[key] = counts.get(key, 0) + 1
         if key in by_key:
@@ -195,6 +194,48 @@ def main():
     for key, n in sorted(counts.items()):
         src = by_key.get(key) or by_type.get(key[0])
         parts.append("%d x %s/%s %s" % (n, key[0], key[1], "%.1f" % mean(src) if src else "?"))
+    return secs, parts, notes, missing
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description="Project `tdiff golden` on 43 layers from a few (see the header).")
+    p.add_argument("--log", required=True, help="the stamped golden log (tests/gpu/measure PREFIX.log)")
+    p.add_argument("--model", required=True, help="the measured model folder (its config.json)")
+    p.add_argument("--target", help="config.json of the schedule to project to "
+                                    "(default: V4-Flash's, from tests/gpu/flash-config)")
+    p.add_argument("--tokens", type=int, default=0, help="the measured case's tokens, for the output only")
+    return p.parse_args()
+
+
+def main():
+    a = parse_args()
+    with open(os.path.join(a.model, "config.json")) as f:
+        m_lt, m_mt = schedule(json.load(f), a.model + "/config.json")
+    if a.target:
+        with open(a.target) as f:
+            t_lt, t_mt = schedule(json.load(f), a.target)
+    else:
+        flash = load_source("flash_config", os.path.join(ROOT, "tests", "gpu", "flash-config")).FLASH
+        t_lt, t_mt = schedule(flash, "tests/gpu/flash-config")
+    graph = load_source("capture_hf", os.path.join(ROOT, "python", "capture_hf.py")).stage_graph(m_lt, m_mt)
+    names = [s for s, _ in graph]
+    total = len(names)
+
+    stamps = read_stamps(a.log, names)
+    spans = layer_spans(names)
+    prologue, rows, by_key, by_type, epilogue = measure_layers(stamps, spans, m_lt, m_mt)
+    end, last = stamps.end, stamps.last
+    tok = " at %d tokens" % a.tokens if a.tokens else ""
+    print("measured (tdiff golden, %d layers%s%s): prologue %s | %s | epilogue %s | total %s"
+          % (len(spans), tok, ", layer ends interpolated" if stamps.interpolated else "",
+             "%.1f s" % prologue if prologue is not None else "?", " | ".join(rows),
+             "%.1f s" % epilogue if epilogue is not None else "not reached",
+             "%.1f s" % end if end is not None else "not finished (last record %.1f s, stage %d/%d %s)"
+             % (stamps.c[last], last, total, names[last - 1])))
+    print("per layer type: " + ", ".join("%s/%s %.1f s (%d)" % (k[0], k[1], mean(v), len(v))
+                                         for k, v in sorted(by_key.items())))
+
+    secs, parts, notes, missing = project_layers(t_lt, t_mt, by_key, by_type)
     if missing or epilogue is None or prologue is None:
         why = ("no finished layer of type %s" % ", ".join(sorted(missing))) if missing else "golden did not finish"
         print("projection: none (%s)" % why)

@@ -156,10 +156,7 @@ def capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by
     """One case's forward with the hooks, written to `output`; its lines printed. True when every
     check held."""
     from .rope import patch_model_rotary_f64
-    torch, transformers, hf = loaded["torch"], loaded["transformers"], loaded["hf"]
-    model, config, graph = loaded["model"], loaded["config"], loaded["graph"]
-    dtype, device, source, hf_module = loaded["dtype"], loaded["device"], loaded["source"], loaded["hf_module"]
-    model_dir, load_s, non_native = loaded["model_dir"], loaded["load_s"], loaded["non_native"]
+    hf, model, config = loaded["hf"], loaded["model"], loaded["config"]
     env = dict(loaded["env"], written_by=written_by)
     B, S = ids.shape
     shape_of = expected_shapes(loaded["dims"], B, S)
@@ -173,64 +170,91 @@ def capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by
         load_notes += rope_notes
     reference = read_reference(case) if isolate else None
 
-    ok = True
     try:
         with AtomicH5(output, prefix=".capture_hf.") as h5:
-            rec = hf.Recorder(h5, graph, shape_of, args.stages, derive=not args.no_derived,
+            rec = hf.Recorder(h5, loaded["graph"], shape_of, args.stages, derive=not args.no_derived,
                               wrap=not args.no_attn_wrap, keep_streams=args.hidden_states_check,
                               store=args.store, reference=reference["reference"] if reference else None)
-            rec.install(model, hf_module)
-            extra = {"output_hidden_states": True} if args.hidden_states_check else {}
-            try:
-                t_fwd = time.perf_counter()
-                with torch.no_grad():
-                    outputs = model(input_ids=torch.from_numpy(ids).to(device),
-                                    attention_mask=torch.from_numpy(mask.astype(np.int64)).to(device),
-                                    position_ids=torch.from_numpy(pos).to(device),
-                                    use_cache=False, **extra)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                forward_s = time.perf_counter() - t_fwd
-            finally:
-                rec.remove()
-                if undo_rope:
-                    undo_rope()
-
+            outputs, forward_s = _hooked_forward(loaded, rec, ids, mask, pos, args.hidden_states_check, undo_rope)
             missing = rec.missing()
             hs_ok, hs_lines = True, []
             if args.hidden_states_check:
                 hs_ok, hs_lines = hf.hidden_states_check(outputs.hidden_states, rec.kept, config.num_hidden_layers)
-            set_dump_attrs(h5, "isolated" if isolate else "run", env)
-            a = h5.attrs
-            a["source"] = source
-            a["transformers_version"] = str(transformers.__version__)
-            a["torch_version"] = str(torch.__version__)
-            a["written_by"] = written_by
-            a["case"] = os.path.abspath(case)
-            a["model_path"] = os.path.abspath(model_dir)
-            a["stages"] = args.stages
-            a["attn_implementation"] = env["attn_implementation"]
-            a["experts_implementation"] = env["experts_implementation"]
-            a["conventions"] = CONVENTIONS
-            a["mapping"] = json.dumps([{"stage": s, "tensor": t, "module": m, "how": h}
-                                       for s, t, m, h, _ in MAPPING])
-            a["not_captured"] = json.dumps(missing)
-            a["extra_tensors"] = json.dumps(sorted("%s/%s" % k for k in EXTRA_TENSORS))
-            a["self_checks"] = json.dumps([[w, d] for w, d in rec.checks if d != 0.0])
-            a["shape_errors"] = json.dumps(rec.shape_errors)
-            a["non_float64_tensors" if dtype == torch.float64 else "non_native_tensors"] = json.dumps(non_native)
-            a["notes"] = json.dumps(load_notes + rec.notes)
-            if isolate:
-                a["isolation"] = json.dumps({"%s/%s" % k: v for k, v in sorted(ISOLATION.items())})
-                a["not_fed"] = json.dumps(rec.not_fed)
-            if args.hidden_states_check:
-                a["hidden_states_check"] = json.dumps(hs_lines)
+            _write_attrs(h5, args, loaded, env, rec, case, isolate, missing, load_notes, hs_lines)
     finally:
         if reference is not None:
             reference.close()
 
-    # One line per captured stage, in stage-graph order.
-    print("# %s%s, B=%d S=%d -> %s" % (source, ", isolated stages" if isolate else "", B, S, output))
+    print("# %s%s, B=%d S=%d -> %s" % (loaded["source"], ", isolated stages" if isolate else "", B, S, output))
+    _print_stages(loaded["graph"], rec, args.stages, isolate, missing)
+    ok = _print_checks(rec, isolate, load_notes, hs_lines)
+    if not hs_ok:
+        ok = False
+    torch = loaded["torch"]
+    # forward: the model call less the time the hooks spent converting and writing tensors.
+    print("# timing: load %.2f s, forward %.2f s, writing captured tensors %.2f s (during the forward), "
+          "total %.2f s; %d torch threads" % (loaded["load_s"], forward_s - rec.put_s, rec.put_s,
+                                               time.perf_counter() - t_start, torch.get_num_threads()))
+    return ok
+
+
+def _hooked_forward(loaded, rec, ids, mask, pos, hidden_states, undo_rope):
+    """The model's forward on the case's ids, mask and positions with the recorder's hooks
+    installed (removed after it, and the RoPE patch undone). Returns (outputs, seconds)."""
+    torch, model, device = loaded["torch"], loaded["model"], loaded["device"]
+    rec.install(model, loaded["hf_module"])
+    extra = {"output_hidden_states": True} if hidden_states else {}
+    try:
+        t_fwd = time.perf_counter()
+        with torch.no_grad():
+            outputs = model(input_ids=torch.from_numpy(ids).to(device),
+                            attention_mask=torch.from_numpy(mask.astype(np.int64)).to(device),
+                            position_ids=torch.from_numpy(pos).to(device),
+                            use_cache=False, **extra)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return outputs, time.perf_counter() - t_fwd
+    finally:
+        rec.remove()
+        if undo_rope:
+            undo_rope()
+
+
+def _write_attrs(h5, args, loaded, env, rec, case, isolate, missing, load_notes, hs_lines):
+    """The dump's root attributes: the dump mode and environment, the source, the mapping, what
+    was not captured, the self-checks and notes."""
+    torch, transformers = loaded["torch"], loaded["transformers"]
+    set_dump_attrs(h5, "isolated" if isolate else "run", env)
+    a = h5.attrs
+    a["source"] = loaded["source"]
+    a["transformers_version"] = str(transformers.__version__)
+    a["torch_version"] = str(torch.__version__)
+    a["written_by"] = env["written_by"]
+    a["case"] = os.path.abspath(case)
+    a["model_path"] = os.path.abspath(loaded["model_dir"])
+    a["stages"] = args.stages
+    a["attn_implementation"] = env["attn_implementation"]
+    a["experts_implementation"] = env["experts_implementation"]
+    a["conventions"] = CONVENTIONS
+    a["mapping"] = json.dumps([{"stage": s, "tensor": t, "module": m, "how": h}
+                               for s, t, m, h, _ in MAPPING])
+    a["not_captured"] = json.dumps(missing)
+    a["extra_tensors"] = json.dumps(sorted("%s/%s" % k for k in EXTRA_TENSORS))
+    a["self_checks"] = json.dumps([[w, d] for w, d in rec.checks if d != 0.0])
+    a["shape_errors"] = json.dumps(rec.shape_errors)
+    non_native = loaded["non_native"]
+    a["non_float64_tensors" if loaded["dtype"] == torch.float64 else "non_native_tensors"] = json.dumps(non_native)
+    a["notes"] = json.dumps(load_notes + rec.notes)
+    if isolate:
+        a["isolation"] = json.dumps({"%s/%s" % k: v for k, v in sorted(ISOLATION.items())})
+        a["not_fed"] = json.dumps(rec.not_fed)
+    if args.hidden_states_check:
+        a["hidden_states_check"] = json.dumps(hs_lines)
+
+
+def _print_stages(graph, rec, stages, isolate, missing):
+    """One line per captured stage, in stage-graph order, then the count of what was written
+    and what was not captured."""
     seen = set()
     for stage, tensors in graph:
         cls, _ = stage_class(stage)
@@ -249,13 +273,19 @@ def capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by
             print("%-26s %s" % (stage, "  ".join(parts)))
     extra_names = {"%s/%s" % e for e in EXTRA_TENSORS}
     n_extra = sum(1 for k in seen if "%s/%s" % (stage_class(k.split("/")[0])[0], k.split("/")[1]) in extra_names)
-    wanted = sum(len(t) for s, t in graph if pattern_matches(args.stages, s))
+    wanted = sum(len(t) for s, t in graph if pattern_matches(stages, s))
     n_missing = sum(len(v["layers"]) or 1 for v in missing.values())
     print("# %d of the %d selected stage tensors written (+%d extra); %d not captured"
           % (len(seen) - n_extra, wanted, n_extra, n_missing))
     for name, v in sorted(missing.items()):
         layers = (" layers %s" % v["layers"]) if v["layers"] else ""
         print("# not captured: %s%s: %s" % (name, layers, v["reason"]))
+
+
+def _print_checks(rec, isolate, load_notes, hs_lines):
+    """What was fed (isolate), the notes, the self-checks, shape errors and the hidden-states
+    check's lines. False when a shape was wrong."""
+    ok = True
     if isolate:
         print("# isolate: %d reference tensors fed to the model; %d not fed%s"
               % (len(rec.fed), len(rec.not_fed), "".join("\n#   not fed: %s: %s" % kv for kv in sorted(rec.not_fed.items())[:10])))
@@ -271,10 +301,4 @@ def capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by
         ok = False
     for line in hs_lines:
         print("# hidden-states check: %s" % line)
-    if not hs_ok:
-        ok = False
-    # forward: the model call less the time the hooks spent converting and writing tensors.
-    print("# timing: load %.2f s, forward %.2f s, writing captured tensors %.2f s (during the forward), "
-          "total %.2f s; %d torch threads" % (load_s, forward_s - rec.put_s, rec.put_s,
-                                               time.perf_counter() - t_start, torch.get_num_threads()))
     return ok

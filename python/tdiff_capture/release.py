@@ -18,21 +18,17 @@ experts, E release tensors per part, stack into HF's gate_up_proj [E, 2I, D] (ro
 [w1_e; w3_e]) and down_proj [E, D, I] (w2_e).
 
 The dequantisers take an `ops` object (NumpyOps here, TorchOps in load_into), so the numpy
-path that the self-test checks is the code the torch path runs; only build_model and
-load_into import torch.
+path that the tests check (python/tests/test_release_codes.py, test_release.py) is the code
+the torch path runs; only build_model and load_into import torch.
 
-    python3 -m tdiff_capture.release --self-test [--tdiff build/tdiff]   # unit and end-to-end checks
     python3 -m tdiff_capture.release --export RELEASE_DIR OUT_DIR        # an HF-layout float32 copy
 """
 import argparse
 import json
 import math
 import os
-import shutil
 import struct
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -615,260 +611,13 @@ def _nbytes(rel, name):
     return b - a
 
 
-# --- checks --------------------------------------------------------------------------------------
-
-
-def _fp8_loop(codes, scale):
-    """dequantize_fp8 as release_format.cpp loops it (float64), the reference of the unit check."""
-    O, K = codes.shape
-    out = np.zeros((O, K))
-    for r in range(O):
-        for k in range(K):
-            s = float(scale[r // 128, k // 128]) if scale.dtype == np.float32 else math.ldexp(1.0, int(scale[r // 128, k // 128]) - 127)
-            out[r, k] = float(E4M3[codes[r, k]]) * s
-    return out
-
-
-def _fp4_loop(packed, scale, K):
-    O = packed.shape[0]
-    out = np.zeros((O, K))
-    mag = [0, 0.5, 1, 1.5, 2, 3, 4, 6]
-    for r in range(O):
-        for k in range(K):
-            byte = int(packed[r, k // 2])
-            code = byte & 15 if k % 2 == 0 else byte >> 4
-            v = mag[code & 7] * (-1 if code & 8 else 1)
-            out[r, k] = v * math.ldexp(1.0, int(scale[r, k // 32]) - 127)
-    return out
-
-
-def unit_checks(log):
-    rng = np.random.default_rng(7)
-    # Code tables: the documented values.
-    assert E4M3[0x7E] == 448 and E4M3[0xFE] == -448 and E4M3[0x38] == 1 and E4M3[0x01] == 2.0 ** -9
-    assert E4M3[0x08] == 2.0 ** -6 and E4M3[0x07] == 7 * 2.0 ** -9 and np.isnan(E4M3[0x7F]) and np.isnan(E4M3[0xFF])
-    assert list(E2M1[:8]) == [0, 0.5, 1, 1.5, 2, 3, 4, 6] and all(E2M1[8 + i] == -E2M1[i] for i in range(8))
-    assert E8M0[127] == 1 and E8M0[128] == 2 and E8M0[0] == 2.0 ** -127 and np.isnan(E8M0[255])
-    log("code tables: E4M3 (448, subnormals, NaN), E2M1, E8M0 (2^-127 .. 2^127, NaN) as documented")
-    ops = NumpyOps()
-    # FP8 on a multi-block grid with ragged edges; E8M0 and F32 scales.
-    for O, K in ((300, 260), (128, 128), (5, 129)):
-        codes = rng.integers(0, 256, size=(O, K), dtype=np.uint8)
-        codes[(codes & 0x7F) == 0x7F] = 0x3C  # no NaN codes
-        e = rng.integers(110, 140, size=(-(-O // 128), -(-K // 128)), dtype=np.uint8)
-        for scale in (e, E8M0[e].astype(np.float32)):
-            got = dequantize_fp8(codes, scale, ops)
-            want = _fp8_loop(codes, scale)
-            assert got.dtype == np.float32 and np.array_equal(got.astype(np.float64), want), (O, K)
-    # Batched (leading expert axis) is the same as one at a time.
-    codes = rng.integers(0, 0x7E, size=(3, 130, 140), dtype=np.uint8)
-    e = rng.integers(120, 130, size=(3, 2, 2), dtype=np.uint8)
-    assert np.array_equal(dequantize_fp8(codes, e, ops), np.stack([dequantize_fp8(codes[i], e[i], ops) for i in range(3)]))
-    log("FP8: [300, 260], [128, 128], [5, 129] with E8M0 and F32 scales equal the element loop of release_format.cpp; batched = one by one")
-    # FP4: nibble order, per-32 groups, odd K.
-    for O, K in ((7, 64), (3, 100), (4, 33)):
-        packed = rng.integers(0, 256, size=(O, -(-K // 2)), dtype=np.uint8)
-        scale = rng.integers(120, 135, size=(O, -(-K // 32)), dtype=np.uint8)
-        got = dequantize_fp4(packed, scale, K, ops)
-        assert np.array_equal(got.astype(np.float64), _fp4_loop(packed, scale, K)), (O, K)
-    one = dequantize_fp4(np.array([[0x71]], dtype=np.uint8), np.array([[127]], dtype=np.uint8), 2, ops)
-    assert one.tolist() == [[0.5, 6.0]]  # low nibble (1 -> 0.5) is column 0, high (7 -> 6) column 1
-    try:
-        dequantize_fp8(np.array([[0x7F]], dtype=np.uint8), np.array([[127]], dtype=np.uint8), ops)
-        raise AssertionError("a NaN code was accepted")
-    except ValueError:
-        pass
-    log("FP4: [7, 64], [3, 100], [4, 33] equal the element loop; byte 0x71 -> [0.5, 6] (low nibble = even column); NaN refused")
-    # Names: both directions on the table, experts, mtp and scales.
-    assert hf_name("layers.12.attn.indexer.compressor.norm.weight") == "model.layers.12.self_attn.compressor.indexer.kv_norm.weight"
-    assert hf_name("layers.3.ffn.experts.255.w3.weight") == "model.layers.3.mlp.experts.gate_up_proj"
-    assert hf_name("layers.3.ffn.experts.7.w2.weight") == "model.layers.3.mlp.experts.down_proj"
-    assert hf_name("head.weight") == "lm_head.weight" and hf_name("norm.weight") == "model.norm.weight"
-    assert hf_name("mtp.0.emb.weight") is None and hf_name("layers.1.attn.wq_a.scale") is None
-    assert len(set(LAYER.values())) == len(LAYER)
-    # The config: V4-Flash's release keys (spec 1.2, 1.3).
-    flash = {"model_type": "deepseek_v4", "num_hidden_layers": 43, "head_dim": 512, "qk_rope_head_dim": 64,
-             "compress_ratios": [0, 0] + [4, 128] * 20 + [4, 0], "num_hash_layers": 3,
-             "rope_scaling": {"type": "yarn", "factor": 16}, "num_nextn_predict_layers": 1, "topk_method": "noaux_tc",
-             "expert_dtype": "fp4", "quantization_config": {"quant_method": "fp8"}}
-    c = hf_config(flash)
-    assert c["layer_types"][:4] == ["sliding_attention", "sliding_attention", "compressed_sparse_attention",
-                                    "heavily_compressed_attention"] and len(c["layer_types"]) == 43
-    assert c["layer_types"].count("compressed_sparse_attention") == 21 and c["layer_types"][42] == "compressed_sparse_attention"
-    assert c["mlp_layer_types"] == ["hash_moe"] * 3 + ["moe"] * 40 and c["partial_rotary_factor"] == 0.125
-    assert c["compress_rates"] == {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
-    assert c["rope_scaling"] == flash["rope_scaling"] and not set(RELEASE_ONLY) & set(c)
-    log("config: V4-Flash's release keys -> 2 sliding, 21 CSA, 20 HCA (the MTP entry dropped), hash 0-2, rates {4, 128}, "
-        "rotary 0.125, yarn kept, quantisation and MTP keys dropped")
-    log("names: release -> HF (indexer compressor norm, experts w1/w3/w2, head, norm; mtp and scales none)")
-
-
-def torch_checks(rel, log):
-    """The torch ops (CPU here, whatever torch is installed) against the numpy path, bit for bit,
-    on every tensor of a release folder, and the bf16 cast."""
-    try:
-        import torch
-    except ImportError:
-        log("SKIP torch path: no torch in this python")
-        return
-    ops, to = TorchOps("cpu"), (lambda a: torch.from_numpy(a))
-    n = 0
-    for hf, p in rel.params().items():
-        want = rel.value_f32(p)
-        if p.kind == "experts":
-            got = torch.cat([rel.experts_value(p, e0, min(e0 + 3, p.shape[0]), ops, to) for e0 in range(0, p.shape[0], 3)])
-        elif p.kind == "fp8":
-            got = rel.fp8_value(p, ops, to)
-        else:
-            continue
-        assert np.array_equal(got.numpy(), want), hf
-        bf = got.to(torch.bfloat16).float().numpy()
-        assert np.array_equal(bf, want), hf + ": not exact in bf16"
-        n += 1
-    log("torch %s path (cpu): %d FP8/FP4 tensors equal the numpy path bit for bit, and exact in bf16" % (torch.__version__, n))
-    # load_into, as build_model calls it (a model's state_dict: bf16, tid2eid int64), 3 experts a chunk.
-    want = {hf: rel.value_f32(p) for hf, p in rel.params().items()}
-    state = {hf: torch.empty(v.shape, dtype=torch.int64 if v.dtype == np.int64 else torch.bfloat16) for hf, v in want.items()}
-    stats = load_into(rel, state, "cpu", chunk_elements=3 * 64 * 64)
-    for hf, v in want.items():
-        got = state[hf].numpy() if v.dtype == np.int64 else state[hf].float().numpy()
-        ref = v if v.dtype == np.int64 else bf16_to_f32(f32_to_bf16_bits(v))
-        assert np.array_equal(got, ref), hf
-    on_disk = sum(os.path.getsize(os.path.join(rel.dir, f)) for f in set(rel.weight_map.values()))
-    assert 0 < stats["stored_bytes"] <= on_disk
-    assert stats["not_in_release"] == []
-    state["model.extra.weight"] = torch.zeros(2)
-    assert load_into(rel, state, "cpu")["not_in_release"] == ["model.extra.weight"]
-    state.pop("model.extra.weight")
-    state.pop(next(iter(state)))
-    try:
-        load_into(rel, state, "cpu")
-        raise AssertionError("a model lacking a release tensor was filled")
-    except ValueError:
-        pass
-    log("load_into (cpu): %d tensors of a bf16 state dict equal the numpy values rounded to bf16 (exact for FP8/FP4), "
-        "experts 3 a chunk; a release tensor with no place refused, a model tensor the release lacks named" % stats["tensors"])
-
-
-def end_to_end(tdiff, log, keep=None):
-    """tdiff writes the tiny and small presets in both layouts; the release copy dequantised
-    here (export_hf) must have the HF copy's config and tensor names and shapes, its BF16/F32
-    tensors equal to the HF copy's values (rounded to bf16 where the release stores BF16), its
-    FP8/FP4 tensors within the formats' rounding of them; and tdiff's reference run on the
-    export must give the same logits and stage outputs, bit for bit, as on the release folder."""
-    import h5py
-    tmp = keep or tempfile.mkdtemp(prefix="tdiff-release.")
-    try:
-        for preset in ("tiny", "small"):
-            d = lambda s: os.path.join(tmp, "%s-%s" % (preset, s))  # noqa: E731
-            for fmt in ("release", "hf"):
-                subprocess.run([tdiff, "synth", "--preset", preset, "--format", fmt, "--seed", "1", "-o", d(fmt)],
-                               check=True, stdout=subprocess.DEVNULL)
-            ours = export_hf(d("release"), d("export"))
-            with open(os.path.join(d("hf"), "config.json")) as f:
-                want_cfg = json.load(f)
-            with open(os.path.join(d("export"), "config.json")) as f:
-                got_cfg = json.load(f)
-            if got_cfg != want_cfg:
-                diff = sorted(k for k in set(got_cfg) | set(want_cfg) if got_cfg.get(k) != want_cfg.get(k))
-                raise AssertionError("%s: config differs from synth --format hf on %s" % (preset, diff))
-            hf = Safetensors(os.path.join(d("hf"), "model.safetensors"))
-            assert set(hf.header) == set(ours), (preset, sorted(set(hf.header) ^ set(ours))[:6])
-            rel = ReleaseFolder(d("release"))
-            params = rel.params()
-            counts = {"plain": 0, "fp8": 0, "experts": 0}
-            for name, got in ours.items():
-                _, want = hf.array(name)
-                assert tuple(got.shape) == tuple(want.shape), name
-                p = params[name]
-                counts[p.kind] += 1
-                if p.kind == "plain":
-                    if p.dtype == "BF16":
-                        assert np.array_equal(got, bf16_to_f32(f32_to_bf16_bits(want))), name
-                    else:
-                        assert np.array_equal(got, want), name
-                    continue
-                w = np.asarray(want, dtype=np.float64)
-                g = got.astype(np.float64)
-                s = _scales(rel, p).astype(np.float64)
-                # FP8 (3 mantissa bits): within half a step, 2^-4 relative, or half the subnormal
-                # step 2^-9 s; E2M1: half the widest gap (2, between 4 and 6) times the scale.
-                bound = np.maximum(np.abs(w) * 2.0 ** -4, s * 2.0 ** -10) if p.kind == "fp8" else s
-                assert np.all(np.abs(g - w) <= bound), (name, float(np.abs(g - w).max()))
-            log("%s: the export of the release folder has synth --format hf's config.json and its %d tensor names and "
-                "shapes; %d plain tensors equal (BF16 ones as bf16), %d FP8 and %d expert tensors within the format's "
-                "rounding" % (preset, len(ours), counts["plain"], counts["fp8"], counts["experts"]))
-            # tdiff's reference on both folders, same prompts.
-            for src in ("release", "export"):
-                subprocess.run([tdiff, "case", "new", "--model", d(src), "--random-prompts", "2", "--len", "40",
-                                "--seed", "1", "-o", d(src) + ".h5"], check=True, stdout=subprocess.DEVNULL)
-                subprocess.run([tdiff, "golden", d(src) + ".h5"], check=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-            n = _same_datasets(h5py, d("release") + ".h5", d("export") + ".h5", preset)
-            log("%s: tdiff golden on the release folder and on the export: %d datasets (every stage, the logits) "
-                "equal bit for bit" % (preset, n))
-            if preset == "tiny":
-                torch_checks(rel, log)
-    finally:
-        if keep is None:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _scales(rel, p):
-    """The scale multiplying each element of a quantised HF tensor: the dequantisers on codes of 1.0."""
-    ops = NumpyOps()
-    if p.kind == "fp8":
-        _, codes = rel.array(p.tensor)
-        return dequantize_fp8(np.full(codes.shape, 0x38, np.uint8), np.array(rel.array(scale_name(p.tensor))[1]), ops)
-    E, R, K = p.shape
-    out = []
-    for e in range(E):
-        for part in p.parts:
-            w = p.experts[e][part]
-            _, codes = rel.array(w)
-            out.append(dequantize_fp4(np.full(codes.shape, 0x22, np.uint8), np.array(rel.array(scale_name(w))[1]), K, ops))
-    return np.concatenate(out).reshape(E, R, K)
-
-
-def _same_datasets(h5py, a, b, what):
-    names = []
-    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
-        fa.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-        stages = [n for n in names if not n.startswith(("model", "meta", "config"))]
-        assert any("logits" in n for n in stages), (what, stages[:10])
-        for n in stages:
-            x, y = np.asarray(fa[n]), np.asarray(fb[n])
-            assert x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), (what, n)
-    return len(stages)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--self-test", action="store_true", help="unit checks, then end to end against tdiff when found")
-    ap.add_argument("--tdiff", help="the tdiff binary for the end-to-end check (default: build/tdiff, then PATH)")
-    ap.add_argument("--keep", help="keep the end-to-end check's folders here")
-    ap.add_argument("--export", nargs=2, metavar=("RELEASE_DIR", "OUT_DIR"))
+    ap.add_argument("--export", nargs=2, metavar=("RELEASE_DIR", "OUT_DIR"), required=True,
+                    help="write an HF-layout float32 copy of the release folder")
     a = ap.parse_args()
-    if a.export:
-        t = export_hf(*a.export)
-        print("wrote %s: %d tensors" % (a.export[1], len(t)))
-        return 0
-    if not a.self_test:
-        ap.print_help()
-        return 2
-
-    def log(line):
-        print("ok  " + line, flush=True)
-
-    unit_checks(log)
-    here = os.path.dirname(os.path.abspath(__file__))
-    tdiff = a.tdiff or next((p for p in (os.path.join(here, "..", "..", "build", "tdiff"), shutil.which("tdiff") or "")
-                             if p and os.access(p, os.X_OK)), None)
-    if tdiff is None:
-        print("SKIP end to end: no tdiff binary (--tdiff PATH)")
-    else:
-        end_to_end(tdiff, log, a.keep)
-    print("tdiff_capture.release self-test: all checks passed")
+    t = export_hf(*a.export)
+    print("wrote %s: %d tensors" % (a.export[1], len(t)))
     return 0
 
 
