@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# An engine tdiff did not write, judged from its dump: tap_emu (tdiff's emu standing in for
+# your engine, writing every stage through the tap) under naive, then `tdiff run
+# --candidate-dump`. Mode run: exit 1 (naive fails); mode isolated: the stages ranked by their
+# own error. tap_minimal writes a one-tensor dump through the C interface.
+source "$(dirname "$0")/../common.sh"
+TAP_EMU="${TAP_EMU:-$(dirname "$TDIFF")/tap_emu}"
+TAP_MINIMAL="${TAP_MINIMAL:-$(dirname "$TDIFF")/tap_minimal}"
+[ -x "$TAP_EMU" ] || { echo "$name: no tap_emu at $TAP_EMU (set TAP_EMU)" >&2; exit 2; }
+make_tiny_case
+"$TAP_EMU" tiny.h5 naive 7 engine.h5 >/dev/null
+expect 1 "$TDIFF" run tiny.h5 --candidate-dump engine.h5 --dump-policy naive -o judged >judged.txt 2>/dev/null
+grep -q '^first divergence: rope.main/cos' judged.txt
+"$TAP_EMU" tiny.h5 naive 7 iso.h5 isolated >/dev/null
+expect 1 "$TDIFF" run tiny.h5 --candidate-dump iso.h5 --dump-policy naive --no-record -o isolated >iso.txt 2>/dev/null
+grep -q "^isolated stages (each on the reference.s inputs), ranked by local error" iso.txt
+if [ -x "$TAP_MINIMAL" ]; then "$TAP_MINIMAL" minimal.h5 >/dev/null && [ -s minimal.h5 ]; fi
+echo "$name: the tapped engine's dump is judged like a backend (first divergence rope.main/cos)"
