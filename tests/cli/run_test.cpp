@@ -150,18 +150,18 @@ TEST_F(CliRun, ReplayedSelectionsPassFixedAndStillCatchATopkFault) {
   EXPECT_EQ(count_lines(bad.err), 1u) << bad.err;
 }
 
-// The README's fault catalog is a copy of `tdiff info --knobs`: every line must be there, so
-// the documentation cannot drift from the knobs the code has.
-TEST_F(CliRun, ReadmeFaultCatalogMatchesInfoKnobs) {
+// The reference's fault catalog (docs/reference/fault-catalog.md) is a copy of `tdiff info
+// --knobs`: every line must be there, so the documentation cannot drift from the knobs the code has.
+TEST_F(CliRun, DocsFaultCatalogMatchesInfoKnobs) {
   const CliResult r = run("info --knobs");
   ASSERT_EQ(r.code, 0) << r.err;
-  std::ifstream f(std::string(TDIFF_SOURCE_DIR) + "/README.md");
+  std::ifstream f(std::string(TDIFF_SOURCE_DIR) + "/docs/reference/fault-catalog.md");
   const std::string readme((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   std::istringstream lines(r.out);
   std::string line;
   int rows = 0;
   while (std::getline(lines, line)) {
-    EXPECT_NE(readme.find(line + "\n"), std::string::npos) << "README.md lacks: " << line;
+    EXPECT_NE(readme.find(line + "\n"), std::string::npos) << "docs/reference/fault-catalog.md lacks: " << line;
     ++rows;
   }
   EXPECT_EQ(rows, static_cast<int>(knob_catalog().size()) + 2);
