@@ -39,7 +39,7 @@ def add_capture_options(p, legacy=False):
                         "attn.core are not captured)")
     p.add_argument("--hidden-states-check", action="store_true",
                    help="also run with output_hidden_states=True and check that its entries equal "
-                        "the hooked layer outputs bitwise (spec 5.11b); exit 1 when not (capture only)")
+                        "the hooked layer outputs bitwise (model-spec §5.11b); exit 1 when not (capture only)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     if not legacy:
         p.add_argument("--cases-from", metavar="LIST",
@@ -47,7 +47,7 @@ def add_capture_options(p, legacy=False):
                             "`tdiff ci SET --prepare` (name, case file, model folder; '-': standard input)")
         p.add_argument("--allow-left-padding", action="store_true",
                        help="capture a left-padded case anyway (a candidate, not the oracle: transformers' "
-                            "left-padded rows differ from the model, spec 5.12, and the report shows by how much)")
+                            "left-padded rows differ from the model, model-spec §5.12, and the report shows by how much)")
 
 
 def _guarded(fn):

@@ -71,7 +71,7 @@ def read_case(path):
 
 
 def check_right_padding(mask, path, allow_left=False):
-    """transformers reproduces the model only for right padding (spec 5.12): refuse left padding,
+    """transformers reproduces the model only for right padding (model-spec §5.12): refuse left padding,
     or with allow_left (a candidate's capture, not the oracle's) say so and go on: its left-padded
     rows then differ from the model, which is what the dump's report shows."""
     left = []
@@ -92,11 +92,11 @@ def check_right_padding(mask, path, allow_left=False):
             "%s: row %d is left-padded (its first real token is at index %d). transformers' "
             "DeepSeek-V4 computes the model only for right padding: with left padding its "
             "compressors pool the pad tokens and the compression windows are shifted "
-            "(spec 5.12), so it is no oracle there. Make the case with --pad-side right (or, "
+            "(model-spec §5.12), so it is no oracle there. Make the case with --pad-side right (or, "
             "with tdiff-capture, capture it as a candidate: --allow-left-padding)." % (path, b, first))
     print("warning: %s: %d left-padded row%s (row %d from index %d), captured as asked "
           "(--allow-left-padding): transformers computes those rows from the row's start, "
-          "pads included (spec 5.12), so they differ from the model" %
+          "pads included (model-spec §5.12), so they differ from the model" %
           (path, len(left), "" if len(left) == 1 else "s", b, first), file=sys.stderr)
 
 

@@ -543,10 +543,10 @@ class Recorder:
 # ---------------------------------------------------------------------------------------
 def load_model(model_dir, dtype=None, device="cpu", experts="eager", attn="eager"):
     """DeepseekV4ForCausalLM in `dtype` (default float64) on `device`, eval mode. experts:
-    "eager" (needed for float64: the default grouped-GEMM path rejects it, spec 3.10) or
+    "eager" (needed for float64: the default grouped-GEMM path rejects it, model-spec §3.10) or
     "default" (transformers' own choice). Floating parameters that did not load in `dtype`
     (transformers keeps some in float32) are cast to it, with a note: a plain bf16 load
-    otherwise fails (spec 3.10); buffers (the RoPE frequencies) are left as they are."""
+    otherwise fails (model-spec §3.10); buffers (the RoPE frequencies) are left as they are."""
     from transformers import DeepseekV4ForCausalLM
 
     from . import release
@@ -582,7 +582,7 @@ def load_model(model_dir, dtype=None, device="cpu", experts="eager", attn="eager
                      % (len(cast), str(dtype).replace("torch.", ""), ", ".join(cast[:3])))
     model.to(device)
     if experts == "eager":
-        # The default grouped-GEMM experts path rejects float64 (spec 3.10): force "eager".
+        # The default grouped-GEMM experts path rejects float64 (model-spec §3.10): force "eager".
         if hasattr(model, "set_experts_implementation"):
             try:
                 model.set_experts_implementation("eager")
@@ -624,7 +624,7 @@ def hidden_states_check(hidden_states, kept, num_layers):
         return False, ["output_hidden_states gave no hidden_states"]
     ok = len(hidden_states) == len(expected)
     if not ok:
-        lines.append("output_hidden_states has %d entries, spec 5.11b says %d" % (len(hidden_states), len(expected)))
+        lines.append("output_hidden_states has %d entries, model-spec §5.11b says %d" % (len(hidden_states), len(expected)))
     for i, hs in enumerate(hidden_states):
         name = expected[i] if i < len(expected) else None
         ref = kept.get(name) if name else None

@@ -165,7 +165,7 @@ def stage_graph(layer_types, mlp_types):
 
 
 def expected_shapes(cfg, B, S):
-    """{(stage class, tensor): shape function of the layer's compression rate}, spec section 9."""
+    """{(stage class, tensor): shape function of the layer's compression rate}, model-spec §9."""
     D, n_hc = cfg["hidden_size"], cfg["hc_mult"]
     H, d, r = cfg["num_attention_heads"], cfg["head_dim"], cfg["rope_dim"]
     HI, dI = cfg["index_n_heads"], cfg["index_head_dim"]

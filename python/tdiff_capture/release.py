@@ -2,7 +2,7 @@
 release folder (FP8 linears, FP4 experts, release names, shards) into DeepseekV4ForCausalLM,
 and how bench/hip/bench_hf.py benchmarks transformers on one.
 
-The release (shared spec sections 1.3, 2.6, 2.7; tdiff's src/formats/release_format.*,
+The release (model-spec §1.3, 2.6, 2.7; tdiff's src/formats/release_format.*,
 release_weights.cpp, config.cpp and synth_release.cpp are the authority this mirrors):
 
     FP8 linear  W [O, K]: codes F8_E4M3 [O, K], scale F8_E8M0 (or F32) [ceil(O/128), ceil(K/128)]
@@ -166,7 +166,7 @@ def f32_to_bf16_bits(x):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-# --- names (spec 2.1-2.5, 2.7; release_format.cpp's tables) --------------------------------------
+# --- names (model-spec §2.1-2.5, 2.7; release_format.cpp's tables) --------------------------------------
 
 TOP = {"embed.weight": "model.embed_tokens.weight", "hc_head_fn": "model.hc_head.hc_fn",
        "hc_head_base": "model.hc_head.hc_base", "hc_head_scale": "model.hc_head.hc_scale",
@@ -389,7 +389,7 @@ def is_release_layout(model_dir):
     return os.path.isfile(single) and "embed.weight" in Safetensors(single).header
 
 
-# --- the config (config.cpp's parse_config, legacy keys; spec 1.3) ---------------------------------
+# --- the config (config.cpp's parse_config, legacy keys; model-spec §1.3) ---------------------------------
 
 LAYER_TYPE_OF_RATIO = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
 RELEASE_ONLY = ("compress_ratios", "num_hash_layers", "compress_rate_csa", "compress_rate_hca", "quantization_config",
@@ -552,7 +552,7 @@ def build_model(model_dir, dtype, device):
     finally:
         torch.set_default_dtype(prev)
     built_dtypes = sorted({str(p.dtype) for p in model.parameters()})
-    # The dtypes from_pretrained gives an HF-layout folder, and hf.load_model then (spec 3.10):
+    # The dtypes from_pretrained gives an HF-layout folder, and hf.load_model then (model-spec §3.10):
     # every parameter in `dtype`; the buffers as transformers built them (the rotary modules'
     # inv_freq float32: in bf16 they moved RoPE angles by up to a radian at 2300 tokens), but
     # those the class keeps in float32 (the routers' e_score_correction_bias: in bf16 the

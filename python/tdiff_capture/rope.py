@@ -1,13 +1,13 @@
 """--rope-f64: transformers' DeepSeek-V4 rotary tables in float64.
 
 A deliberate deviation from stock transformers, for the oracle only: transformers computes the
-RoPE frequencies, angles, cos and sin in float32 even in a float64 model (spec 3.3 and 3.9,
+RoPE frequencies, angles, cos and sin in float32 even in a float64 model (model-spec §3.3 and 3.9,
 site F3), so its tables drift from the exact ones by about position x 2^-24 rad, and every
 stage after them with it (tests/support/oracle/README.md: rope.main/cos 2.7e-6 at 256 tokens, 2.7e-5 at
 2304). This patch replaces the forward of every rotary embedding module of the model (the
 instances, not the class: the model's own, and the one each compressor and each indexer owns
 for the compressed entries' and the indexer queries' positions) by the same computation in
-float64 from spec 3.3's formulas: frequencies
+float64 from model-spec §3.3's formulas: frequencies
 omega[f] (plain, or YaRN for a table whose rope_type is "yarn"), angles p * omega[f], cos and
 sin, times the module's own attention scaling, cast to the activation dtype. The rotation
 itself (spec F4) stays transformers' own. The float64 frequencies are checked against the
@@ -28,7 +28,7 @@ def _param(p, *names, default=None):
 
 
 def inv_freq_f64(config, layer_type, rope_dim):
-    """omega[f], f = 0 .. rope_dim/2 - 1, in float64 (spec 3.3) for the table `layer_type`."""
+    """omega[f], f = 0 .. rope_dim/2 - 1, in float64 (model-spec §3.3) for the table `layer_type`."""
     import torch
     p = config.rope_parameters[layer_type]
     theta = float(p["rope_theta"])

@@ -1,4 +1,4 @@
-"""The case reader's padding rule (spec 5.12): transformers is the model only for right
+"""The case reader's padding rule (model-spec §5.12): transformers is the model only for right
 padding, so a left-padded case is refused unless captured as a candidate; and the list of cases
 `tdiff ci SET --prepare` writes for --cases-from. Needs numpy, h5py."""
 import contextlib

@@ -90,7 +90,7 @@ class RopeTest(unittest.TestCase):
             rope_parameters = {"compress": {"rope_type": "yarn", "rope_theta": 160000, "factor": 16,
                                             "original_max_position_embeddings": 65536, "beta_fast": 32,
                                             "beta_slow": 1}}
-        w = inv_freq_f64(Cfg, "compress", 64)   # spec 3.3's float32 values, to float32 precision
+        w = inv_freq_f64(Cfg, "compress", 64)   # model-spec §3.3's float32 values, to float32 precision
         for f, want in ((15, 3.6355385e-3), (16, 2.2656249e-3), (31, 5.6805294e-7)):
             self.assertAlmostEqual(float(w[f]) / want, 1.0, delta=1e-6)
 

@@ -124,7 +124,7 @@ class NamesAndConfigTest(unittest.TestCase):
         self.assertEqual(len(set(LAYER.values())), len(LAYER))
 
     def test_v4_flash_release_config(self):
-        # V4-Flash's release keys (spec 1.2, 1.3): 2 sliding, 21 CSA, 20 HCA (the MTP entry
+        # V4-Flash's release keys (model-spec §1.2, 1.3): 2 sliding, 21 CSA, 20 HCA (the MTP entry
         # dropped), hash 0-2, rates {4, 128}, rotary 0.125, yarn kept, quantisation and MTP keys dropped.
         from tdiff_capture.release import RELEASE_ONLY, hf_config
         flash = {"model_type": "deepseek_v4", "num_hidden_layers": 43, "head_dim": 512, "qk_rope_head_dim": 64,

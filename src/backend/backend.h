@@ -13,7 +13,7 @@
 
 namespace tdiff {
 
-// How exact ties in a top-k are broken (shared spec 5.11).
+// How exact ties in a top-k are broken (model-spec §5.11).
 enum class TieRule {
   lowest_index,  // the reference's own rule
   torch_cpu,     // torch.topk on the CPU: nth_element over (value, index), then the first k

@@ -1,5 +1,5 @@
 #pragma once
-// The bisector (DESIGN.md section 7): which candidate stage makes the watched output fail?
+// The bisector (docs/design/design.md §7): which candidate stage makes the watched output fail?
 //
 //   first culprit  the smallest k such that stages 1..k on the candidate (the rest on the
 //                  reference, or on the floor: BisectOptions::suffix) make the watched output FAIL: a binary search over k between a

@@ -1,5 +1,5 @@
 #pragma once
-// Case files (DESIGN.md section 5): one model, fixed inputs, and what runs recorded, in one
+// Case files (docs/design/design.md §5): one model, fixed inputs, and what runs recorded, in one
 // HDF5 file. Layout, format_version 1 (every attribute a UTF-8 string):
 //   /                             format_version="1", tdiff_version, tdiff_commit,
 //                                 model_config (config.json text), model_path (absolute),

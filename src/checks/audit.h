@@ -1,5 +1,5 @@
 #pragma once
-// The precision audit (DESIGN.md section 4, "our version of the paper's table"): for every knob
+// The precision audit (docs/design/design.md §4, "our version of the paper's table"): for every knob
 // of the fault catalog, on top of a base policy,
 //   local       the error of the stages the knob touches, each run in isolation on the
 //               reference's own inputs (bisect/isolate.h), with the knob at its bad and at its

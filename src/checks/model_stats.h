@@ -5,7 +5,7 @@
 // tokens of every row; computed by compute_model_stats (below) from the stored stage inputs.
 //
 // Attention (stage Lxx.attn.core; per real query token i, head h, its visible keys k):
-//   ℓ[i,h,k] = q_h[i]·K[k] / sqrt(d)                 the pre-softmax logit, scaled (spec 3.6)
+//   ℓ[i,h,k] = q_h[i]·K[k] / sqrt(d)                 the pre-softmax logit, scaled (model-spec §3.6)
 //   max_logit = max |ℓ|
 //   p[i,h,k] = exp(ℓ − μ)/Z,  p_sink[i,h] = exp(s_h − μ)/Z,  Z = Σ_k exp(ℓ − μ) + exp(s_h − μ)
 //   entropy[i,h] = −Σ_k p ln p − p_sink ln p_sink    (nats; the sink counts as one outcome)

@@ -1,4 +1,4 @@
-// tdiff case new: a case file from a model folder and fixed prompts (DESIGN.md section 5).
+// tdiff case new: a case file from a model folder and fixed prompts (docs/design/design.md §5).
 #include <memory>
 
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 #pragma once
-// The emu model of a flash-style attention kernel with a sink (shared spec 3.6); the block
+// The emu model of a flash-style attention kernel with a sink (model-spec §3.6); the block
 // update itself is emu/online_softmax.h, which the hip kernels call too:
 // keys are visited in blocks of kKvBlock along the concatenated axis [raw keys ; compressed
 // entries]; per block the logits are accumulated in qk_accum, the running max and sum kept in

@@ -1,5 +1,5 @@
 #pragma once
-// The emu model of the compressors' gated pooling (shared spec 3.5): logits Z + pb and the
+// The emu model of the compressors' gated pooling (model-spec §3.5): logits Z + pb and the
 // softmax over the window slots in the pool_softmax format, the weights rounded to the
 // storage format (as HF casts them back to the value dtype), the weighted sum in float32,
 // the entry stored in the storage format.

@@ -152,7 +152,7 @@ std::vector<Tensor> run_hc_sinkhorn(StageCall& k) {
   return {store(pre, {B, S, n}), store(post, {B, S, n}), store(comb, {B, S, n, n})};
 }
 
-// The collapse is cast to the stream dtype (spec §3.7), not to the activation storage.
+// The collapse is cast to the stream dtype (model-spec §3.7), not to the activation storage.
 std::vector<Tensor> run_hc_pre(StageCall& k) {
   std::vector<float> x(static_cast<std::size_t>(k.N * k.c.hidden_size));
   hc_collapse(k.load(0, k.sf).data(), k.load_exact(1).data(), k.N, k.c.hc_mult, k.c.hidden_size, k.sf, x.data());

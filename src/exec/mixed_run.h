@@ -1,5 +1,5 @@
 #pragma once
-// A mixed run (DESIGN.md section 7): a chosen set of stages on the candidate backend, the rest
+// A mixed run (docs/design/design.md §7): a chosen set of stages on the candidate backend, the rest
 // on the reference, tensors converted at every boundary; every stage output compared with the
 // case's /reference as it is produced. A plain candidate run is the mixed run with every stage
 // on the candidate.

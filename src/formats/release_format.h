@@ -1,5 +1,5 @@
 #pragma once
-// DeepSeek's release layout (shared spec sections 2.6 and 2.7): tensor names, the FP8 and FP4
+// DeepSeek's release layout (model-spec §2.6 and 2.7): tensor names, the FP8 and FP4
 // storage formats, and their exact dequantisation.
 //
 //   FP8 linear  W [O, K]:  codes F8_E4M3 [O, K], scale F8_E8M0 (or F32) [ceil(O/128), ceil(K/128)]
@@ -46,7 +46,7 @@ struct ReleaseName {
 // The release name and format of an HF parameter name (as expected_weights gives them);
 // nullopt for a name the release does not have.
 std::optional<ReleaseName> release_name(const std::string& hf_name);
-// The HF name of a release tensor name (spec 2.7), nullopt for names outside the model
+// The HF name of a release tensor name (model-spec §2.7), nullopt for names outside the model
 // (`mtp.*`, scales, unknown). Routed expert tensors map to their stacked HF tensor.
 std::optional<std::string> hf_name(const std::string& release_name);
 

@@ -1,5 +1,5 @@
 #pragma once
-// Flash-style attention core with a sink (shared spec 3.6), the arithmetic of
+// Flash-style attention core with a sink (model-spec §3.6), the arithmetic of
 // emu::flash_attention_row (emu/attention.h) on the GPU, for the whole batch:
 //   q [B, S, H, d], kv [B, S, d] (keys = values, one KV head), win [B, S, S] (u8),
 //   C [B, n, d] and cmask [B, S, n] (u8; both null when n = 0), sinks [H] -> o [B, S, H, d].

@@ -1,5 +1,5 @@
 #pragma once
-// The compressors' gated pooling (shared spec 3.5), emu::gated_pool on the GPU for the batch:
+// The compressors' gated pooling (model-spec §3.5), emu::gated_pool on the GPU for the batch:
 //   P, Z [B, S, c·δ] (c = 2 when overlapping), pb [μ, c·δ] (float32 of the f64 weight),
 //   start, length [B] (int64, device) -> out [B, ⌊S/μ⌋, δ]; row b pools ⌊length[b]/μ⌋ windows
 //   starting at its first real token, later windows are 0.

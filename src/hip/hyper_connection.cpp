@@ -37,7 +37,7 @@ std::vector<Tensor> run_hc_sinkhorn(StageCall& k) {
   return k.outputs();
 }
 
-// The collapse is cast to the stream dtype (spec §3.7), as emu.
+// The collapse is cast to the stream dtype (model-spec §3.7), as emu.
 std::vector<Tensor> run_hc_pre(StageCall& k) {
   auto x = k.out({k.B, k.S, k.c.hidden_size}, k.sf);
   hc_pre(k.f(0, k.sf), k.exact(1), k.N, k.c.hc_mult, k.c.hidden_size, k.sf, x.f(), k.cs);

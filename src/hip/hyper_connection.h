@@ -1,5 +1,5 @@
 #pragma once
-// Hyper-connection kernels (shared spec 3.7), emu/hyper_connection.h on the GPU. N tokens,
+// Hyper-connection kernels (model-spec §3.7), emu/hyper_connection.h on the GPU. N tokens,
 // n = hc_mult streams of width D, flat = n·D; X [N, n, D] in the stream format. Weights are
 // float32 copies of the f64 tensors (static_cast<float>); the kernels round them as emu does.
 //   hc_mix:      mix [N, M] = round_sk(Σ_c round_sk(X[t,c]·f_t) · round_sk(fn[q,c])), the sum in

@@ -1,5 +1,5 @@
 #pragma once
-// The lightning indexer of CSA layers (shared spec 4.4 steps 27-29), emu on the GPU.
+// The lightning indexer of CSA layers (model-spec §4.4 steps 27-29), emu on the GPU.
 //   idx_score: QI [B, S, H_I, d_I], KI [B, n, d_I], w [B, S, H_I] (index_score format),
 //     pos [B, S], length [B] (int64) ->
 //     score[b, i, e] = Σ_h fma_f(round_f(max(QI[b,i,h]·KI[b,e], 0)·d_I^(−1/2)), w[b,i,h])

@@ -1,6 +1,6 @@
 #pragma once
 // The DeepSeek-V4 model configuration, resolved from a Hugging Face config.json with the
-// same rules as transformers 5.17 (shared spec section 1), legacy release keys included.
+// same rules as transformers 5.17 (model-spec §1), legacy release keys included.
 #include <cstdint>
 #include <string>
 #include <vector>

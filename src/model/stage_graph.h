@@ -1,5 +1,5 @@
 #pragma once
-// The forward pass as a flat, ordered list of stages (shared spec section 4). Every other
+// The forward pass as a flat, ordered list of stages (model-spec §4). Every other
 // part of tdiff (backends, executor, taps, diff, bisector, reports) works on this list.
 #include <cstdint>
 #include <string>
@@ -33,7 +33,7 @@ struct Stage {
   bool overlap = false;        // overlapping (CSA) pooling
   std::int64_t width = 0;      // head width for head_rms_norm/rope/pool (d, d_I)
   // rms_norm of a hyper-connection collapse (attn_norm, ffn_norm, final.norm): its input is
-  // in the stream dtype (spec §3.7), so candidates read it in the policy's stream format.
+  // in the stream dtype (model-spec §3.7), so candidates read it in the policy's stream format.
   bool stream_input = false;
 };
 

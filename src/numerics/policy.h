@@ -1,5 +1,5 @@
 #pragma once
-// The candidate's numerics policy (DESIGN.md section 4): per stage, what the kernels store,
+// The candidate's numerics policy (docs/design/design.md §4): per stage, what the kernels store,
 // accumulate and compare in. A policy is a preset plus ordered overrides for stage patterns;
 // the same knobs mean the same thing in the emu backend and in the HIP kernels.
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// Attention of the reference (shared spec 3.6, 4.1 step 4, 4.5), float64.
+// Attention of the reference (model-spec §3.6, 4.1 step 4, 4.5), float64.
 //   window mask: M[i, j] = (i − W < j ≤ i) ∧ mask[j]          (token indices)
 //   core, per head h, for one batch row:
 //     ℓ[i,k] = (q_h[i] · K[k]) · d^(−1/2) for visible keys k of [kv ; C]

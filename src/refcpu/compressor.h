@@ -1,5 +1,5 @@
 #pragma once
-// Gated pooling of the CSA/HCA compressors and the indexer (shared spec 3.5), float64.
+// Gated pooling of the CSA/HCA compressors and the indexer (model-spec §3.5), float64.
 // One batch row: P, Z [S, c·δ] of the row's tokens, position bias pb [μ, c·δ].
 //   non-overlapping (c = 1): out[w, ch] = Σ_j softmax_j(Z[wμ+j, ch] + pb[j, ch]) · P[wμ+j, ch]
 //   overlapping (c = 2):     2μ slots: the A half (channels 0..δ−1) of window w−1 (none for

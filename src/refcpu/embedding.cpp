@@ -1,4 +1,4 @@
-// Token embedding of the reference (shared spec 4.1 step 1): ids [B, S], E [V, D] -> e [B, S, D],
+// Token embedding of the reference (model-spec §4.1 step 1): ids [B, S], E [V, D] -> e [B, S, D],
 // e[t] = E[ids[t]] (a copy: exact).
 #include <cstring>
 

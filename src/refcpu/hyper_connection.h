@@ -1,5 +1,5 @@
 #pragma once
-// Hyper-connections of the reference (shared spec 3.7, 4.7 step 47), float64. Per token,
+// Hyper-connections of the reference (model-spec §3.7, 4.7 step 47), float64. Per token,
 // streams X [n_hc, D] (stream-major flat).
 //   expand:   X[s] = e for every stream s
 //   mix:      u = X/RMS(X) over n_hc·D;  mix = fn · u                     -> [M]

@@ -46,7 +46,7 @@ void topk_indices(const double* values, std::int64_t n, std::int64_t k, TieRule 
   };
   if (rule == TieRule::torch_cpu) {
     // torch.topk on the CPU: nth_element with "value greater" at k−1 picks the set; which of
-    // several equal values land inside depends on libstdc++'s introselect (spec 5.11).
+    // several equal values land inside depends on libstdc++'s introselect (model-spec §5.11).
     auto greater = [](const auto& a, const auto& b) {
       return (std::isnan(a.first) && !std::isnan(b.first)) || a.first > b.first;
     };

@@ -1,5 +1,5 @@
 #pragma once
-// Lightning indexer of CSA layers (shared spec 4.4 steps 27-29, 5.10, 5.11), float64.
+// Lightning indexer of CSA layers (model-spec §4.4 steps 27-29, 5.10, 5.11), float64.
 //   score[i, w] = Σ_h (ReLU(QI[i,h] · KI[w]) · d_I^(−1/2)) · ω[i,h], −∞ where w is not causal
 //                 (w ≥ ⌊(pos_i + 1)/m⌋) or not an entry of the row (w ≥ n_row)
 //   topk:         the k = min(k_I, n) largest per row; non-causal picks become −1.

@@ -1,4 +1,4 @@
-// Attention masks of the reference (shared spec 4.1 step 4, 4.4 step 30), exact booleans.
+// Attention masks of the reference (model-spec §4.1 step 4, 4.4 step 30), exact booleans.
 //   window_mask: mask [B, S] (u8) -> M [B, S, S], M[i, j] = (i − W < j ≤ i) ∧ mask[j]
 //   cmp_mask:    C [B, n, d], pos [B, S] (, sel [B, S, k]) -> M [B, S, n] (refcpu/mask.h)
 #include <algorithm>

@@ -1,5 +1,5 @@
 #pragma once
-// The compressed-entry visibility of the reference (shared spec 4.4 step 30), exact booleans:
+// The compressed-entry visibility of the reference (model-spec §4.4 step 30), exact booleans:
 //   pos [B, S], length [B] (, sel [B, S, k], -1 = no pick) -> vis [B, S, n], zeroed by the caller:
 //   HCA (sel null): vis[b, i, w] = w < min(⌊(pos + 1)/m⌋, ⌊length_b/m⌋)   (m = rate; pos < −1: none)
 //   CSA:            vis[b, i, w] = w is one of token (b, i)'s picks (the indexer's top-k, causal already)

@@ -31,7 +31,7 @@ void routing_weights(const double* score, const std::int64_t* idx, std::int64_t 
 
 namespace {
 
-// silu(min(g, Λ)) · clamp(u, −Λ, Λ), the SwiGLU of spec 3.8 with its clipping.
+// silu(min(g, Λ)) · clamp(u, −Λ, Λ), the SwiGLU of model-spec §3.8 with its clipping.
 double swiglu(double g, double u, double limit) {
   const double gi = std::min(g, limit), ui = std::clamp(u, -limit, limit);
   return gi / (1.0 + std::exp(-gi)) * ui;

@@ -1,5 +1,5 @@
 #pragma once
-// Mixture of experts of the reference (shared spec 3.8, 4.6 steps 40-45), float64.
+// Mixture of experts of the reference (model-spec §3.8, 4.6 steps 40-45), float64.
 //   router:  logit = z · Wgᵀ;  score = sqrt(softplus(logit))  (softplus(x) = x above 20)
 //   weights: wt[t,k] = score[t, idx[t,k]] / (Σ_k' score[t, idx[t,k']] + 1e−20) · ρ
 //   FFN:     g = min(x·Wgᵀ, Λ), u = clamp(x·Wuᵀ, −Λ, Λ), y = (silu(g) ⊙ u) · Wdᵀ

@@ -1,5 +1,5 @@
 #pragma once
-// RMS normalisations of the reference (shared spec 3.1, 3.2), float64, fixed summation order.
+// RMS normalisations of the reference (model-spec §3.1, 3.2), float64, fixed summation order.
 //   rms_norm:      x [N, n], g [n] -> y = g ⊙ (x · 1/sqrt(mean(x²) + ε))
 //   rms_unweighted: x [N, n]        -> y = x · 1/sqrt(mean(x²) + ε)   (per row; heads are rows)
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// Rotary position embedding of the reference (shared spec 3.3, 3.4), float64.
+// Rotary position embedding of the reference (model-spec §3.3, 3.4), float64.
 //   frequencies: ω[f], f < r/2; plain θ^(−2f/r), or YaRN-blended with factor s.
 //   tables:      cos/sin [P, r/2] of p·ω for P positions.
 //   rotate:      x [N, width]: the trailing r channels in interleaved pairs (2f, 2f+1) are

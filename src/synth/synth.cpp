@@ -31,7 +31,7 @@ ModelConfig synth_preset(const std::string& name) {
   ModelConfig c;  // the defaults are V4-Flash's dimensions
   using L = LayerType;
   using M = MlpType;
-  if (name == "tiny") {  // spec section 9, exactly
+  if (name == "tiny") {  // model-spec §9, exactly
     c.vocab_size = 256, c.hidden_size = 64, c.num_hidden_layers = 4, c.num_attention_heads = 4;
     c.head_dim = 32, c.rope_dim = 8, c.q_lora_rank = 32, c.o_groups = 2, c.o_lora_rank = 16;
     c.n_routed_experts = 8, c.num_experts_per_tok = 2, c.moe_intermediate_size = 32;
@@ -51,7 +51,7 @@ ModelConfig synth_preset(const std::string& name) {
     // short test prompts already see blended frequencies.
     c.rope_compress = RopeTable{160000.0, true, 16.0, 256.0, 32.0, 1.0};
     c.max_position_embeddings = 4096;  // = factor * original, as transformers expects (else it warns)
-  } else if (name == "v4-flash-dims") {  // spec section 1: 2 sliding, then CSA (even) / HCA (odd)
+  } else if (name == "v4-flash-dims") {  // model-spec §1: 2 sliding, then CSA (even) / HCA (odd)
     c.layer_types.clear();
     c.mlp_types.clear();
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {

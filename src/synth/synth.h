@@ -34,7 +34,7 @@ ModelConfig synth_preset(const std::string& name);
 // Storage (--dtype): f32 stores every float weight as float32. bf16 stores them as a bf16
 // checkpoint does: the weights the release keeps in BF16, FP8 or FP4 (every `*.weight` and the
 // routed experts) rounded to bf16 (ties to even), and those it keeps in F32 (the HC
-// parameters, sinks, position biases, the routing bias; spec section 2) as float32. The random
+// parameters, sinks, position biases, the routing bias; model-spec §2) as float32. The random
 // draws are the same, so a bf16 model is its f32 twin rounded; it is half the bytes, and its
 // bf16 weights are exact MMA operands (HIP's fp32 GEMMs of them run on the matrix cores).
 // The dtype `name` is stored in under `dtype` (the rule above).

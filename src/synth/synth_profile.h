@@ -3,7 +3,7 @@
 // from the default profile, and why that gives the float64 reference the statistics of trained
 // LLMs. Sources and the measured statistics: README (tdiff synth, tdiff stats), bench/README.md.
 //
-// Attention logits (spec 3.6): l = q^.(g * k^)/sqrt(d), where q^ is the RMS-normalised head query
+// Attention logits (model-spec §3.6): l = q^.(g * k^)/sqrt(d), where q^ is the RMS-normalised head query
 // (no weight) and k^ the RMS-normalised key with gain g = kv_norm.weight. So g alone sets the
 // logit scale, as QK-norm gains do in trained models. With q^ and k^ independent, the logit spread
 // of head h is  sigma_h^2 = f_h * G^2 + (1 - f_h) * 1,  f_h the share of the head's query energy
@@ -16,7 +16,7 @@
 //     20-40: trained LLMs' logits of tens, below the 100 that QK-Clip caps Kimi K2's at.
 //   - o_a_proj: keys are also the values (V4 shares them), so G scales the attention output by
 //     sqrt(G^2/4 + 3/4); o_a's gain divides it out, and each layer still adds O(1) to the streams.
-// Attention sinks (learned per head, spec 3.6): s_h ~ N(ln W + 4, 1), W the sliding window. A
+// Attention sinks (learned per head, model-spec §3.6): s_h ~ N(ln W + 4, 1), W the sliding window. A
 // broad head's visible logits sum to about W e^(sigma^2/2), so its sink takes most of the mass; a
 // sharp head's largest logit exceeds s_h and its sink takes little: a quarter to a half of the
 // heads are sink heads (mean sink probability >= 0.5).

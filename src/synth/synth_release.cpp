@@ -24,7 +24,7 @@ using json = nlohmann::json;
 
 json release_config_json(const ModelConfig& c) {
   json j = config_to_json(c);
-  // The release states the schedule with DeepSeek's keys (spec 1.3): compress_ratios with one
+  // The release states the schedule with DeepSeek's keys (model-spec §1.3): compress_ratios with one
   // more entry for the multi-token-prediction layer (not part of the forward pass; tdiff
   // truncates the list), and num_hash_layers, which can only say "the first k layers".
   std::int64_t hash_layers = 0;

@@ -225,7 +225,7 @@ oracle_artefacts() {
   fi
 }
 # The reference of every stage of the oracle's case (oracle_artefacts first), within LIMIT
-# seconds, as transformers breaks top-k ties (spec 5.11): torch's CPU rule. A reference that
+# seconds, as transformers breaks top-k ties (model-spec §5.11): torch's CPU rule. A reference that
 # the same tdiff binary finished in an earlier run of run-all (the marker holds the binary's
 # checksum, and is newer than the case) is kept, for when the step did not fit in that run.
 oracle_golden() {

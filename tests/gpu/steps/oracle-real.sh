@@ -26,8 +26,8 @@ if [ ! -f "$hf" ]; then
 fi
 oracle_golden oracle-real "$(left 90)" || return
 fits oracle-real 90 || return
-# transformers computes the RoPE tables in float32 (spec 3.9/3.10): its angles drift with
-# position, and so does everything downstream. The acceptance (spec 3.10: 1e-6 relative on the
+# transformers computes the RoPE tables in float32 (model-spec §3.9/3.10): its angles drift with
+# position, and so does everything downstream. The acceptance (model-spec §3.10: 1e-6 relative on the
 # layer outputs and the logits) is judged on the first `positions` tokens (0: all); every
 # stage at 256, 1024 and all positions is printed beside it (oracle-real-positions-N).
 expect oracle-real 0 timeout "$(left)" python3 tests/support/oracle/compare_hf.py "$case" "$hf" --bound "$ORACLE_BOUND" \

@@ -15,12 +15,12 @@ Integer tensors (expert ids, indexer picks) and masks must be equal; -inf (non-c
 scores) must sit at the same places. Printed: one line per stage class (Lxx.attn.core/o: the
 worst over layers) with the worst value and the layer and token where it is.
 
-Acceptance (issue 23, spec 3.10): every class <= --bound (1e-6), except Lxx.attn.idx.score/score
+Acceptance (issue 23, model-spec §3.10): every class <= --bound (1e-6), except Lxx.attn.idx.score/score
 and Lxx.attn.idx.weights/w <= --score-bound (1e-4): transformers computes the indexer's head
 weights and scores in float32 (spec F6) and sums heads of both signs, so cancellation magnifies
 float32 rounding (tiny: 1.9e-5; the head weights of the tiny release-format model 1.2e-6); the
 selections made from them are compared exactly (Lxx.attn.idx.topk/sel). Cases with padding are refused:
-transformers pools pad tokens where refcpu does not (spec 5.12); use tests/e2e/oracle_test.cpp.
+transformers pools pad tokens where refcpu does not (model-spec §5.12); use tests/e2e/oracle_test.cpp.
 Exit status: 0 within bounds; 1 a class beyond its bound, a mismatch, or nothing compared;
 2 bad input. Needs numpy and h5py.
 """
@@ -50,11 +50,11 @@ def main():
                    help="bound of Lxx.attn.idx.score/score and Lxx.attn.idx.weights/w (float32 in transformers)")
     p.add_argument("--positions", type=int, default=0,
                    help="compare only tokens at positions below N (and the compressed entries they complete): "
-                        "transformers' float32 RoPE tables drift with position (spec 3.10), so a bound holds "
+                        "transformers' float32 RoPE tables drift with position (model-spec §3.10), so a bound holds "
                         "only up to some position; 0: every token")
     p.add_argument("--classes", default="",
                    help="judge only stage classes matching this regular expression (e.g. the layer outputs and "
-                        "logits, spec 3.10's acceptance); the others are printed, not judged")
+                        "logits, model-spec §3.10's acceptance); the others are printed, not judged")
     a = p.parse_args()
 
     try:

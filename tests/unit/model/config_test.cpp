@@ -1,5 +1,5 @@
 // config.json parsing (model/config.h): the tiny and V4-Flash configs, the legacy release keys
-// HF folds at load (spec 1.3), the default schedule, and errors that name the offending key.
+// HF folds at load (model-spec §1.3), the default schedule, and errors that name the offending key.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,7 +20,7 @@ using json = nlohmann::json;
 using L = LayerType;
 using M = MlpType;
 
-// The tiny model of spec section 9 in the new-style keys.
+// The tiny model of model-spec §9 in the new-style keys.
 json tiny_json() {
   return json::parse(R"({
     "model_type": "deepseek_v4", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 4,
