@@ -19,8 +19,6 @@ namespace tdiff::app {
 
 namespace {
 
-
-
 }  // namespace
 
 // "emu", "hip (--hip-gemm vector)": the candidate the audit ran on, for its title.
@@ -47,7 +45,7 @@ int run_audit_cmd(AuditCmd c) {
   // a missing device, or --hip-gemm on emu, fails here.
   EnvRecord env = candidate_env(c.cand.backend, base, session.stages,
                                 make_candidate(c.cand.backend, base, opt.seed_a, c.cand.hip_gemm).get(), c.cand.hip_gemm);
-  add_case_facts(env, c.case_path, session.info.checksums);
+  add_run_facts(env, c.case_path, session.info.checksums, opt.seed_a);
   StatusLine status("audit");
   opt.progress = [&](const std::string& what) { status.show(what); };
   const CandidateFactory candidates = [&](const Policy& p, std::uint64_t seed) {
@@ -66,7 +64,7 @@ int run_audit_cmd(AuditCmd c) {
                              opt.seed_b);
   for (const auto& k : c.knobs) info.command += " --knob " + k;
   if (c.no_full) info.command += " --no-full-runs";
-  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  show_env(env, info);
   print_audit(stdout, r, info);
   if (c.no_reports) return 0;
   const std::string dir = report_dir(info, c.out_dir);

@@ -22,15 +22,6 @@ namespace tdiff::app {
 
 namespace {
 
-
-
-std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
-  std::vector<std::string> keys;
-  for (const auto& s : stages)
-    for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
-  return keys;
-}
-
 std::string flags(const BisectCmd& c) {
   std::string s;
   if (c.watch != "logits") s += " --watch " + shell_quote(c.watch);
@@ -184,13 +175,11 @@ void describe_bisect(const BisectCmd& c, const CaseSession& session, const Polic
                              c.report.flags()) + " --run-id " + shell_quote(run_id);
   env = candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
   auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
-  add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
+  add_run_facts(env, c.case_path, session.info.checksums, c.cand.seed, case_hash.get());
   hashing.stop();
-  env.extra["seed"] = std::to_string(c.cand.seed);
   env.extra["floor"] = floor_label.empty() ? "none" : floor_label;
   env.extra["bisect_suffix"] = suffix == Suffix::floor ? "floor" : "reference";
-  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
-
+  show_env(env, info);
 }
 
 // The terminal output after the search, then the report files.

@@ -27,8 +27,6 @@ namespace tdiff::app {
 
 namespace {
 
-
-
 // A preset's name as it is, a policy file (*.toml, *.json: Policy::load) by its absolute path,
 // so the command runs from any folder.
 std::string policy_arg(const std::string& policy) {
@@ -139,16 +137,15 @@ std::string dumps_description(const CiCmd& c, const std::vector<CandidateDump>& 
 CiRow finish_case(const CiCmd& c, const Suite& suite, const SuiteCase& sc, CiCaseResult& r, const CiSummary& sum,
                   EnvRecord case_env, const std::string& out, const std::string& thresholds_file) {
   case_env.extra["case"] = sc.name;
-  case_env.extra["seed"] = std::to_string(sc.seed);
   case_env.extra["repeat"] = std::to_string(r.runs);
-  add_case_facts(case_env, r.case_file, read_case(r.case_file).checksums);
+  add_run_facts(case_env, r.case_file, read_case(r.case_file).checksums, sc.seed);
 
   RunInfo info;
   info.case_name = sc.name;
   info.run_id = r.run_id;
   info.title = fmt::format("tdiff ci {} / {}: {}", suite.name, sc.name, sum.candidate);
   info.command = case_command(c, suite, sc, r.case_file, thresholds_file);
-  for (const auto& [k, v] : case_env.to_attrs()) info.env.emplace_back(k, v);
+  show_env(case_env, info);
   write_reports(out + "/" + sc.name, r.diff, info);
 
   CiRow row;

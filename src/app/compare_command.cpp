@@ -25,8 +25,6 @@ namespace tdiff::app {
 
 namespace {
 
-
-
 std::string default_group(const std::string& file) {
   return h5_exists(file, "/reference") ? "/reference" : "/";
 }
@@ -60,7 +58,7 @@ std::map<std::string, std::string> recorded_weight_sha256(const std::string& fil
 
 EnvRecord compare_env(const CompareCmd& c) {
   EnvRecord env = capture_env("compare", c.thresholds.empty() ? "default thresholds" : c.thresholds);
-  add_case_facts(env, c.file_a, recorded_weight_sha256(c.file_a));
+  add_run_facts(env, c.file_a, recorded_weight_sha256(c.file_a), std::nullopt);
   env.extra["candidate_sha256"] = std::filesystem::equivalent(c.file_a, c.file_b) ? env.extra["case_sha256"] : file_sha256(c.file_b);
   return env;
 }
@@ -135,7 +133,7 @@ int run_compare(CompareCmd c) {
   info.title = fmt::format("tdiff compare {} vs {}", std::filesystem::path(c.file_a).filename().string(),
                            std::filesystem::path(c.file_b).filename().string());
   info.command = reproduce_command(c);
-  for (const auto& [k, v] : compare_env(c).to_attrs()) info.env.emplace_back(k, v);
+  show_env(compare_env(c), info);
 
   TerminalOptions topt;
   topt.color = want_color(stdout);

@@ -24,8 +24,6 @@ namespace tdiff::app {
 
 namespace {
 
-
-
 BackendFactory factory(const DeterminismCmd& c, const Policy& policy) {
   make_candidate(c.cand.backend, policy, 0, c.cand.hip_gemm);  // an input error here for a backend this build lacks
   return [backend = c.cand.backend, gemm = c.cand.hip_gemm, policy](std::uint64_t seed) {
@@ -191,8 +189,7 @@ int run_determinism(DeterminismCmd c) {
   CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
   CaseHash case_hash(c.case_path);
   Outcome o = sweep ? batch_sweep(c, session, make, policy, policy_text, env) : run_to_run(c, session, make, policy_text, env);
-  add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
-  env.extra["seed"] = std::to_string(c.cand.seed);
+  add_run_facts(env, c.case_path, session.info.checksums, c.cand.seed, case_hash.get());
   auto& [table, ok, verdict, summary] = o;
   const std::string command = command_line(c, run_id);
   fmt::print("verdict     {}: {}\n", verdict, summary);
@@ -204,7 +201,7 @@ int run_determinism(DeterminismCmd c) {
   info.title = fmt::format("tdiff determinism {}: {} under {} — {}", std::filesystem::path(c.case_path).filename().string(),
                            c.cand.backend, policy_text, verdict);
   info.command = command;
-  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  show_env(env, info);
   if (!c.no_reports) {
     const std::string dir = report_dir(info, c.out_dir);
     write_reports(dir, table, info);

@@ -1,10 +1,15 @@
 #pragma once
 // The envelope of every command that records or reports a run on a case (run, bisect,
-// determinism, audit, compare, ci): its run id and its run seed (the environment record's case
-// facts: casefile/env_record.h add_case_facts). One rule each, so a run id names the same seeds
-// in every command.
+// determinism, audit, compare, ci): its run id, its run seed, and its environment record
+// completed with the case's facts and shown in the report. One rule each, so a run id names the
+// same seeds in every command and every report carries the same facts.
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+
+#include "casefile/env_record.h"
+#include "report/report.h"
 
 namespace tdiff::app {
 
@@ -15,5 +20,13 @@ std::string run_id_for(const std::string& given, const std::string& command);
 // The one seed rule: `given` (a --seed), or, when 0, a hash of the run id, so that repeating a
 // run id repeats its atomic orders and unstable ties.
 std::uint64_t run_seed_for(std::uint64_t given, const std::string& run_id);
+
+// `env` completed with the case's facts (add_case_facts: its checksum, `case_sha256` when hashed
+// already, and the weight checksums it records) and the run seed when the command has one.
+void add_run_facts(EnvRecord& env, const std::string& case_path, const std::map<std::string, std::string>& weight_sha256,
+                   std::optional<std::uint64_t> seed, const std::string& case_sha256 = "");
+
+// The record as the report's environment table.
+void show_env(const EnvRecord& env, RunInfo& info);
 
 }  // namespace tdiff::app

@@ -20,8 +20,6 @@ namespace tdiff::app {
 
 namespace {
 
-
-
 }  // namespace
 
 // --verify: recompute every stage from the stored inputs and report how far this build's

@@ -22,7 +22,6 @@ namespace tdiff::app {
 
 namespace {
 
-
 constexpr std::size_t kWidth = 100;  // the stage table fits a 100-column terminal
 
 

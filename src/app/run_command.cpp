@@ -32,16 +32,6 @@ namespace tdiff::app {
 
 namespace {
 
-
-
-// Keys of every stage output, for checking threshold patterns.
-std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
-  std::vector<std::string> keys;
-  for (const auto& s : stages)
-    for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
-  return keys;
-}
-
 // The model statistics section of report.html (and stats.csv/json with --stats); a note instead
 // when the reference lacks what they need (a partial golden).
 void add_model_stats(CaseSession& session, const RunCmd& c, RunInfo& info) {
@@ -178,13 +168,13 @@ int run_dump(RunCmd c) {
                              c.report.flags() + (c.dump_policy.empty() ? "" : " --dump-policy " + shell_quote(c.dump_policy))) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --run-id " + shell_quote(run_id);
   EnvRecord env = capture_env("dump", "the dump's own", process_command_line());
-  add_case_facts(env, c.case_path, read_case(c.case_path).checksums);
+  add_run_facts(env, c.case_path, read_case(c.case_path).checksums, std::nullopt);
   env.extra["dump"] = absolute_path(c.dump) + ":" + c.dump_group;
   env.extra["dump_mode"] = dump.mode;
   env.extra["dump_policy"] = c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy;
   for (const auto& [k, v] : dump.env) env.extra["dump." + k] = v;
   if (session) env.extra["weights"] = c.weights.note(checked);
-  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  show_env(env, info);
   c.report.print(diff, info);
   record_run(update, run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff);
   c.report.write(diff, info);
@@ -285,11 +275,10 @@ int run_run(RunCmd c) {
                  " --run-id " + shell_quote(run_id) + (checked.changed.empty() ? "" : " --force");
   EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, candidate.get());
   auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
-  add_case_facts(env, c.case_path, session.info.checksums, case_hash.get());
+  add_run_facts(env, c.case_path, session.info.checksums, c.cand.seed, case_hash.get());
   hashing.stop();
-  env.extra["seed"] = std::to_string(c.cand.seed);
   env.extra["weights"] = c.weights.note(checked);
-  for (const auto& [k, v] : env.to_attrs()) info.env.emplace_back(k, v);
+  show_env(env, info);
   auto stats = times.measure("model stats");
   add_model_stats(session, c, info);
   stats.stop();

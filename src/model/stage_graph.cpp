@@ -206,4 +206,11 @@ std::vector<Stage> build_stages(const ModelConfig& c) {
   return std::move(b.stages);
 }
 
+std::vector<std::string> output_keys(const std::vector<Stage>& stages) {
+  std::vector<std::string> keys;
+  for (const auto& s : stages)
+    for (const auto& t : s.outputs) keys.push_back(s.name + "/" + t);
+  return keys;
+}
+
 }  // namespace tdiff

@@ -38,5 +38,7 @@ struct Stage {
 };
 
 std::vector<Stage> build_stages(const ModelConfig& c);
+// "<stage>/<tensor>" of every output, in stage order (what threshold patterns are checked against).
+std::vector<std::string> output_keys(const std::vector<Stage>& stages);
 
 }  // namespace tdiff
