@@ -2,7 +2,7 @@
 
 A dump holds /<stage>/<tensor> datasets and the root attributes tdiff_dump = "candidate",
 tdiff_dump_mode = "run" | "isolated" and env.* (the environment record that `tdiff run
---candidate-dump` shows). Storage of dtypes as src/casefile/h5io.cpp reads them: f64, f32, f16 as
+--candidate-dump` shows). Storage of dtypes as src/casefile/h5_reader.cpp reads them: f64, f32, f16 as
 IEEE floats; bf16 as uint16 bit patterns with the attribute dtype="bf16"; indices int64; masks
 uint8 with dtype="bool".
 """

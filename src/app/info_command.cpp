@@ -216,7 +216,7 @@ void info_case(const InfoOptions& o) {
   }
 }
 
-// The fault catalog as a Markdown table (the README's copy is checked against this output).
+// The fault catalog as a Markdown table (docs/reference/fault-catalog.md's copy is checked against this output).
 void print_knobs() {
   fmt::print("| knob | values | bad | fixed | in naive | operator kinds | what the bad setting does |\n");
   fmt::print("|---|---|---|---|---|---|---|\n");

@@ -1,7 +1,7 @@
 #pragma once
 // Where a command's time goes: wall seconds per named phase, summed over calls, in the order
 // the phases first ran. `tdiff run` and every mixed run of bisect print one line of it on
-// stderr, and run's report.json carries it (README: Where the time goes).
+// stderr, and run's report.json carries it (docs/guide/find-the-broken-operator.md, "Where the time goes").
 #include <chrono>
 #include <string>
 #include <utility>

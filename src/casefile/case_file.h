@@ -14,7 +14,7 @@
 //   /env/<run-id>                 group; attributes: the EnvRecord of that run
 //   /reference/<stage>/<tensor>   the refcpu output of every stage
 //   /runs/<run-id>/...            a run's captured tensors and metric table
-// All writes are atomic (core/h5io.h H5Writer).
+// All writes are atomic (casefile/h5_writer.h H5Writer).
 #include <cstdint>
 #include <map>
 #include <string>

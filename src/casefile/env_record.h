@@ -26,7 +26,7 @@ struct EnvRecord {
   std::string policy;         // numerics policy name or file
   // Backend-specific facts (GPU name and arch, driver, HIP/ROCm or CUDA version, ...; "gpu"
   // is "none" until a device backend fills it), the case's facts (add_case_facts) and the
-  // expanded policy (policy_knobs, policy_stages: cli/candidate.h candidate_env).
+  // expanded policy (policy_knobs, policy_stages: app/candidate.h candidate_env).
   std::map<std::string, std::string> extra;
 
   // Attribute name -> value; `extra` keys keep their names.

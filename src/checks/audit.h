@@ -96,7 +96,7 @@ struct AuditResult {
   double seconds = 0.0;
 };
 
-// Makes the candidate of one policy and run seed: emu, or hip (cli/candidate.h's make_candidate).
+// Makes the candidate of one policy and run seed: emu, or hip (app/candidate.h's make_candidate).
 // The audit makes one per setting and seed, as a user's runs would.
 using CandidateFactory = std::function<std::unique_ptr<Backend>(const Policy& policy, std::uint64_t seed)>;
 

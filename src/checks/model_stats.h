@@ -1,8 +1,9 @@
 #pragma once
 // Statistics of a case's float64 reference that say how "trained-like" its model is: the
 // quantities where trained LLMs differ from randomly initialised ones and where low-precision
-// kernels lose accuracy (README: tdiff stats; sources there). Per layer, over the real (unpadded)
-// tokens of every row; computed by compute_model_stats (below) from the stored stage inputs.
+// kernels lose accuracy (docs/guide/synthetic-models.md, tdiff stats; sources there). Per
+// layer, over the real (unpadded) tokens of every row; computed by compute_model_stats (below)
+// from the stored stage inputs.
 //
 // Attention (stage Lxx.attn.core; per real query token i, head h, its visible keys k):
 //   ℓ[i,h,k] = q_h[i]·K[k] / sqrt(d)                 the pre-softmax logit, scaled (model-spec §3.6)

@@ -20,7 +20,7 @@ void setup_audit(CLI::App& app) {
       "that differ bit-wise, tokens whose routing differs). Beside each factor the paper's, where it has one: the\n"
       "FlashAttention-on-MI250 port the method came from. --backend hip audits the kernels on the GPU (every knob\n"
       "has emu's meaning there; --hip-gemm vector puts the 16-bit products on the vector ALU). `tdiff info --knobs`\n"
-      "and the README explain every knob.\n"
+      "and docs/reference/fault-catalog.md explain every knob.\n"
       "Examples:\n"
       "  tdiff audit case.h5\n"
       "  tdiff audit case.h5 --backend hip --knob qk_accum --knob softmax_stats --knob pv_accum --knob logits\n"

@@ -105,11 +105,11 @@ void setup_synth(CLI::App& app) {
   sub->add_option("--seed", opt->seed, "random seed; the same seed gives the same bytes")->required();
   sub->add_flag("--outliers", opt->outliers,
                 "massive activations: a few token ids carry values of 100-1000 in a few fixed channels, as real "
-                "checkpoints do (README: tdiff synth)");
+                "checkpoints do (docs/guide/synthetic-models.md)");
   sub->add_option("--profile", opt->profile,
                   "default: weights drawn like an initialised model, scaled so activations are O(1); trained: the "
                   "statistics of trained LLMs (sharp heads with logits of tens, attention sinks, massive activations, "
-                  "near-tied routers; README: tdiff synth, tdiff stats)")
+                  "near-tied routers; docs/guide/synthetic-models.md)")
       ->check(CLI::IsMember(synth_profile_names()))
       ->capture_default_str();
   sub->add_option("--dtype", opt->dtype,

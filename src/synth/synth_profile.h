@@ -1,7 +1,8 @@
 #pragma once
 // The trained profile of tdiff synth (--profile trained): which weights it draws differently
 // from the default profile, and why that gives the float64 reference the statistics of trained
-// LLMs. Sources and the measured statistics: README (tdiff synth, tdiff stats), bench/README.md.
+// LLMs. Sources and the measured statistics:
+// docs/guide/synthetic-models.md (tdiff synth, tdiff stats), bench/README.md.
 //
 // Attention logits (model-spec §3.6): l = q^.(g * k^)/sqrt(d), where q^ is the RMS-normalised head query
 // (no weight) and k^ the RMS-normalised key with gain g = kv_norm.weight. So g alone sets the

@@ -1,5 +1,5 @@
 // The tdiff tap (tap.h): tensors under stage names into a candidate dump, through the same
-// HDF5 writer, and so the same storage rules, as tdiff's own files (core/h5io.h).
+// HDF5 writer, and so the same storage rules, as tdiff's own files (casefile/h5_writer.h).
 #include "tap/tap.h"
 
 #include <cctype>
