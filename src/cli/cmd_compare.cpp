@@ -15,7 +15,8 @@ void setup_compare(CLI::App& app) {
   sub->footer(
       "Datasets are paired by their path under each group (\"<stage>/<tensor>\"); those on one side only are\n"
       "listed; a pair of other shapes (beyond size-1 dimensions) is one FAIL row. /runs/<run-id> holds the\n"
-      "candidate's tensors of `tdiff run --save --run-id <run-id>`.\n"
+      "candidate's tensors of `tdiff run --save --run-id <run-id>`; against its case they are paired stage by\n"
+      "stage and judged as that run judged them (its policy, selection mode and routing bias).\n"
       "Exit code: 0 all pass (warnings allowed), 1 any FAIL, 2 usage or input error.\n\n"
       "Examples:\n"
       "  tdiff compare case.h5 dump.h5                       # case /reference vs the dump's root\n"
