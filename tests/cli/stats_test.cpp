@@ -47,9 +47,10 @@ class TrainedProfile : public CliTest {
   }
 };
 
-// The published ranges the trained profile aims at (README: tdiff stats): attention logits of
-// tens below QK-Clip's 100, sink heads, activations 10^3-10^4 times the median, router margins of
-// a few bf16 steps. The default profile stays in the ones of a random model.
+// The published ranges the trained profile aims at (docs/guide/synthetic-models.md, tdiff
+// stats): attention logits of tens below QK-Clip's 100, sink heads, activations 10^3-10^4 times
+// the median, router margins of a few bf16 steps. The default profile stays in the ones of a
+// random model.
 TEST_F(TrainedProfile, StatisticsLandInTheirTargetRangesOnTiny) {
   const ModelStats t = stats_of(make_case("trained", 1));
   ASSERT_EQ(t.layers.size(), 4u);
