@@ -51,7 +51,7 @@ class Backend {
   virtual std::map<std::string, std::string> environment() const { return {}; }
   // The numerics policy the backend computes under (emu, hip): the tolerance model
   // (diff/expected.h) derives each tensor's expected error from it. Null for the reference.
-  virtual const Policy* numerics() const { return nullptr; }
+  virtual const Policy* policy() const { return nullptr; }
 };
 
 }  // namespace tdiff

@@ -23,7 +23,7 @@ class TimedBackend final : public Backend {
   }
   void release(const std::string& key) override { b_.release(key); }
   std::map<std::string, std::string> environment() const override { return b_.environment(); }
-  const Policy* numerics() const override { return b_.numerics(); }
+  const Policy* policy() const override { return b_.policy(); }
 
  private:
   Backend& b_;

@@ -382,10 +382,10 @@ IsolationResult Bisector::isolate() {
       if (floor_backend_) floor.rows.push_back(diff_tensor(key, ref, out_floor[k], copt, scores));
     }
   }
-  if (const Policy* policy = candidate_.numerics())
+  if (const Policy* policy = candidate_.policy())
     set_expected(res.diff, {&session_, policy, StageInputs::reference, nullptr});
-  if (floor_backend_ && floor_backend_->numerics())
-    set_expected(floor, {&session_, floor_backend_->numerics(), StageInputs::reference, nullptr});
+  if (floor_backend_ && floor_backend_->policy())
+    set_expected(floor, {&session_, floor_backend_->policy(), StageInputs::reference, nullptr});
   ThresholdPolicy local = opt_.thresholds;
   if (floor_backend_) relax_for_floor(local, floor);
   judge(res.diff, local, floor_backend_ ? &floor : nullptr);

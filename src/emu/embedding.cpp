@@ -6,7 +6,7 @@ namespace tdiff::emu {
 namespace {
 
 std::vector<Tensor> run_embed(StageCall& k) {
-  auto out = k.exact();
+  auto out = k.refcpu_outputs();
   for (double& v : out[0].span<double>()) v = arith::round_fmt(static_cast<float>(v), k.st);
   return out;
 }

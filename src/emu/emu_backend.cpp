@@ -52,7 +52,7 @@ const std::vector<float>& StageCall::gemm_weight(std::size_t i, Fmt in) {
   return be.gemm_weight(ctx.weights, s.weights.at(i), in);
 }
 
-std::vector<Tensor> StageCall::exact() { return be.exact_.run(s, in, ctx); }
+std::vector<Tensor> StageCall::refcpu_outputs() { return be.refcpu_.run(s, in, ctx); }
 
 Tensor store(const std::vector<float>& v, Shape shape) {
   Tensor t(DType::f64, std::move(shape));

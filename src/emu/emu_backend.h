@@ -25,8 +25,7 @@ class EmuBackend final : public Backend {
   EmuBackend(Policy policy, std::uint64_t run_seed) : policy_(std::move(policy)), run_seed_(run_seed) {}
   std::string name() const override { return "emu"; }
   bool implements(OpKind kind) const override;
-  const Policy& policy() const { return policy_; }
-  const Policy* numerics() const override { return &policy_; }
+  const Policy* policy() const override { return &policy_; }
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
 
  private:
@@ -36,7 +35,7 @@ class EmuBackend final : public Backend {
 
   Policy policy_;
   std::uint64_t run_seed_;
-  refcpu::RefCpuBackend exact_;  // masks and hash routing are integer logic: identical in every backend
+  refcpu::RefCpuBackend refcpu_;  // masks and hash routing are integer logic: identical in every backend
   std::map<std::pair<std::string, int>, std::vector<float>> weight_cache_;
   std::mutex mutex_;
 };

@@ -132,7 +132,7 @@ namespace {
 
 // Copies of the (already stored) embedding, in the stream format.
 std::vector<Tensor> run_hc_expand(StageCall& k) {
-  auto out = k.exact();
+  auto out = k.refcpu_outputs();
   for (double& v : out[0].span<double>()) v = arith::round_fmt(arith::round_fmt(static_cast<float>(v), k.st), k.sf);
   return out;
 }
@@ -147,7 +147,7 @@ std::vector<Tensor> run_hc_mix(StageCall& k) {
 std::vector<Tensor> run_hc_sinkhorn(StageCall& k) {
   const auto n = k.c.hc_mult, B = k.B, S = k.S;
   std::vector<float> pre(static_cast<std::size_t>(k.N * n)), post(pre.size()), comb(static_cast<std::size_t>(k.N * n * n));
-  hc_sinkhorn(k.load_exact(0).data(), k.N, n, k.weight(0).data<double>(), k.weight(1).data<double>(),
+  hc_sinkhorn(k.load_f32(0).data(), k.N, n, k.weight(0).data<double>(), k.weight(1).data<double>(),
               static_cast<float>(k.c.hc_eps), k.c.hc_sinkhorn_iters, k.num, pre.data(), post.data(), comb.data());
   return {store(pre, {B, S, n}), store(post, {B, S, n}), store(comb, {B, S, n, n})};
 }
@@ -155,13 +155,13 @@ std::vector<Tensor> run_hc_sinkhorn(StageCall& k) {
 // The collapse is cast to the stream dtype (model-spec §3.7), not to the activation storage.
 std::vector<Tensor> run_hc_pre(StageCall& k) {
   std::vector<float> x(static_cast<std::size_t>(k.N * k.c.hidden_size));
-  hc_collapse(k.load(0, k.sf).data(), k.load_exact(1).data(), k.N, k.c.hc_mult, k.c.hidden_size, k.sf, x.data());
+  hc_collapse(k.load(0, k.sf).data(), k.load_f32(1).data(), k.N, k.c.hc_mult, k.c.hidden_size, k.sf, x.data());
   return {store(x, {k.B, k.S, k.c.hidden_size})};
 }
 
 std::vector<Tensor> run_hc_post(StageCall& k) {
   std::vector<float> X(static_cast<std::size_t>(k.in[0]->numel()));
-  hc_post(k.load(0, k.sf).data(), k.load(1, k.st).data(), k.load_exact(2).data(), k.load_exact(3).data(), k.N,
+  hc_post(k.load(0, k.sf).data(), k.load(1, k.st).data(), k.load_f32(2).data(), k.load_f32(3).data(), k.N,
           k.c.hc_mult, k.c.hidden_size, k.sf, X.data());
   return {store(X, k.in[0]->shape())};
 }

@@ -43,7 +43,7 @@ std::vector<Tensor> run_idx_score(StageCall& k) {
 std::vector<Tensor> run_idx_topk(StageCall& k) {
   const auto n = k.in[0]->dim(2), top = std::min(k.c.index_topk, n), S = k.S, rate = k.s.rate;
   const TopkSpec spec = topk_spec(k.num, k.seed);
-  auto score = k.load_exact(0);
+  auto score = k.load_f32(0);
   const auto* pos = k.in[1]->data<std::int64_t>();
   const auto& length = k.batch.length;
   Tensor sel(DType::i64, {k.B, S, top});

@@ -91,7 +91,7 @@ std::vector<Tensor> run_rope(StageCall& k) {
   std::vector<std::int64_t> row(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) row[static_cast<std::size_t>(r)] = r / per_token;
   std::vector<float> y(static_cast<std::size_t>(x.numel()));
-  rope_rotate(k.load(0, spec.out).data(), rows, x.dim(-1), k.c.rope_dim, k.load_exact(1).data(), k.load_exact(2).data(),
+  rope_rotate(k.load(0, spec.out).data(), rows, x.dim(-1), k.c.rope_dim, k.load_f32(1).data(), k.load_f32(2).data(),
               row.data(), k.s.kind == OpKind::rope_inverse, spec.out, y.data());
   return {store(y, x.shape())};
 }

@@ -24,12 +24,12 @@ struct StageCall : StageFacts {
   // Input i as the kernel reads it: float values in the storage format f (a float64 tensor
   // from the reference is converted at the boundary).
   std::vector<float> load(std::size_t i, Fmt f) const;
-  std::vector<float> load_exact(std::size_t i) const { return load(i, Fmt::f32); }
+  std::vector<float> load_f32(std::size_t i) const { return load(i, Fmt::f32); }
   const Tensor& weight(std::size_t i) const { return ctx.weights.f64(s.weights.at(i)); }
   // Weight i rounded to a GEMM input format (cached by the backend).
   const std::vector<float>& gemm_weight(std::size_t i, Fmt in);
   // The stage's outputs computed by refcpu (integer logic: identical in every backend).
-  std::vector<Tensor> exact();
+  std::vector<Tensor> refcpu_outputs();
 
   EmuBackend& be;
 };

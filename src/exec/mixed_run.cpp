@@ -166,7 +166,7 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   }, ctx, env, run.hooks());
   if (result.replayed) result.diff.label_cand += ", selections replayed from the reference";
   // What the candidate's formats explain, for the tolerance rule (the reference has no policy).
-  if (const Policy* policy = candidate.numerics()) {
+  if (const Policy* policy = candidate.policy()) {
     auto t = times.measure(kPhaseCompare);
     set_expected(result.diff, {&session, policy, StageInputs::run, &on_candidate, !opt.end_to_end});
   }

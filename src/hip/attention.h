@@ -9,10 +9,11 @@
 // operand of the storage format, P·V in pv_accum over every key of the block, rescale
 // deferred (FA2) or per_block (FA1); mask_style neg_inf skips blocks with no visible key.
 // q, kv, C hold storage-format values (emu's loaded floats); the kernel reads them as MMA
-// operands (fp16 subnormals flushed). sinks: float32 of the f64 weight.
+// operands (fp16 subnormals flushed). sinks: float32 of the f64 weight. spec: the knobs,
+// scale and mask bias as emu::attention_spec computes them for head_dim d.
 #include <cstdint>
 
-#include "numerics/policy.h"
+#include "emu/attention.h"
 #include "hip/vendor.h"
 
 namespace tdiff::hip {
@@ -25,11 +26,11 @@ namespace tdiff::hip {
 // and the running output's per-block update are emu's arithmetic. Null: the kernel above.
 void attention(const float* d_q, const float* d_kv, const std::uint8_t* d_win, const float* d_C,
                const std::uint8_t* d_cmask, std::int64_t B, std::int64_t S, std::int64_t n, std::int64_t H,
-               std::int64_t d, const float* d_sinks, const Numerics& num, float* d_o, hipStream_t stream,
+               std::int64_t d, const float* d_sinks, const emu::AttentionSpec& spec, float* d_o, hipStream_t stream,
                const std::uint16_t* d_kv16 = nullptr, const std::uint16_t* d_C16 = nullptr);
 
-// Whether attention may run on the matrix cores under `num`: a device with them
+// Whether attention may run on the matrix cores under `spec`: a device with them
 // (`matrix_cores`), 16-bit storage, float32 qk_accum and pv_accum.
-bool attention_on_matrix_cores(const Numerics& num, bool matrix_cores);
+bool attention_on_matrix_cores(const emu::AttentionSpec& spec, bool matrix_cores);
 
 }  // namespace tdiff::hip

@@ -546,8 +546,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(MmaArgs a) {
 
 }  // namespace
 
-bool attention_on_matrix_cores(const Numerics& num, bool matrix_cores) {
-  const emu::AttentionSpec spec = emu::attention_spec(num, 1);
+bool attention_on_matrix_cores(const emu::AttentionSpec& spec, bool matrix_cores) {
   return matrix_cores && (spec.st == Fmt::bf16 || spec.st == Fmt::f16) && spec.qk == Fmt::f32 && spec.pv == Fmt::f32;
 }
 
@@ -555,14 +554,13 @@ namespace {
 
 void attention_mma(const float* d_q, const std::uint16_t* d_kv16, const std::uint8_t* d_win, const std::uint16_t* d_C16,
                    const std::uint8_t* d_cmask, std::int64_t B, std::int64_t S, std::int64_t n, std::int64_t H,
-                   std::int64_t d, const float* d_sinks, const Numerics& num, float* d_o, hipStream_t stream) {
+                   std::int64_t d, const float* d_sinks, const emu::AttentionSpec& spec, float* d_o, hipStream_t stream) {
   const int dp = static_cast<int>((d + 15) / 16 * 16);
   // The whole head per staged chunk where LDS allows (the P·V phase then reuses it).
   constexpr std::size_t kLdsLimit = vendor::kMaxLdsBytes;
   int dc = dp < kDcMax ? dp : kDcMax;
   while (dc > 16 && mma_lds_bytes(dp, dc) > kLdsLimit) dc = (dc / 2 + 15) / 16 * 16;
   const auto aligned16 = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  const emu::AttentionSpec spec = emu::attention_spec(num, d);
   MmaArgs a{d_q, d_kv16, d_win, n > 0 ? d_C16 : nullptr, n > 0 ? d_cmask : nullptr, d_sinks, d_o, S, n, H, d, dp, dc,
             d % 8 == 0 && aligned16(d_kv16) && (n == 0 || aligned16(d_C16)),
             spec.st, spec.stats, spec.additive, spec.per_block, spec.scale, spec.mask_bias};
@@ -592,15 +590,15 @@ void attention_mma(const float* d_q, const std::uint16_t* d_kv16, const std::uin
 
 void attention(const float* d_q, const float* d_kv, const std::uint8_t* d_win, const float* d_C,
                const std::uint8_t* d_cmask, std::int64_t B, std::int64_t S, std::int64_t n, std::int64_t H,
-               std::int64_t d, const float* d_sinks, const Numerics& num, float* d_o, hipStream_t stream,
+               std::int64_t d, const float* d_sinks, const emu::AttentionSpec& spec, float* d_o, hipStream_t stream,
                const std::uint16_t* d_kv16, const std::uint16_t* d_C16) {
   if (n > 0 && (!d_C || !d_cmask)) throw std::invalid_argument("hip::attention: n > 0 needs C and cmask");
   if (d > kChunk * kMaxChunks) throw std::invalid_argument("hip::attention: head_dim above 1024");
   if (B == 0 || S == 0 || H == 0) return;
   if (d_kv16) {
-    if (!attention_on_matrix_cores(num, true) || (n > 0 && !d_C16))
+    if (!attention_on_matrix_cores(spec, true) || (n > 0 && !d_C16))
       throw std::logic_error("hip::attention: 16-bit patterns given outside the matrix-core path");
-    attention_mma(d_q, d_kv16, d_win, d_C16, d_cmask, B, S, n, H, d, d_sinks, num, d_o, stream);
+    attention_mma(d_q, d_kv16, d_win, d_C16, d_cmask, B, S, n, H, d, d_sinks, spec, d_o, stream);
     return;
   }
   // Heads per workgroup: 16, or fewer for models with fewer heads, or to stay within 64 KiB
@@ -609,7 +607,6 @@ void attention(const float* d_q, const float* d_kv, const std::uint8_t* d_win, c
   constexpr std::size_t kLdsLimit = 64 * 1024;
   int heads = kMaxHeads;
   while (heads > kSlots && (heads / 2 >= H || lds_floats(heads, ldq) * sizeof(float) > kLdsLimit)) heads /= 2;
-  const emu::AttentionSpec spec = emu::attention_spec(num, d);  // emu's knobs, scale and bias, computed as emu does
   AttnArgs a{d_q, d_kv, d_win, n > 0 ? d_C : nullptr, n > 0 ? d_cmask : nullptr, d_sinks, d_o, S, n, H, d, heads, ldq,
              spec.st, spec.qk, spec.pv, spec.stats, spec.additive, spec.per_block, spec.scale, spec.mask_bias};
   const std::int64_t head_groups = (H + heads - 1) / heads;

@@ -13,7 +13,7 @@ namespace {
 std::vector<Tensor> run_cmp_proj(StageCall& k) {
   const auto K = k.c.hidden_size, N = k.N;
   const GemmSpec spec = k.device_spec(emu::matmul_spec(k.num, k.st, k.seed));
-  const GemmInput x = k.operand(k.f(0, k.st), N, K, spec);
+  const GemmInput x = k.operand(k.load(0, k.st), N, K, spec);
   for (std::size_t i = 0; i < 2; ++i) {
     const auto O = k.weight_rows(i);
     auto y = k.out({k.B, k.S, O}, spec.out);
@@ -26,8 +26,8 @@ std::vector<Tensor> run_cmp_proj(StageCall& k) {
 std::vector<Tensor> run_pool(StageCall& k) {
   const auto n = k.S / k.s.rate;
   auto y = k.out({k.B, n, k.s.width}, k.st);
-  gated_pool(k.f(0, k.st), k.f(1, k.st), k.B, k.S, k.batch_span(false), k.batch_span(true), k.weight(0), k.s.rate,
-             k.s.width, k.s.overlap, k.num, y.f(), k.cs);
+  gated_pool(k.load(0, k.st), k.load(1, k.st), k.B, k.S, k.batch_span(false), k.batch_span(true), k.weight(0), k.s.rate,
+             k.s.width, k.s.overlap, emu::pool_spec(k.num), y.f(), k.cs);
   k.emit(std::move(y));
   return k.outputs();
 }

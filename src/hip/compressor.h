@@ -5,16 +5,16 @@
 //   starting at its first real token, later windows are 0.
 //   Per (window, channel): logits Z + pb and the softmax over the slots in pool_softmax, the
 //   weights rounded to storage, the weighted sum in float32 (slot order), stored in storage.
-// One thread per (b, window, channel); channels contiguous, so P/Z reads coalesce.
+// spec: emu::pool_spec. One thread per (b, window, channel); channels contiguous, so P/Z reads coalesce.
 #include <cstdint>
 
-#include "numerics/policy.h"
+#include "emu/compressor.h"
 #include "hip/vendor.h"
 
 namespace tdiff::hip {
 
 void gated_pool(const float* d_P, const float* d_Z, std::int64_t B, std::int64_t S, const std::int64_t* d_start,
                 const std::int64_t* d_length, const float* d_pb, std::int64_t rate, std::int64_t width, bool overlap,
-                const Numerics& num, float* d_out, hipStream_t stream);
+                const emu::PoolSpec& spec, float* d_out, hipStream_t stream);
 
 }  // namespace tdiff::hip

@@ -76,10 +76,9 @@ __global__ void gated_pool_kernel(PoolArgs a) {
 
 void gated_pool(const float* d_P, const float* d_Z, std::int64_t B, std::int64_t S, const std::int64_t* d_start,
                 const std::int64_t* d_length, const float* d_pb, std::int64_t rate, std::int64_t width, bool overlap,
-                const Numerics& num, float* d_out, hipStream_t stream) {
+                const emu::PoolSpec& spec, float* d_out, hipStream_t stream) {
   const std::int64_t n = S / rate, items = B * n * width;
   if (items == 0) return;
-  const emu::PoolSpec spec = emu::pool_spec(num);
   const PoolArgs a{d_P, d_Z, d_start, d_length, d_pb, d_out, B, S, rate, width, n, overlap, spec.softmax, spec.st};
   constexpr int kThreads = 256;
   gated_pool_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(a);

@@ -26,7 +26,6 @@
 #include "hip/device_weights.h"
 #include "hip/gemm.h"
 #include "hip/run_compare.h"
-#include "refcpu/refcpu_backend.h"
 
 namespace tdiff::hip {
 
@@ -40,7 +39,7 @@ class HipBackend final : public Backend {
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
   bool deferred_outputs() const override { return true; }
   void finish() override;
-  const Policy* numerics() const override { return &policy_; }
+  const Policy* policy() const override { return &policy_; }
   void release(const std::string& key) override;
 
   const DeviceInfo& device() const { return info_; }
@@ -173,7 +172,6 @@ class HipBackend final : public Backend {
   };
   std::vector<TimedCopy> timed_copies_;
   void copy_to_host(void* dst, const void* src, std::size_t bytes, Stream copy);
-  refcpu::RefCpuBackend exact_;  // integer logic (the masks), as emu
 };
 
 }  // namespace tdiff::hip

@@ -13,7 +13,7 @@ using arith::Fmt;
 std::vector<Tensor> run_hc_expand(StageCall& k) {
   const auto D = k.c.hidden_size, n = k.c.hc_mult;
   auto X = k.out({k.B, k.S, n, D}, k.sf);
-  hc_expand(k.exact(0), k.N, n, D, k.st, k.sf, X.f(), k.cs);
+  hc_expand(k.load_f32(0), k.N, n, D, k.st, k.sf, X.f(), k.cs);
   k.emit(std::move(X));
   return k.outputs();
 }
@@ -21,7 +21,7 @@ std::vector<Tensor> run_hc_expand(StageCall& k) {
 std::vector<Tensor> run_hc_mix(StageCall& k) {
   const auto M = k.c.hc_mix_width(), flat = k.c.hc_mult * k.c.hidden_size;
   auto mix = k.out({k.B, k.S, M}, Fmt::f32);
-  hc_mix(k.f(0, k.sf), k.N, flat, k.weight(0), M, k.eps, k.num, mix.f(), k.cs);
+  hc_mix(k.load(0, k.sf), k.N, flat, k.weight(0), M, k.eps, emu::hc_spec(k.num), mix.f(), k.cs);
   k.emit(std::move(mix));
   return k.outputs();
 }
@@ -29,8 +29,8 @@ std::vector<Tensor> run_hc_mix(StageCall& k) {
 std::vector<Tensor> run_hc_sinkhorn(StageCall& k) {
   const auto n = k.c.hc_mult, B = k.B, S = k.S;
   auto pre = k.out({B, S, n}, Fmt::f32), post = k.out({B, S, n}, Fmt::f32), comb = k.out({B, S, n, n}, Fmt::f32);
-  hc_sinkhorn(k.exact(0), k.N, n, k.weight(0), k.weight(1), static_cast<float>(k.c.hc_eps), k.c.hc_sinkhorn_iters, k.num,
-              pre.f(), post.f(), comb.f(), k.cs);
+  hc_sinkhorn(k.load_f32(0), k.N, n, k.weight(0), k.weight(1), static_cast<float>(k.c.hc_eps), k.c.hc_sinkhorn_iters,
+              emu::hc_spec(k.num), pre.f(), post.f(), comb.f(), k.cs);
   k.emit(std::move(pre));
   k.emit(std::move(post));
   k.emit(std::move(comb));
@@ -40,14 +40,15 @@ std::vector<Tensor> run_hc_sinkhorn(StageCall& k) {
 // The collapse is cast to the stream dtype (model-spec §3.7), as emu.
 std::vector<Tensor> run_hc_pre(StageCall& k) {
   auto x = k.out({k.B, k.S, k.c.hidden_size}, k.sf);
-  hc_pre(k.f(0, k.sf), k.exact(1), k.N, k.c.hc_mult, k.c.hidden_size, k.sf, x.f(), k.cs);
+  hc_pre(k.load(0, k.sf), k.load_f32(1), k.N, k.c.hc_mult, k.c.hidden_size, k.sf, x.f(), k.cs);
   k.emit(std::move(x));
   return k.outputs();
 }
 
 std::vector<Tensor> run_hc_post(StageCall& k) {
   auto X = k.out(k.shape(0), k.sf);
-  hc_post(k.f(0, k.sf), k.f(1, k.st), k.exact(2), k.exact(3), k.N, k.c.hc_mult, k.c.hidden_size, k.sf, X.f(), k.cs);
+  hc_post(k.load(0, k.sf), k.load(1, k.st), k.load_f32(2), k.load_f32(3), k.N, k.c.hc_mult, k.c.hidden_size, k.sf, X.f(),
+          k.cs);
   k.emit(std::move(X));
   return k.outputs();
 }
@@ -55,8 +56,8 @@ std::vector<Tensor> run_hc_post(StageCall& k) {
 std::vector<Tensor> run_hc_head(StageCall& k) {
   const auto n = k.c.hc_mult, D = k.c.hidden_size;
   auto y = k.out({k.B, k.S, D}, k.sf), preh = k.out({k.B, k.S, n}, Fmt::f32);
-  hc_head(k.f(0, k.sf), k.N, n, D, k.weight(0), k.weight(1), k.weight(2), k.eps, static_cast<float>(k.c.hc_eps), k.num, k.sf,
-          y.f(), preh.f(), k.cs);
+  hc_head(k.load(0, k.sf), k.N, n, D, k.weight(0), k.weight(1), k.weight(2), k.eps, static_cast<float>(k.c.hc_eps),
+          emu::hc_spec(k.num), k.sf, y.f(), preh.f(), k.cs);
   k.emit(std::move(y));
   k.emit(std::move(preh));
   return k.outputs();

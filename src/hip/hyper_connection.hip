@@ -242,9 +242,8 @@ constexpr int kThreads = 256;
 }  // namespace
 
 void hc_mix(const float* d_X, std::int64_t tokens, std::int64_t flat, const float* d_fn, std::int64_t M, float eps,
-            const Numerics& num, float* d_mix, hipStream_t stream) {
+            const emu::HcSpec& spec, float* d_mix, hipStream_t stream) {
   if (tokens == 0 || M == 0) return;
-  const emu::HcSpec spec = emu::hc_spec(num);
   const Fmt sk = spec.sinkhorn, stats = spec.norm_stats;
   const auto blocks = blocks_for(tokens, kMixTokens);
   // The fewest outputs per thread that cover M in one pass (v4: M = 24 -> 6; hc_head: n = 4 -> 1).
@@ -258,11 +257,10 @@ void hc_mix(const float* d_X, std::int64_t tokens, std::int64_t flat, const floa
 }
 
 void hc_sinkhorn(const float* d_mix, std::int64_t tokens, std::int64_t n, const float* d_base, const float* d_scale,
-                 float hc_eps, std::int64_t iters, const Numerics& num, float* d_pre, float* d_post, float* d_comb,
+                 float hc_eps, std::int64_t iters, const emu::HcSpec& spec, float* d_pre, float* d_post, float* d_comb,
                  hipStream_t stream) {
   if (n > kMaxHc) throw std::invalid_argument("hip::hc_sinkhorn: hc_mult above 8");
   if (tokens == 0) return;
-  const emu::HcSpec spec = emu::hc_spec(num);
   const Fmt f = spec.sinkhorn;
   const float eps = spec.eps(hc_eps);
   hc_sinkhorn_kernel<<<blocks_for(tokens, kThreads), kThreads, 0, stream>>>(
@@ -286,11 +284,10 @@ void hc_post(const float* d_X, const float* d_y, const float* d_post, const floa
 }
 
 void hc_head(const float* d_X, std::int64_t tokens, std::int64_t n, std::int64_t D, const float* d_fn,
-             const float* d_base, const float* d_scale, float eps, float hc_eps, const Numerics& num, arith::Fmt out,
+             const float* d_base, const float* d_scale, float eps, float hc_eps, const emu::HcSpec& spec, arith::Fmt out,
              float* d_y, float* d_preh, hipStream_t stream) {
   if (tokens == 0) return;
-  const emu::HcSpec spec = emu::hc_spec(num);
-  hc_mix(d_X, tokens, n * D, d_fn, n, eps, num, d_preh, stream);
+  hc_mix(d_X, tokens, n * D, d_fn, n, eps, spec, d_preh, stream);
   hc_head_weights_kernel<<<blocks_for(tokens * n, kThreads), kThreads, 0, stream>>>(
       d_preh, tokens, n, d_base, d_scale, spec.eps(hc_eps), spec.sinkhorn);
   check_kernel("hc_head");

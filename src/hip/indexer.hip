@@ -125,9 +125,8 @@ __global__ void __launch_bounds__(kSelThreads) idx_topk_kernel(TopkArgs a) {
 
 void idx_score(const float* d_QI, const float* d_KI, const float* d_w, const std::int64_t* d_pos,
                const std::int64_t* d_length, std::int64_t B, std::int64_t S, std::int64_t n, std::int64_t heads,
-               std::int64_t dim, std::int64_t rate, const Numerics& num, float* d_score, hipStream_t stream) {
+               std::int64_t dim, std::int64_t rate, const emu::IndexerSpec& spec, float* d_score, hipStream_t stream) {
   if (B == 0 || S == 0 || n == 0) return;
-  const emu::IndexerSpec spec = emu::indexer_spec(num);
   const ScoreArgs a{d_QI, d_KI, d_w, d_pos, d_length, d_score, S, n, heads, dim, rate, spec.st, spec.score,
                     1.0f / std::sqrt(static_cast<float>(dim))};  // emu's scale, computed as emu does
   const dim3 grid(blocks_for(n, kTe), blocks_for(S, kTq), static_cast<unsigned>(B));

@@ -36,7 +36,7 @@ std::vector<Tensor> run_linear(StageCall& k) {
   osh.back() = O;
   if (k.s.width > 0) osh.back() = O / k.s.width, osh.push_back(k.s.width);
   auto y = k.out(osh, spec.out);
-  const GemmInput x = k.operand(k.f(0, k.st), rows, K, spec);
+  const GemmInput x = k.operand(k.load(0, k.st), rows, K, spec);
   const GemmWeight w = k.gemm_weight(0, spec);
   if (logits && spec.out == arith::Fmt::f32 && rows >= k.logit_blocks() && k.logit_blocks() > 1 && k.captures()) {
     logits_in_blocks(k, x, w, std::move(y), rows, K, O, spec);
@@ -51,7 +51,7 @@ std::vector<Tensor> run_linear(StageCall& k) {
 std::vector<Tensor> run_grouped_linear(StageCall& k) {
   const auto G = k.c.o_groups, Ro = k.c.o_lora_rank, per = k.c.num_attention_heads * k.c.head_dim / G, N = k.N;
   const GemmSpec spec = k.device_spec(emu::matmul_spec(k.num, k.st, k.seed));
-  const GemmInput x = k.operand(k.f(0, k.st), N, G * per, spec, per);
+  const GemmInput x = k.operand(k.load(0, k.st), N, G * per, spec, per);
   auto y = k.out({k.B, k.S, G * Ro}, spec.out);
   GemmGroups groups;
   groups.count = G, groups.x_stride = per, groups.w_stride = Ro * per, groups.y_stride = Ro, groups.y_rows = N;

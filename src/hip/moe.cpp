@@ -22,7 +22,7 @@ std::vector<Tensor> run_router(StageCall& k) {
   const auto E = k.weight_rows(0), D = k.c.hidden_size, N = k.N;
   const GemmSpec spec = k.exact_sgemm(k.device_spec(emu::router_spec(k.num, k.seed)), k.st, 0);
   auto logit = k.out({N, E}, spec.out), score = k.out({N, E}, spec.out);
-  gemm(k.operand(k.f(0, k.st), N, D, spec), D, k.gemm_weight(0, spec), logit.f(), E, N, D, E, spec, k.cs);
+  gemm(k.operand(k.load(0, k.st), N, D, spec), D, k.gemm_weight(0, spec), logit.f(), E, N, D, E, spec, k.cs);
   router_scores(logit.f(), N * E, spec.out, score.f(), k.cs);
   k.emit(std::move(logit));
   k.emit(std::move(score));
@@ -36,7 +36,7 @@ std::vector<Tensor> run_moe_select(StageCall& k) {
     const auto& name = k.s.weights.at(0);
     hash_route(k.i64(1), k.table_i64(name), N, k.weight_rows(0), K, idx.i64(), k.cs);
   } else {
-    topk_rows(k.exact(0), N, E, K, k.weight(0), emu::topk_spec(k.num, k.seed), idx.i64(), k.cs);
+    topk_rows(k.load_f32(0), N, E, K, k.weight(0), emu::topk_spec(k.num, k.seed), idx.i64(), k.cs);
   }
   k.emit(std::move(idx));
   return k.outputs();
@@ -50,7 +50,7 @@ std::vector<Tensor> run_moe_weights(StageCall& k) {
     if (k.ctx.weights.has(name)) bias = k.weight(name, Fmt::f32);
   }
   auto wt = k.out({N, K}, Fmt::f32);
-  moe_weights(k.exact(0), k.i64(1), bias, N, E, K, k.num.routing_norm_eps, static_cast<float>(k.c.routed_scaling_factor),
+  moe_weights(k.load_f32(0), k.i64(1), bias, N, E, K, k.num.routing_norm_eps, static_cast<float>(k.c.routed_scaling_factor),
               wt.f(), k.cs);
   k.emit(std::move(wt));
   return k.outputs();
@@ -60,7 +60,7 @@ std::vector<Tensor> run_moe_shared(StageCall& k) {
   const auto D = k.c.hidden_size, I = k.c.moe_intermediate_size, N = k.N;
   const emu::FfnSpec ffn = emu::ffn_spec(k.num, false, k.seed);
   const GemmSpec gu_spec = k.device_spec(ffn.gate_up), down_spec = k.device_spec(ffn.down);
-  const GemmInput z = k.operand(k.f(0, k.st), N, D, gu_spec);
+  const GemmInput z = k.operand(k.load(0, k.st), N, D, gu_spec);
   auto y = k.out({N, D}, ffn.st);
   float* gu = k.scratch(N * 2 * I);
   float* h = k.scratch(N * I);
@@ -82,7 +82,7 @@ std::vector<Tensor> run_moe_experts(StageCall& k) {
   const auto E = k.c.n_routed_experts, NK = N * K;
   const emu::FfnSpec ffn = emu::ffn_spec(k.num, true, k.seed);
   const GemmSpec gu_spec = k.device_spec(ffn.gate_up), down_spec = k.device_spec(ffn.down);
-  const GemmInput z = k.operand(k.f(0, k.st), N, D, gu_spec);
+  const GemmInput z = k.operand(k.load(0, k.st), N, D, gu_spec);
   auto y = k.out({N, D}, ffn.st);
   auto* starts = k.scratch_of<std::int32_t>(E + 1);
   auto* rows = k.scratch_of<std::int32_t>(NK);
@@ -110,7 +110,7 @@ std::vector<Tensor> run_moe_experts(StageCall& k) {
   GemmGroups g2 = g1;
   g2.w_stride = D * I, g2.a_div = 1;
   gemm(k.operand(h, NK, I, down_spec), I, k.gemm_weight(1, down_spec), slot, D, max_rows, I, D, down_spec, k.cs, g2);
-  combine(slot, k.exact(2), N, K, D, ffn.atomic_combine, ffn.st, y.f(), k.cs);
+  combine(slot, k.load_f32(2), N, K, D, ffn.atomic_combine, ffn.st, y.f(), k.cs);
   k.emit(std::move(y));
   return k.outputs();
 }
@@ -118,7 +118,7 @@ std::vector<Tensor> run_moe_experts(StageCall& k) {
 std::vector<Tensor> run_add(StageCall& k) {
   const Shape sh = k.shape(2);
   auto y = k.out(sh, k.st);
-  add(k.f(0, k.st), k.f(1, k.st), shape_numel(sh), k.st, y.f(), k.cs);
+  add(k.load(0, k.st), k.load(1, k.st), shape_numel(sh), k.st, y.f(), k.cs);
   k.emit(std::move(y));
   return k.outputs();
 }

@@ -22,7 +22,7 @@ std::vector<Tensor> run_rope(StageCall& k) {
   const emu::RopeSpec spec = emu::rope_spec(k.num);
   const std::int64_t rows = rows_of(sh), per_token = rows / k.N;
   auto y = k.out(sh, spec.out);
-  rope_rotate(k.f(0, spec.out), rows, sh.back(), k.c.rope_dim, k.exact(1), k.exact(2), per_token, k.N,
+  rope_rotate(k.load(0, spec.out), rows, sh.back(), k.c.rope_dim, k.load_f32(1), k.load_f32(2), per_token, k.N,
               k.s.kind == OpKind::rope_inverse, spec.out, y.f(), k.cs);
   k.emit(std::move(y));
   return k.outputs();
@@ -41,7 +41,7 @@ std::vector<Tensor> run_entry_rope(StageCall& k) {
   float* sin_t = k.scratch(n * half);
   rope_tables(d_pos, n, k.rope_freq(true), half, spec.angle, cos_t, sin_t, k.cs);
   auto y = k.out(sh, spec.out);
-  rope_rotate(k.f(0, spec.out), k.B * n, sh.back(), k.c.rope_dim, cos_t, sin_t, 1, n, false, spec.out, y.f(), k.cs);
+  rope_rotate(k.load(0, spec.out), k.B * n, sh.back(), k.c.rope_dim, cos_t, sin_t, 1, n, false, spec.out, y.f(), k.cs);
   stream_sync(k.cs);  // positions is a temporary
   k.emit(std::move(y));
   return k.outputs();

@@ -12,7 +12,7 @@ using arith::Fmt;
 StageCall::StageCall(HipBackend& be, const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx)
     : StageFacts(be.policy_, be.run_seed_, s, in, ctx), be(be), cs(be.compute_) {}
 
-const float* StageCall::f(std::size_t i, Fmt fmt) {
+const float* StageCall::load(std::size_t i, Fmt fmt) {
   const DevTensor& d = dev(i);
   if (d.dtype != DType::f32) throw std::logic_error(fmt::format("hip: stage {}: input {} is not a float tensor", s.name, i));
   if (fmt == Fmt::f32 || d.fmt == fmt) return d.f();
@@ -57,28 +57,6 @@ void StageCall::emit(DevTensor t) { outs_.push_back(be.publish(s, outs_.size(), 
 
 void StageCall::emit_copied(DevTensor t, const HipBackend::EarlyCopy& early) {
   outs_.push_back(be.publish(s, outs_.size(), std::move(t), &early));
-}
-
-void StageCall::on_host() {
-  std::vector<Tensor> h;
-  for (std::size_t i = 0; i < s.inputs.size(); ++i) {
-    const DevTensor& d = dev(i);
-    if (d.dtype == DType::f32) {
-      h.emplace_back(DType::f64, d.shape);
-      continue;
-    }
-    Tensor t(d.dtype == DType::i64 ? DType::i64 : DType::boolean, d.shape);
-    copy_d2h(t.raw(), d.buf->get(), t.nbytes(), cs);
-    h.push_back(std::move(t));
-  }
-  stream_sync(cs);
-  std::vector<const Tensor*> ptrs;
-  for (auto& t : h) ptrs.push_back(&t);
-  auto res = be.exact_.run(s, ptrs, ctx);
-  for (std::size_t k = 0; k < res.size(); ++k) {
-    be.remember(s.name + "/" + s.outputs[k], be.upload(res[k]));  // its host = res[k]: no copy back needed
-    outs_.push_back(res[k]);
-  }
 }
 
 }  // namespace tdiff::hip

@@ -25,8 +25,8 @@ class StageCall : public emu::StageFacts {
   const DevTensor& dev(std::size_t i) { return be.input(s.inputs.at(i).key(), in.at(i)); }
   // Input i as float values in format f (emu's load(in, f)): the device copy itself when its
   // values already are in f, else a rounded scratch copy.
-  const float* f(std::size_t i, arith::Fmt fmt);
-  const float* exact(std::size_t i) { return f(i, arith::Fmt::f32); }
+  const float* load(std::size_t i, arith::Fmt fmt);
+  const float* load_f32(std::size_t i) { return load(i, arith::Fmt::f32); }
   const std::int64_t* i64(std::size_t i) { return dev(i).i64(); }
   const std::uint8_t* u8(std::size_t i) { return dev(i).u8(); }
   const Shape& shape(std::size_t i) { return dev(i).shape; }
@@ -68,10 +68,6 @@ class StageCall : public emu::StageFacts {
   }
   void emit_copied(DevTensor t, const HipBackend::EarlyCopy& early);
   int logit_blocks() const { return be.logit_blocks_; }
-  // Stages computed on the host from integer inputs (as emu, which calls refcpu for them):
-  // integer inputs read back from the device, float inputs passed as zero tensors of their
-  // shape (these stages read only their shapes). Emits every output.
-  void on_host();
   // The outputs emitted so far (the handler's result).
   std::vector<Tensor> outputs() { return std::move(outs_); }
 

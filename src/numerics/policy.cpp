@@ -289,6 +289,7 @@ Policy Policy::load(const std::string& what) {
   Policy p = preset(preset_name);
   p.name_ = what;
   for (auto& [k, v] : global) set_knob(p.base_, k, v);
+  p.resolved_ = std::make_shared<Resolved>();  // the base changed
   for (auto& o : overrides) p.add_override(std::move(o));
   return p;
 }
@@ -310,6 +311,7 @@ void Policy::add_override(PolicyOverride o) {
   for (auto& [k, v] : o.knobs) typed.settings.push_back(parse_knob(k, v));  // errors now, not at resolve()
   for (auto& [k, v] : o.knobs) described_ += fmt::format(" + {}:{}={}", o.stages, k, v);
   overrides_.push_back(std::move(typed));
+  resolved_ = std::make_shared<Resolved>();
 }
 
 namespace {
@@ -350,6 +352,14 @@ void Policy::validate(const std::vector<Stage>& stages) const {
 }
 
 Numerics Policy::resolve(const std::string& stage) const {
+  if (!resolved_) return match_overrides(stage);  // a moved-from policy
+  std::lock_guard<std::mutex> lock(resolved_->mutex);
+  auto it = resolved_->by_stage.find(stage);
+  if (it == resolved_->by_stage.end()) it = resolved_->by_stage.emplace(stage, match_overrides(stage)).first;
+  return it->second;
+}
+
+Numerics Policy::match_overrides(const std::string& stage) const {
   Numerics n = base_;
   for (const auto& o : overrides_)
     if (pattern_matches(o.stages, stage))

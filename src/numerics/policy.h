@@ -3,7 +3,10 @@
 // accumulate and compare in. A policy is a preset plus ordered overrides for stage patterns;
 // the same knobs mean the same thing in the emu backend and in the HIP kernels.
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -113,6 +116,8 @@ class Policy {
   // knobs applies to none of the stages it matches (no stage of the knob's operator kinds:
   // it would change nothing). A pattern matching some stages of those kinds is fine.
   void validate(const std::vector<Stage>& stages) const;
+  // The stage's knobs: the base, then every override whose pattern matches, in order. Worked
+  // out once per stage name and remembered (backends resolve every stage of every run).
   Numerics resolve(const std::string& stage) const;
   const std::string& name() const { return name_; }
   // A one-line description: "fixed + L02.attn.core:softmax_stats=fp16".
@@ -134,10 +139,20 @@ class Policy {
     std::vector<KnobSetting> settings;
     std::string source;
   };
+  // resolve()'s answers by stage name. Copies of a policy share them until one of the copies
+  // changes (add_override gives it a fresh table), so a backend's copy keeps what an
+  // earlier copy worked out; resolve() may run on several threads.
+  struct Resolved {
+    std::mutex mutex;
+    std::unordered_map<std::string, Numerics> by_stage;
+  };
+  Numerics match_overrides(const std::string& stage) const;
+
   std::string name_ = "fixed";
   Numerics base_;
   std::vector<TypedOverride> overrides_;
   std::string described_;  // " + stages:knob=value" per setting, as written
+  std::shared_ptr<Resolved> resolved_ = std::make_shared<Resolved>();
 };
 
 }  // namespace tdiff

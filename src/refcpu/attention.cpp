@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 #include "refcpu/linear.h"
 
 namespace tdiff::refcpu {
@@ -70,7 +70,7 @@ namespace {
 
 // q [B, S, H, d], kv [B, S, d], window mask [B, S, S] (, C [B, n, d], cmp mask [B, S, n]),
 // the sinks as weight 0 -> o [B, S, H, d], one batch row at a time.
-std::vector<Tensor> run_attention(RefCall& r) {
+std::vector<Tensor> run_attention(StageCall& r) {
   const std::int64_t S = r.S;
   const auto H = r.c.num_attention_heads, d = r.c.head_dim;
   Tensor o(DType::f64, {r.B, S, H, d});
@@ -85,6 +85,6 @@ std::vector<Tensor> run_attention(RefCall& r) {
 
 }  // namespace
 
-void register_attention(RefHandlers& t) { t.add(OpKind::attention, run_attention); }
+void register_attention(Handlers& t) { t.add(OpKind::attention, run_attention); }
 
 }  // namespace tdiff::refcpu

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 #include "refcpu/linear.h"
 
 namespace tdiff::refcpu {
@@ -46,7 +46,7 @@ namespace tdiff::refcpu {
 namespace {
 
 // h [B, S, D] -> P = h·Wpᵀ, Z = h·Wzᵀ (the pooled values and their gate logits).
-std::vector<Tensor> run_cmp_proj(RefCall& r) {
+std::vector<Tensor> run_cmp_proj(StageCall& r) {
   const Tensor& h = *r.in[0];
   const Tensor &wp = r.weight(0), &wz = r.weight(1);
   Tensor P(DType::f64, with_last(h.shape(), wp.dim(0))), Z(DType::f64, with_last(h.shape(), wz.dim(0)));
@@ -55,7 +55,7 @@ std::vector<Tensor> run_cmp_proj(RefCall& r) {
   return {P, Z};
 }
 
-std::vector<Tensor> run_pool(RefCall& r) {
+std::vector<Tensor> run_pool(StageCall& r) {
   const std::int64_t S = r.S, rate = r.s.rate;
   const auto n = S / rate, width = r.s.width, stride = r.in[0]->dim(-1);
   Tensor out(DType::f64, {r.B, n, width});
@@ -69,7 +69,7 @@ std::vector<Tensor> run_pool(RefCall& r) {
 
 }  // namespace
 
-void register_compressor(RefHandlers& t) {
+void register_compressor(Handlers& t) {
   t.add(OpKind::cmp_proj, run_cmp_proj);
   t.add(OpKind::pool, run_pool);
 }

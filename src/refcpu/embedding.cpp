@@ -2,14 +2,14 @@
 // e[t] = E[ids[t]] (a copy: exact).
 #include <cstring>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 
 namespace tdiff::refcpu {
 
 namespace {
 
 // A streamed table (real widths) converts only the rows the ids read.
-std::vector<Tensor> run_embed(RefCall& r) {
+std::vector<Tensor> run_embed(StageCall& r) {
   const auto D = r.c.hidden_size;
   Tensor e(DType::f64, {r.B, r.S, D});
   const auto* ids = r.i64(0);
@@ -25,6 +25,6 @@ std::vector<Tensor> run_embed(RefCall& r) {
 
 }  // namespace
 
-void register_embedding(RefHandlers& t) { t.add(OpKind::embed, run_embed); }
+void register_embedding(Handlers& t) { t.add(OpKind::embed, run_embed); }
 
 }  // namespace tdiff::refcpu

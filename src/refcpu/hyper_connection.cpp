@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 #include "refcpu/linear.h"
 #include "refcpu/norm.h"
 
@@ -105,7 +105,7 @@ namespace tdiff::refcpu {
 
 namespace {
 
-std::vector<Tensor> run_hc_expand(RefCall& r) {
+std::vector<Tensor> run_hc_expand(StageCall& r) {
   const auto D = r.c.hidden_size, n = r.c.hc_mult;
   Tensor X(DType::f64, {r.B, r.S, n, D});
   const double* e = r.f64(0);
@@ -115,7 +115,7 @@ std::vector<Tensor> run_hc_expand(RefCall& r) {
   return {X};
 }
 
-std::vector<Tensor> run_hc_mix(RefCall& r) {
+std::vector<Tensor> run_hc_mix(StageCall& r) {
   const Tensor& fn = r.weight(0);
   const auto M = r.c.hc_mix_width(), flat = r.c.hc_mult * r.c.hidden_size;
   Tensor mix(DType::f64, {r.B, r.S, M});
@@ -123,7 +123,7 @@ std::vector<Tensor> run_hc_mix(RefCall& r) {
   return {mix};
 }
 
-std::vector<Tensor> run_hc_sinkhorn(RefCall& r) {
+std::vector<Tensor> run_hc_sinkhorn(StageCall& r) {
   const auto n = r.c.hc_mult;
   Tensor pre(DType::f64, {r.B, r.S, n}), post(DType::f64, {r.B, r.S, n}), comb(DType::f64, {r.B, r.S, n, n});
   hc_sinkhorn(r.f64(0), r.N, n, r.weight(0).data<double>(), r.weight(1).data<double>(), r.c.hc_eps,
@@ -131,19 +131,19 @@ std::vector<Tensor> run_hc_sinkhorn(RefCall& r) {
   return {pre, post, comb};
 }
 
-std::vector<Tensor> run_hc_pre(RefCall& r) {
+std::vector<Tensor> run_hc_pre(StageCall& r) {
   Tensor x(DType::f64, {r.B, r.S, r.c.hidden_size});
   hc_collapse(r.f64(0), r.f64(1), r.N, r.c.hc_mult, r.c.hidden_size, x.data<double>());
   return {x};
 }
 
-std::vector<Tensor> run_hc_post(RefCall& r) {
+std::vector<Tensor> run_hc_post(StageCall& r) {
   Tensor X(DType::f64, r.in[0]->shape());
   hc_post(r.f64(0), r.f64(1), r.f64(2), r.f64(3), r.N, r.c.hc_mult, r.c.hidden_size, X.data<double>());
   return {X};
 }
 
-std::vector<Tensor> run_hc_head(RefCall& r) {
+std::vector<Tensor> run_hc_head(StageCall& r) {
   const auto n = r.c.hc_mult, D = r.c.hidden_size;
   Tensor y(DType::f64, {r.B, r.S, D}), preh(DType::f64, {r.B, r.S, n});
   hc_head_weights(r.f64(0), r.N, n, D, r.weight(0).data<double>(), r.weight(1).data<double>(),
@@ -154,7 +154,7 @@ std::vector<Tensor> run_hc_head(RefCall& r) {
 
 }  // namespace
 
-void register_hyper_connection(RefHandlers& t) {
+void register_hyper_connection(Handlers& t) {
   t.add(OpKind::hc_expand, run_hc_expand);
   t.add(OpKind::hc_mix, run_hc_mix);
   t.add(OpKind::hc_sinkhorn, run_hc_sinkhorn);

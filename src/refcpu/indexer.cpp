@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 #include "refcpu/linear.h"
 
 namespace tdiff::refcpu {
@@ -76,7 +76,7 @@ namespace tdiff::refcpu {
 namespace {
 
 // ω = (h·Wᵀ) · H_I^(−1/2): the per-head weights of the score sum.
-std::vector<Tensor> run_idx_weights(RefCall& r) {
+std::vector<Tensor> run_idx_weights(StageCall& r) {
   const Tensor& w = r.weight(0);
   const auto HI = w.dim(0);
   Tensor out(DType::f64, {r.B, r.S, HI});
@@ -86,7 +86,7 @@ std::vector<Tensor> run_idx_weights(RefCall& r) {
   return {out};
 }
 
-std::vector<Tensor> run_idx_score(RefCall& r) {
+std::vector<Tensor> run_idx_score(StageCall& r) {
   const Tensor &QI = *r.in[0], &KI = *r.in[1];
   const std::int64_t S = r.S;
   const auto n = KI.dim(1), HI = QI.dim(2), dI = QI.dim(3);
@@ -98,7 +98,7 @@ std::vector<Tensor> run_idx_score(RefCall& r) {
   return {score};
 }
 
-std::vector<Tensor> run_idx_topk(RefCall& r) {
+std::vector<Tensor> run_idx_topk(StageCall& r) {
   const std::int64_t S = r.S, N = r.N, rate = r.s.rate;
   const auto n = r.in[0]->dim(2), k = std::min(r.c.index_topk, n);
   Tensor sel(DType::i64, {r.B, S, k});
@@ -118,7 +118,7 @@ std::vector<Tensor> run_idx_topk(RefCall& r) {
 
 }  // namespace
 
-void register_indexer(RefHandlers& t) {
+void register_indexer(Handlers& t) {
   t.add(OpKind::idx_weights, run_idx_weights);
   t.add(OpKind::idx_score, run_idx_score);
   t.add(OpKind::idx_topk, run_idx_topk);

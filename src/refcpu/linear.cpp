@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 #include "base/parallel_errors.h"
 
 namespace tdiff::refcpu {
@@ -161,7 +161,7 @@ namespace tdiff::refcpu {
 namespace {
 
 // linear and lm_head; a stage with a width splits the output features head-major.
-std::vector<Tensor> run_linear(RefCall& r) {
+std::vector<Tensor> run_linear(StageCall& r) {
   const Tensor& x = *r.in[0];
   const auto out = r.ctx.weights.shape(r.s.weights.at(0)).at(0), rows = rows_of(x);
   Tensor y(DType::f64, with_last(x.shape(), out));
@@ -179,7 +179,7 @@ std::vector<Tensor> run_linear(RefCall& r) {
   return {y};
 }
 
-std::vector<Tensor> run_grouped_linear(RefCall& r) {
+std::vector<Tensor> run_grouped_linear(StageCall& r) {
   const Tensor& w = r.weight(0);
   const auto G = r.c.o_groups, Ro = r.c.o_lora_rank, per = r.c.num_attention_heads * r.c.head_dim / G;
   Tensor y(DType::f64, {r.B, r.S, G * Ro});
@@ -189,7 +189,7 @@ std::vector<Tensor> run_grouped_linear(RefCall& r) {
 
 }  // namespace
 
-void register_linear(RefHandlers& t) {
+void register_linear(Handlers& t) {
   t.add({OpKind::linear, OpKind::lm_head}, run_linear);
   t.add(OpKind::grouped_linear, run_grouped_linear);
 }

@@ -3,14 +3,14 @@
 //   cmp_mask:    C [B, n, d], pos [B, S] (, sel [B, S, k]) -> M [B, S, n] (refcpu/mask.h)
 #include <algorithm>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 #include "refcpu/mask.h"
 
 namespace tdiff::refcpu {
 
 namespace {
 
-std::vector<Tensor> run_window_mask(RefCall& r) {
+std::vector<Tensor> run_window_mask(StageCall& r) {
   const std::int64_t B = r.B, S = r.S;
   Tensor m(DType::boolean, {B, S, S});
   auto* out = m.data<std::uint8_t>();
@@ -23,7 +23,7 @@ std::vector<Tensor> run_window_mask(RefCall& r) {
   return {m};
 }
 
-std::vector<Tensor> run_cmp_mask(RefCall& r) {
+std::vector<Tensor> run_cmp_mask(StageCall& r) {
   const auto n = r.in[0]->dim(1);
   Tensor m(DType::boolean, {r.B, r.S, n});
   const bool picked = r.in.size() > 2;
@@ -50,7 +50,7 @@ void compressed_mask(const std::int64_t* pos, const std::int64_t* length, const 
   }
 }
 
-void register_mask(RefHandlers& t) {
+void register_mask(Handlers& t) {
   t.add(OpKind::window_mask, run_window_mask);
   t.add(OpKind::cmp_mask, run_cmp_mask);
 }

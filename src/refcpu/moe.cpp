@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/parallel_errors.h"
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 #include "refcpu/indexer.h"
 #include "refcpu/linear.h"
 
@@ -163,7 +163,7 @@ namespace tdiff::refcpu {
 
 namespace {
 
-std::vector<Tensor> run_router(RefCall& r) {
+std::vector<Tensor> run_router(StageCall& r) {
   const Tensor& w = r.weight(0);
   const auto E = w.dim(0), N = r.N;
   Tensor logit(DType::f64, {N, E}), score(DType::f64, {N, E});
@@ -174,7 +174,7 @@ std::vector<Tensor> run_router(RefCall& r) {
 
 // Hash routing (a token-id table, weight 0, with the ids as input 1) or the top-K of
 // score + bias: the routing bias only chooses, it never weighs.
-std::vector<Tensor> run_moe_select(RefCall& r) {
+std::vector<Tensor> run_moe_select(StageCall& r) {
   const auto K = r.c.num_experts_per_tok, E = r.c.n_routed_experts, N = r.N;
   Tensor idx(DType::i64, {N, K});
   auto* out = idx.data<std::int64_t>();
@@ -197,14 +197,14 @@ std::vector<Tensor> run_moe_select(RefCall& r) {
   return {idx};
 }
 
-std::vector<Tensor> run_moe_weights(RefCall& r) {
+std::vector<Tensor> run_moe_weights(StageCall& r) {
   const auto K = r.c.num_experts_per_tok, E = r.c.n_routed_experts;
   Tensor wt(DType::f64, {r.N, K});
   routing_weights(r.f64(0), r.i64(1), r.N, E, K, r.c.routed_scaling_factor, wt.data<double>());
   return {wt};
 }
 
-std::vector<Tensor> run_moe_experts(RefCall& r) {
+std::vector<Tensor> run_moe_experts(StageCall& r) {
   const auto D = r.c.hidden_size, K = r.c.num_experts_per_tok;
   Tensor routed(DType::f64, {r.N, D});
   const WeightStore& w = r.ctx.weights;
@@ -216,7 +216,7 @@ std::vector<Tensor> run_moe_experts(RefCall& r) {
   return {routed};
 }
 
-std::vector<Tensor> run_moe_shared(RefCall& r) {
+std::vector<Tensor> run_moe_shared(StageCall& r) {
   const auto D = r.c.hidden_size;
   Tensor y(DType::f64, {r.N, D});
   swiglu_ffn(r.f64(0), r.N, D, r.weight(0).data<double>(), r.weight(1).data<double>(), r.weight(2).data<double>(),
@@ -225,7 +225,7 @@ std::vector<Tensor> run_moe_shared(RefCall& r) {
 }
 
 // The MoE output f = routed + shared, in the shape of the FFN input z (input 2).
-std::vector<Tensor> run_add(RefCall& r) {
+std::vector<Tensor> run_add(StageCall& r) {
   Tensor f(DType::f64, r.in[2]->shape());
   const double *a = r.f64(0), *b = r.f64(1);
   double* out = f.data<double>();
@@ -235,7 +235,7 @@ std::vector<Tensor> run_add(RefCall& r) {
 
 }  // namespace
 
-void register_moe(RefHandlers& t) {
+void register_moe(Handlers& t) {
   t.add(OpKind::router, run_router);
   t.add(OpKind::moe_select, run_moe_select);
   t.add(OpKind::moe_weights, run_moe_weights);

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 
 namespace tdiff::refcpu {
 
@@ -34,14 +34,14 @@ namespace tdiff::refcpu {
 
 namespace {
 
-std::vector<Tensor> run_rms_norm(RefCall& r) {
+std::vector<Tensor> run_rms_norm(StageCall& r) {
   const Tensor& x = *r.in[0];
   Tensor y(DType::f64, x.shape());
   rms_norm(r.f64(0), rows_of(x), x.dim(-1), r.weight(0).data<double>(), r.c.rms_norm_eps, y.data<double>());
   return {y};
 }
 
-std::vector<Tensor> run_head_rms_norm(RefCall& r) {
+std::vector<Tensor> run_head_rms_norm(StageCall& r) {
   const Tensor& x = *r.in[0];
   Tensor y(DType::f64, x.shape());
   rms_unweighted(r.f64(0), rows_of(x), x.dim(-1), r.c.rms_norm_eps, y.data<double>());
@@ -50,7 +50,7 @@ std::vector<Tensor> run_head_rms_norm(RefCall& r) {
 
 }  // namespace
 
-void register_norm(RefHandlers& t) {
+void register_norm(Handlers& t) {
   t.add(OpKind::rms_norm, run_rms_norm);
   t.add(OpKind::head_rms_norm, run_head_rms_norm);
 }

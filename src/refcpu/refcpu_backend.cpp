@@ -2,14 +2,14 @@
 
 #include <fmt/format.h>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 
 namespace tdiff::refcpu {
 
 namespace {
 
-const RefHandlers& handlers() {
-  static const RefHandlers table = build_handler_table<RefCall>(
+const Handlers& handlers() {
+  static const Handlers table = build_handler_table<StageCall>(
       "refcpu", {register_embedding, register_hyper_connection, register_rope, register_mask, register_norm,
                  register_linear, register_compressor, register_indexer, register_attention, register_moe});
   return table;
@@ -18,7 +18,7 @@ const RefHandlers& handlers() {
 }  // namespace
 
 // Inputs arrive from the executor, possibly converted from another backend: float64 here.
-const double* RefCall::f64(std::size_t i) const {
+const double* StageCall::f64(std::size_t i) const {
   const Tensor* t = in[i];
   if (t->dtype() != DType::f64)
     throw std::logic_error(fmt::format("{}: input {} has dtype {}, refcpu needs f64", s.name, i, dtype_name(t->dtype())));
@@ -46,7 +46,7 @@ std::vector<Tensor> RefCpuBackend::run(const Stage& s, const std::vector<const T
   for (auto& t : in)
     if (t && is_float(t->dtype()) && t->dtype() != DType::f64) t = &widened.emplace_back(t->to(DType::f64));
   const std::int64_t B = ctx.batch.rows(), S = ctx.batch.seq();
-  RefCall call{s, in, ctx, ctx.config, ctx.batch, B, S, B * S};
+  StageCall call{s, in, ctx, ctx.config, ctx.batch, B, S, B * S};
   return handlers().run(s, call);
 }
 

@@ -8,7 +8,7 @@ namespace tdiff::refcpu {
 class RefCpuBackend final : public Backend {
  public:
   std::string name() const override { return "refcpu"; }
-  // The kinds the family files registered (refcpu/handlers.h).
+  // The kinds the family files registered (refcpu/stage_call.h).
   bool implements(OpKind kind) const override;
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
 };

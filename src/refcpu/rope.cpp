@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "refcpu/handlers.h"
+#include "refcpu/stage_call.h"
 
 namespace tdiff::refcpu {
 
@@ -67,7 +67,7 @@ namespace tdiff::refcpu {
 
 namespace {
 
-std::vector<Tensor> run_rope_table(RefCall& r) {
+std::vector<Tensor> run_rope_table(StageCall& r) {
   const auto half = r.c.rope_dim / 2;
   Tensor cs(DType::f64, {r.B, r.S, half}), sn(DType::f64, {r.B, r.S, half});
   auto freq = rope_frequencies(r.s.compress_rope ? r.c.rope_compress : r.c.rope_main, r.c.rope_dim);
@@ -76,7 +76,7 @@ std::vector<Tensor> run_rope_table(RefCall& r) {
 }
 
 // rope and rope_inverse: x [B,S,(heads,)width]; every head of token t uses table row t.
-std::vector<Tensor> run_rope(RefCall& r) {
+std::vector<Tensor> run_rope(StageCall& r) {
   const Tensor& x = *r.in[0];
   const std::int64_t rows = rows_of(x), per_token = rows / r.N;
   std::vector<std::int64_t> table_row(static_cast<std::size_t>(rows));
@@ -88,7 +88,7 @@ std::vector<Tensor> run_rope(RefCall& r) {
 }
 
 // Compressed entries [B, n, width]: entry w sits at position w·m, its own table.
-std::vector<Tensor> run_entry_rope(RefCall& r) {
+std::vector<Tensor> run_entry_rope(StageCall& r) {
   const Tensor& x = *r.in[0];
   const auto n = x.dim(1), B = r.B;
   std::vector<std::int64_t> positions(static_cast<std::size_t>(n)), table_row(static_cast<std::size_t>(B * n));
@@ -105,7 +105,7 @@ std::vector<Tensor> run_entry_rope(RefCall& r) {
 
 }  // namespace
 
-void register_rope(RefHandlers& t) {
+void register_rope(Handlers& t) {
   t.add(OpKind::rope_table, run_rope_table);
   t.add({OpKind::rope, OpKind::rope_inverse}, run_rope);
   t.add(OpKind::entry_rope, run_entry_rope);

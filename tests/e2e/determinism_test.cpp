@@ -100,7 +100,7 @@ class HostSideComparison final : public DeviceComparison {
     explicit Wrapped(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
     std::string name() const override { return inner_->name(); }
     bool implements(OpKind k) const override { return inner_->implements(k); }
-    const Policy* numerics() const override { return inner_->numerics(); }
+    const Policy* policy() const override { return inner_->policy(); }
     void release(const std::string& key) override { own_.erase(key); }
     std::vector<Tensor> run(const Stage& s, const std::vector<const Tensor*>& in, RunContext& ctx) override {
       std::vector<const Tensor*> real;

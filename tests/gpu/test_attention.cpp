@@ -69,8 +69,8 @@ AttnResult run_attention(const Numerics& num, std::mt19937_64& rng, const AttnCa
     hip::quantize_activations_bits16(d_C.ptr(), C16.as<std::uint16_t>(), c.B * c.n * c.d, st, test_stream());
   }
   hip::attention(d_q.ptr(), d_kv.ptr(), d_win.ptr(), d_C.ptr(), d_cmask.ptr(), c.B, c.S, c.n, c.H, c.d, d_sinks.ptr(),
-                 num, d_o.ptr(), test_stream(), matrix_cores ? kv16.as<std::uint16_t>() : nullptr,
-                 matrix_cores ? C16.as<std::uint16_t>() : nullptr);
+                 emu::attention_spec(num, c.d), d_o.ptr(), test_stream(),
+                 matrix_cores ? kv16.as<std::uint16_t>() : nullptr, matrix_cores ? C16.as<std::uint16_t>() : nullptr);
   const auto o_hip = d_o.get();
   return {ulp_stats(o_hip, o_emu, st), error_vs(o_hip, o_ref).scaled, error_vs(o_emu, o_ref).scaled};
 }
@@ -174,7 +174,7 @@ TEST(HipAttention, MatrixCoresAgainstEmu) {
   int ran = 0;
   for (const auto& [label, c] : cases)
     for (const auto& [name, num] : attention_settings()) {
-      if (!hip::attention_on_matrix_cores(num, true)) continue;
+      if (!hip::attention_on_matrix_cores(emu::attention_spec(num, 1), true)) continue;
       auto draw = rng;
       const AttnResult r = run_attention(num, draw, c, true);
       ++ran;
@@ -210,8 +210,8 @@ TEST(HipAttention, FlashDimsRunsAndIsFinite) {
   Dev<std::uint8_t> d_win(win), d_cmask(cmask);
   Dev<float> d_o(S * H * d), d_o_mma(S * H * d);
   auto launch = [&] {
-    hip::attention(d_q.ptr(), d_kv.ptr(), d_win.ptr(), d_C.ptr(), d_cmask.ptr(), 1, S, n, H, d, d_sinks.ptr(), num,
-                   d_o.ptr(), test_stream());
+    hip::attention(d_q.ptr(), d_kv.ptr(), d_win.ptr(), d_C.ptr(), d_cmask.ptr(), 1, S, n, H, d, d_sinks.ptr(),
+                   emu::attention_spec(num, d), d_o.ptr(), test_stream());
   };
   const double ms = time_ms(launch);
   std::printf("attention S=%ld H=%ld d=%ld n=%ld window=%ld: %.3f ms (vector ALU)\n", static_cast<long>(S),
@@ -225,8 +225,9 @@ TEST(HipAttention, FlashDimsRunsAndIsFinite) {
   hip::quantize_activations_bits16(d_kv.ptr(), kv16.as<std::uint16_t>(), S * d, arith::Fmt::bf16, test_stream());
   hip::quantize_activations_bits16(d_C.ptr(), C16.as<std::uint16_t>(), n * d, arith::Fmt::bf16, test_stream());
   auto launch_mma = [&] {
-    hip::attention(d_q.ptr(), d_kv.ptr(), d_win.ptr(), d_C.ptr(), d_cmask.ptr(), 1, S, n, H, d, d_sinks.ptr(), num,
-                   d_o_mma.ptr(), test_stream(), kv16.as<std::uint16_t>(), C16.as<std::uint16_t>());
+    hip::attention(d_q.ptr(), d_kv.ptr(), d_win.ptr(), d_C.ptr(), d_cmask.ptr(), 1, S, n, H, d, d_sinks.ptr(),
+                   emu::attention_spec(num, d), d_o_mma.ptr(), test_stream(), kv16.as<std::uint16_t>(),
+                   C16.as<std::uint16_t>());
   };
   const double ms_mma = time_ms(launch_mma);
   const UlpStats u = ulp_stats(d_o_mma.get(), o, arith::Fmt::bf16);

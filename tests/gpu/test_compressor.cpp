@@ -38,8 +38,8 @@ PoolResult run_pool(const Numerics& num, std::int64_t rate, bool overlap, std::m
   Dev<float> d_P(P), d_Z(Z), d_pb(pb);
   Dev<std::int64_t> d_start(start), d_length(length);
   Dev<float> d_out(out_emu.size());
-  hip::gated_pool(d_P.ptr(), d_Z.ptr(), B, S, d_start.ptr(), d_length.ptr(), d_pb.ptr(), rate, width, overlap, num,
-                  d_out.ptr(), test_stream());
+  hip::gated_pool(d_P.ptr(), d_Z.ptr(), B, S, d_start.ptr(), d_length.ptr(), d_pb.ptr(), rate, width, overlap,
+                  emu::pool_spec(num), d_out.ptr(), test_stream());
   const auto out_hip = d_out.get();
   return {ulp_stats(out_hip, out_emu, st), error_vs(out_hip, out_ref).scaled, error_vs(out_emu, out_ref).scaled};
 }
@@ -86,8 +86,8 @@ TEST(HipGatedPool, FlashDimsMatchEmu) {
   Dev<std::int64_t> d_start(std::vector<std::int64_t>{0}), d_length(std::vector<std::int64_t>{S});
   Dev<float> d_out(out_emu.size());
   const double ms = time_ms([&] {
-    hip::gated_pool(d_P.ptr(), d_Z.ptr(), 1, S, d_start.ptr(), d_length.ptr(), d_pb.ptr(), rate, width, true, num,
-                    d_out.ptr(), test_stream());
+    hip::gated_pool(d_P.ptr(), d_Z.ptr(), 1, S, d_start.ptr(), d_length.ptr(), d_pb.ptr(), rate, width, true,
+                    emu::pool_spec(num), d_out.ptr(), test_stream());
   });
   const UlpStats u = ulp_stats(d_out.get(), out_emu, arith::Fmt::bf16);
   std::printf("pool S=1024 rate=4 width=512 overlap: %.3f ms, vs emu max %.0f ulp (%zu of %zu differ)\n", ms, u.max_ulps,

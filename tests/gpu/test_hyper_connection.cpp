@@ -59,7 +59,7 @@ std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vecto
   emu::hc_mix(in.X.data(), kN, kFlat, fnd.data(), kM, kEps, num, mix_emu.data());
   refcpu::hc_mix(Xd.data(), kN, kFlat, fnd.data(), kM, kEps, mix_ref.data());
   Dev<float> d_mix(mix_emu.size());
-  hip::hc_mix(d_X.ptr(), kN, kFlat, d_fn.ptr(), kM, kEps, num, d_mix.ptr(), test_stream());
+  hip::hc_mix(d_X.ptr(), kN, kFlat, d_fn.ptr(), kM, kEps, emu::hc_spec(num), d_mix.ptr(), test_stream());
   checks.push_back(compare("hc_mix", d_mix.get(), mix_emu, mix_ref, sk));
 
   // hc_sinkhorn, on emu's mix for all three (the stage's input is the reference's)
@@ -72,8 +72,8 @@ std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vecto
                       comb_r.data());
   Dev<float> d_mix_in(mix_emu);
   Dev<float> d_pre(pre_e.size()), d_post(post_e.size()), d_comb(comb_e.size());
-  hip::hc_sinkhorn(d_mix_in.ptr(), kN, kHc, d_base.ptr(), d_scale.ptr(), kHcEps, kIters, num, d_pre.ptr(), d_post.ptr(),
-                   d_comb.ptr(), test_stream());
+  hip::hc_sinkhorn(d_mix_in.ptr(), kN, kHc, d_base.ptr(), d_scale.ptr(), kHcEps, kIters,
+                   emu::hc_spec(num), d_pre.ptr(), d_post.ptr(), d_comb.ptr(), test_stream());
   const auto comb_h = d_comb.get();
   checks.push_back(compare("hc_sinkhorn.pre", d_pre.get(), pre_e, pre_r, sk));
   checks.push_back(compare("hc_sinkhorn.post", d_post.get(), post_e, post_r, sk));
@@ -112,8 +112,8 @@ std::vector<Check> run_all(const Numerics& num, std::mt19937_64& rng, std::vecto
   refcpu::hc_collapse(Xd.data(), preh_r.data(), kN, kHc, kD, yh_r.data());
   Dev<float> d_fnh(in.fn_head), d_bh(in.base_head), d_sh(in.scale_head);
   Dev<float> d_yh(yh_e.size()), d_preh(preh_e.size());
-  hip::hc_head(d_X.ptr(), kN, kHc, kD, d_fnh.ptr(), d_bh.ptr(), d_sh.ptr(), kEps, kHcEps, num, st, d_yh.ptr(),
-               d_preh.ptr(), test_stream());
+  hip::hc_head(d_X.ptr(), kN, kHc, kD, d_fnh.ptr(), d_bh.ptr(), d_sh.ptr(), kEps, kHcEps,
+               emu::hc_spec(num), st, d_yh.ptr(), d_preh.ptr(), test_stream());
   checks.push_back(compare("hc_head.preh", d_preh.get(), preh_e, preh_r, sk));
   checks.push_back(compare("hc_head.y", d_yh.get(), yh_e, yh_r, st));
   return checks;
@@ -180,7 +180,7 @@ TEST(HipHyperConnection, MixAwkwardShapesMatchEmu) {
     fn_shifted.insert(fn_shifted.end(), fn.begin(), fn.end());
     Dev<float> d_X(X), d_fn(fn_shifted);
     Dev<float> d_mix(mix.size());
-    hip::hc_mix(d_X.ptr(), N, flat, d_fn.ptr() + 1, M, kEps, num, d_mix.ptr(), test_stream());
+    hip::hc_mix(d_X.ptr(), N, flat, d_fn.ptr() + 1, M, kEps, emu::hc_spec(num), d_mix.ptr(), test_stream());
     const UlpStats u = ulp_stats(d_mix.get(), mix, arith::Fmt::f32);
     EXPECT_EQ(u.max_ulps, 0.0) << "N " << N << " n " << n << " D " << D;
   }
@@ -209,10 +209,10 @@ TEST(HipHyperConnection, FlashDimsMatchEmu) {
   Dev<float> d_mix(mix.size()), d_pre(pre.size()), d_post(post.size()), d_comb(comb.size()),
       d_x(x.size()), d_Xo(Xo.size());
   const double ms_mix =
-      time_ms([&] { hip::hc_mix(d_X.ptr(), N, flat, d_fn.ptr(), M, kEps, num, d_mix.ptr(), test_stream()); });
+      time_ms([&] { hip::hc_mix(d_X.ptr(), N, flat, d_fn.ptr(), M, kEps, emu::hc_spec(num), d_mix.ptr(), test_stream()); });
   const double ms_sk = time_ms([&] {
-    hip::hc_sinkhorn(e_mix.ptr(), N, n, d_base.ptr(), d_scale.ptr(), kHcEps, kIters, num, d_pre.ptr(), d_post.ptr(),
-                     d_comb.ptr(), test_stream());
+    hip::hc_sinkhorn(e_mix.ptr(), N, n, d_base.ptr(), d_scale.ptr(), kHcEps, kIters,
+                     emu::hc_spec(num), d_pre.ptr(), d_post.ptr(), d_comb.ptr(), test_stream());
   });
   const double ms_pre =
       time_ms([&] { hip::hc_pre(d_X.ptr(), e_pre.ptr(), N, n, D, arith::Fmt::bf16, d_x.ptr(), test_stream()); });

@@ -53,8 +53,8 @@ TEST(HipIndexer, ScoreMatchesEmuAndReferencePerKnob) {
     Dev<float> d_QI(QI), d_KI(KI), d_w(w);
     Dev<std::int64_t> d_pos(pos), d_len(kLength);
     Dev<float> d_score(s_emu.size());
-    hip::idx_score(d_QI.ptr(), d_KI.ptr(), d_w.ptr(), d_pos.ptr(), d_len.ptr(), kB, kS, kN, kHeads, kDim, kRate, num,
-                   d_score.ptr(), test_stream());
+    hip::idx_score(d_QI.ptr(), d_KI.ptr(), d_w.ptr(), d_pos.ptr(), d_len.ptr(), kB, kS, kN, kHeads, kDim, kRate,
+                   emu::indexer_spec(num), d_score.ptr(), test_stream());
     const auto s_hip = d_score.get();
     const UlpStats u = ulp_stats(s_hip, s_emu, f);
     err_hip[name] = error_vs(s_hip, s_ref).scaled, err_emu[name] = error_vs(s_emu, s_ref).scaled;
@@ -144,8 +144,8 @@ TEST(HipIndexer, FlashDimsMatchEmu) {
   Dev<float> d_score(S * n);
   Dev<std::int64_t> d_sel(S * k);
   const double ms_score = time_ms([&] {
-    hip::idx_score(d_QI.ptr(), d_KI.ptr(), d_w.ptr(), d_pos.ptr(), d_len.ptr(), 1, S, n, heads, dim, rate, num,
-                   d_score.ptr(), test_stream());
+    hip::idx_score(d_QI.ptr(), d_KI.ptr(), d_w.ptr(), d_pos.ptr(), d_len.ptr(), 1, S, n, heads, dim, rate,
+                   emu::indexer_spec(num), d_score.ptr(), test_stream());
   });
   const hip::TopkSpec spec{arith::Fmt::f32, TieBreak::index, 7};
   const double ms_topk = time_ms([&] {

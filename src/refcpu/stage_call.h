@@ -9,9 +9,9 @@
 
 namespace tdiff::refcpu {
 
-// What a handler gets: the stage, its inputs (float inputs already widened to float64) and the
-// run, with the batch sizes every handler needs.
-struct RefCall {
+// What a handler gets (StageCall in emu and hip too): the stage, its inputs (float inputs
+// already widened to float64) and the run, with the batch sizes every handler needs.
+struct StageCall {
   const Stage& s;
   const std::vector<const Tensor*>& in;
   RunContext& ctx;
@@ -32,7 +32,7 @@ struct RefCall {
   }
 };
 
-using RefHandlers = HandlerTable<RefCall>;
+using Handlers = HandlerTable<StageCall>;
 
 // `s` with its last dimension replaced.
 Shape with_last(Shape s, std::int64_t last);
@@ -40,15 +40,15 @@ Shape with_last(Shape s, std::int64_t last);
 std::int64_t rows_of(const Tensor& t, int trailing = 1);
 
 // One per family file, each registering exactly its kinds.
-void register_embedding(RefHandlers& t);         // embed
-void register_hyper_connection(RefHandlers& t);  // hc_expand, hc_mix, hc_sinkhorn, hc_pre, hc_post, hc_head
-void register_rope(RefHandlers& t);              // rope_table, rope, entry_rope, rope_inverse
-void register_mask(RefHandlers& t);              // window_mask, cmp_mask
-void register_norm(RefHandlers& t);              // rms_norm, head_rms_norm
-void register_linear(RefHandlers& t);            // linear, grouped_linear, lm_head
-void register_compressor(RefHandlers& t);        // cmp_proj, pool
-void register_indexer(RefHandlers& t);           // idx_weights, idx_score, idx_topk
-void register_attention(RefHandlers& t);         // attention
-void register_moe(RefHandlers& t);               // router, moe_select, moe_weights, moe_experts, moe_shared, add
+void register_embedding(Handlers& t);         // embed
+void register_hyper_connection(Handlers& t);  // hc_expand, hc_mix, hc_sinkhorn, hc_pre, hc_post, hc_head
+void register_rope(Handlers& t);              // rope_table, rope, entry_rope, rope_inverse
+void register_mask(Handlers& t);              // window_mask, cmp_mask
+void register_norm(Handlers& t);              // rms_norm, head_rms_norm
+void register_linear(Handlers& t);            // linear, grouped_linear, lm_head
+void register_compressor(Handlers& t);        // cmp_proj, pool
+void register_indexer(Handlers& t);           // idx_weights, idx_score, idx_topk
+void register_attention(Handlers& t);         // attention
+void register_moe(Handlers& t);               // router, moe_select, moe_weights, moe_experts, moe_shared, add
 
 }  // namespace tdiff::refcpu
