@@ -107,9 +107,15 @@ int run_compare(CompareCmd c) {
   }
   auto compare = [&](const std::string& file, const std::string& group) {
     const std::optional<SavedRun> run = read_saved_run(file, group);
-    if (stages && run)
-      return compare_saved_run(c.file_a, c.group_a, file, group, *stages, *run, session ? &*session : nullptr, opt);
-    return compare_files(c.file_a, c.group_a, file, group, opt);
+    if (!stages || !run) return compare_files(c.file_a, c.group_a, file, group, opt);
+    std::optional<Policy> policy;
+    try {
+      policy.emplace(saved_run_policy(*run));
+    } catch (const InputError& e) {
+      fmt::print("note: the run's policy cannot be rebuilt ({}): no expected errors, judged by the scaled rule\n", e.what());
+    }
+    return compare_saved_run(c.file_a, c.group_a, file, group, *stages, *run, session ? &*session : nullptr,
+                             policy ? &*policy : nullptr, opt);
   };
   CompareResult result = compare(c.file_b, c.group_b);
 

@@ -71,6 +71,7 @@ CompareResult pair_stages(const std::vector<Stage>& stages, const std::vector<st
       outputs.insert(s.name + "/" + t);
       any = any || chosen(s, t);
     }
+  if (!any && rule.opt.stages.empty()) input_error("{} holds no output of this model's stages", ref.label);
   if (!any) input_error("--stages '{}' matches no tensor of {}", rule.opt.stages, ref.label);
   for (const auto& s : stages) pair_stage(s, stored_ref, stored_cand, rule, r);
   std::vector<std::string> only_cand;

@@ -38,7 +38,7 @@ std::optional<std::vector<Stage>> case_stages(const std::string& file) {
 
 CompareResult compare_saved_run(const std::string& case_path, const std::string& ref_group, const std::string& file,
                                 const std::string& group, const std::vector<Stage>& stages, const SavedRun& run,
-                                CaseSession* session, CompareOptions opt) {
+                                CaseSession* session, const Policy* policy, CompareOptions opt) {
   opt.stage_order.clear();
   for (const auto& s : stages) opt.stage_order.push_back(s.name);
   opt.replayed_selections = run.selections == "replay";
@@ -48,10 +48,7 @@ CompareResult compare_saved_run(const std::string& case_path, const std::string&
   CompareResult r = pair_stages(stages, list_keys(case_path, ref_group), list_keys(file, group),
                                 h5_side(case_path, ref_group), h5_side(file, group), rule);
   r.seq = read_case(case_path).batch.seq();
-  if (session) {
-    const Policy policy = saved_run_policy(run);
-    set_expected(r, {session, &policy, StageInputs::run});
-  }
+  if (session && policy) set_expected(r, {session, policy, StageInputs::run});
   return r;
 }
 

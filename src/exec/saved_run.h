@@ -30,10 +30,11 @@ Policy saved_run_policy(const SavedRun& run);
 std::optional<std::vector<Stage>> case_stages(const std::string& file);
 
 // `ref_group` of the case `case_path` against the saved run in `group` of `file`, with the
-// case's stages in model order. `session`: the case opened with its model (routing bias and
-// expected errors); null when the model is not at hand, and then judged by the scaled rule.
+// case's stages in model order. `session`: the case opened with its model (the routing bias);
+// `policy`: the run's (saved_run_policy), for the expected errors. Without either (the model or
+// the run's policy file is not at hand) the rows are judged by the scaled rule.
 CompareResult compare_saved_run(const std::string& case_path, const std::string& ref_group, const std::string& file,
                                 const std::string& group, const std::vector<Stage>& stages, const SavedRun& run,
-                                CaseSession* session, CompareOptions opt);
+                                CaseSession* session, const Policy* policy, CompareOptions opt);
 
 }  // namespace tdiff

@@ -2,6 +2,7 @@
 // compare example that reads it, the logits line of the terminal summary, and what every
 // environment record carries (OS, kernel, CPU, GPU, model and case sha256, expanded policy).
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -131,6 +132,14 @@ TEST_F(CliHygiene, SavedRunFeedsTheCompareExample) {
     for (const char* col : {"cosine", "max_abs", "rmse", "rel_l2"}) EXPECT_EQ(row.at(col), ran.at(key).at(col)) << key << " " << col;
   }
   EXPECT_NE(run(fmt::format("info '{}'", c)).out.find("r1"), std::string::npos);
+
+  // A run under a policy file that has since gone: compared by the scaled rule, with a note.
+  std::ofstream(path("gone.toml")) << "preset = \"fixed\"\n";
+  ASSERT_LE(run(fmt::format("run '{}' --policy '{}' --save --run-id r3 --no-reports", c, path("gone.toml"))).code, 1);
+  std::filesystem::remove(path("gone.toml"));
+  const CliResult gone = run(fmt::format("compare '{}' '{}' --group-b /runs/r3 --no-reports", c, c));
+  EXPECT_LE(gone.code, 1) << gone.out << gone.err;
+  EXPECT_NE(gone.out.find("the run's policy cannot be rebuilt"), std::string::npos) << gone.out;
 
   // Into a file of the user's, only the compared stages; never over the case itself.
   const CliResult to = run(fmt::format("run '{}' --no-reports --stages lm_head --save-to '{}' --run-id r2", c, path("s.h5")));
