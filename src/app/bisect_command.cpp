@@ -227,16 +227,18 @@ void emit_bisect(const BisectCmd& c, Bisector& bisector, BisectReport& rep, cons
 
 int run_bisect(BisectCmd c) {
   PhaseTimes times;  // the command's; each probe prints its own line as it ends
+  // Checked before the work, as run's: a case that cannot take the record fails now. The
+  // record itself is made at the end (CaseUpdate holds the case's lock only while it records),
+  // beside the reference read now.
+  auto updating = times.measure("case check");
+  const std::string reference_read = reference_id(c.case_path);
+  CaseUpdate::check(c.case_path);
+  updating.stop();
   auto opening = times.measure("open");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   opening.stop();
-  // Opened before the work, as run's: a case that cannot take the record fails now, and the
-  // case's byte copy is made beside the bisection (a record only: no object-by-object copy).
-  auto updating = times.measure("case update");
-  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
-  updating.stop();
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = app::run_id_for(c.report.run_id, "bisect");
@@ -286,6 +288,8 @@ int run_bisect(BisectCmd c) {
   emit_bisect(c, bisector, rep, stream, streamed, times);
 
   auto recording = times.measure("record");
+  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);  // a record only: the reference is copied as bytes
+  update.require_reference(reference_read);
   record_bisect(update, c, run_id, env, policy, rep);
   recording.stop();
   fmt::print(stderr, "timing: {}\n", times.line());

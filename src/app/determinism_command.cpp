@@ -166,6 +166,7 @@ Outcome batch_sweep(const DeterminismCmd& c, CaseSession& session, const Backend
 }
 
 int run_determinism(DeterminismCmd c) {
+  const std::string reference_read = reference_id(c.case_path);  // before the session reads the case
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   const bool refcpu = c.cand.backend == "refcpu";
   const Policy policy = refcpu ? Policy::preset("fixed") : c.cand.make_policy(session);
@@ -184,9 +185,9 @@ int run_determinism(DeterminismCmd c) {
 
   EnvRecord env = refcpu ? capture_env(c.cand.backend, policy_text, process_command_line())
                          : candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
-  // Opened before the runs, as run's: a case that cannot take the record fails now, and its
-  // byte copy (a record only: no object-by-object copy) is made beside the runs, as its hash.
-  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);
+  // Checked before the runs, as run's: a case that cannot take the record fails now; the record
+  // is made at the end, under the case's lock (casefile/case_file.h CaseUpdate).
+  CaseUpdate::check(c.case_path);
   CaseHash case_hash(c.case_path);
   Outcome o = sweep ? batch_sweep(c, session, make, policy, policy_text, env) : run_to_run(c, session, make, policy_text, env);
   add_run_facts(env, c.case_path, session.info.checksums, c.cand.seed, case_hash.get());
@@ -208,6 +209,8 @@ int run_determinism(DeterminismCmd c) {
     fmt::print("reports     {}/report.html (and report.csv, report.json, junit.xml)\n", dir);
   }
 
+  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);  // a record only: the reference is copied as bytes
+  update.require_reference(reference_read);
   update.put_env(run_id, env);
   const std::string g = "/runs/" + run_id;
   update.writer().set_attr(g, "kind", sweep ? "batch-sweep" : "determinism");

@@ -19,6 +19,7 @@
 #include "app/weight_check.h"
 #include "casefile/env_record.h"
 #include "base/error.h"
+#include "base/file_lock.h"
 #include "casefile/h5io.h"
 #include "model/pattern.h"
 #include "base/timing.h"
@@ -67,29 +68,49 @@ void print_first_divergence(const CompareResult& diff) {
   }
 }
 
-// The case update of a run, opened before the work: a case that cannot take the record fails
-// now, not after the reports (empty with --no-record).
-void open_record(const RunCmd& c, std::optional<CaseUpdate>& update) {
-  // A record beside a reference of GBs: copied as bytes (seconds less at real widths). --save
-  // may replace an earlier run's tensors of the same run id, which would stay as dead space.
-  if (!c.no_record) update.emplace(c.case_path, c.save ? H5Writer::Copy::objects : H5Writer::Copy::bytes);
-}
+// A run's record in the case (nothing with --no-record). The case is checked at the start, so
+// a case that cannot take the record fails before the work, and updated at the end: the
+// update holds the case's lock only while it records (casefile/case_file.h CaseUpdate).
+// --save writes the candidate's tensors into the case as they come, so its update is opened
+// at the start and holds the lock through the run.
+class RunRecord {
+ public:
+  explicit RunRecord(const RunCmd& c) : case_path_(c.case_path), enabled_(!c.no_record), reference_read_(reference_id(c.case_path)) {
+    if (!enabled_) return;
+    // --save may replace an earlier run's tensors of the same run id, which a byte copy would
+    // keep as dead space; a record alone beside a reference of GBs is copied as bytes.
+    if (c.save) update_.emplace(c.case_path, H5Writer::Copy::objects);
+    else CaseUpdate::check(c.case_path);
+  }
+  std::optional<CaseUpdate>& save_target() { return update_; }
 
-// The run's record in the case: environment and verdict summary (nothing with --no-record).
-// `clear`: first remove what an earlier run of the same id left there.
-void record_run(std::optional<CaseUpdate>& update, const std::string& run_id, const EnvRecord& env,
-                const std::vector<std::pair<std::string, std::string>>& attrs, const CompareResult& diff,
-                bool clear = false) {
-  if (!update) return;
-  const std::string g = "/runs/" + run_id;
-  if (clear) update->writer().remove(g);
-  update->put_env(run_id, env);
-  for (const auto& [k, v] : attrs) update->writer().set_attr(g, k, v);
-  update->writer().set_attr(g, "verdict", verdict_name(diff.verdict));
-  update->writer().set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
-  update->writer().set_attr(g, "report_csv", render_csv(diff));
-  update->commit();
-}
+  // The environment, the verdict summary and `attrs` under /runs/<run-id>, and the weight
+  // files' refreshed records. `clear`: first remove what an earlier run of the same id left.
+  // A reference that another command recomputed while this run ran is not the one the
+  // verdict is about: then nothing is recorded (an InputError after the reports).
+  void commit(const std::string& run_id, const EnvRecord& env, const std::vector<std::pair<std::string, std::string>>& attrs,
+              const CompareResult& diff, bool clear, const WeightCheck* checked = nullptr) {
+    if (!enabled_) return;
+    if (!update_) update_.emplace(case_path_, H5Writer::Copy::bytes);
+    update_->require_reference(reference_read_);
+    if (checked) WeightCheckOptions::refresh(*update_, *checked);
+    const std::string g = "/runs/" + run_id;
+    H5Writer& w = update_->writer();
+    if (clear) w.remove(g);
+    update_->put_env(run_id, env);
+    for (const auto& [k, v] : attrs) w.set_attr(g, k, v);
+    w.set_attr(g, "verdict", verdict_name(diff.verdict));
+    w.set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
+    w.set_attr(g, "report_csv", render_csv(diff));
+    update_->commit();
+  }
+
+ private:
+  std::string case_path_;
+  bool enabled_;
+  std::string reference_read_;
+  std::optional<CaseUpdate> update_;
+};
 
 // The stages a dump lacks, in one line (the report lists every missing tensor).
 void print_lacking(const CandidateDump& dump, std::size_t with_reference) {
@@ -132,6 +153,7 @@ void set_dump_expected(const RunCmd& c, const std::optional<CaseSession>& sessio
 int run_dump(RunCmd c) {
   if (reference_stages(c.case_path).empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
+  RunRecord record(c);  // first: the reference it names is the one the dump is then judged against
   // The model is needed only for the routing bias that router flips are explained against; a
   // case attached to a ticket may travel without it.
   std::optional<CaseSession> session;
@@ -142,8 +164,6 @@ int run_dump(RunCmd c) {
     fmt::print("note: without the model ({}), router flips are not checked against the routing bias\n", e.what());
   }
   const WeightCheck checked = session ? c.weights.check(*session) : WeightCheck{};
-  std::optional<CaseUpdate> update;
-  open_record(c, update);
   const std::vector<Stage> stages = session ? session->stages : build_stages(read_case(c.case_path).config);
   const CandidateDump dump = open_candidate_dump(c.case_path, stages, c.dump, c.dump_group);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(stages));
@@ -176,8 +196,8 @@ int run_dump(RunCmd c) {
   if (session) env.extra["weights"] = c.weights.note(checked);
   show_env(env, info);
   c.report.print(diff, info);
-  record_run(update, run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff);
-  c.report.write(diff, info);
+  c.report.write(diff, info);  // before the record: a report that cannot be written leaves the case as it was
+  record.commit(run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff, true);
   print_lacking(dump, reference_stages(c.case_path).size());
   const Tensor& mask = read_case(c.case_path).batch.mask;
   std::int64_t real = 0;
@@ -191,22 +211,27 @@ int run_dump(RunCmd c) {
 
 }  // namespace
 
+// A --save-to file's writer, under the file's lock while the run writes it.
+struct SaveFile {
+  std::optional<FileLock> lock;
+  std::unique_ptr<H5Writer> writer;
+};
+
 // --save / --save-to: where the candidate's outputs of the compared stages go, as they come,
 // under /runs/<run-id>/<stage>/<tensor> (what `tdiff compare --group-b /runs/<run-id>` reads).
 // Null when not saving; `own` holds the writer of a --save-to file.
-H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, std::unique_ptr<H5Writer>& own,
-                    const std::string& run_id) {
+H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, SaveFile& own, const std::string& run_id) {
   // A run id used again keeps nothing of the old run: removed here when --save writes into
   // the case, else with the record (the case's copy is still being made beside the run).
   if (update && c.save) update->writer().remove("/runs/" + run_id);
   if (c.save_to.empty() && !c.save) return nullptr;
   if (!c.save_to.empty() && std::filesystem::exists(c.save_to) && std::filesystem::equivalent(c.save_to, c.case_path))
     input_error("--save-to {}: that is the case file (use --save to keep the tensors in it)", c.save_to);
-  if (!c.save_to.empty())  // an existing file gains this run, as a case does
-    own = std::make_unique<H5Writer>(c.save_to, std::filesystem::exists(c.save_to) ? c.save_to : "");
-  if (own) {
-    own->remove("/runs/" + run_id);
-    return own.get();
+  if (!c.save_to.empty()) {  // an existing file gains this run, as a case does; under its lock, as a case's update
+    own.lock.emplace(c.save_to, "tdiff run --save-to");
+    own.writer = std::make_unique<H5Writer>(c.save_to, std::filesystem::exists(c.save_to) ? c.save_to : "");
+    own.writer->remove("/runs/" + run_id);
+    return own.writer.get();
   }
   if (!update) input_error("--save keeps the tensors in the case, which --no-record leaves untouched (use --save-to FILE)");
   return &update->writer();
@@ -215,6 +240,9 @@ H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, std::uni
 int run_run(RunCmd c) {
   if (!c.dump.empty()) return run_dump(c);
   PhaseTimes times;  // printed last (stderr) and kept in report.json
+  auto recording = times.measure("case update");
+  RunRecord record(c);  // first: the reference it names is the one the session then reads
+  recording.stop();
   auto opening = times.measure("open");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   if (session.reference().stages().empty())
@@ -223,10 +251,6 @@ int run_run(RunCmd c) {
   auto checking = times.measure("weight check");
   const WeightCheck checked = c.weights.check(session);
   checking.stop();
-  auto recording = times.measure("case update");
-  std::optional<CaseUpdate> update;
-  open_record(c, update);
-  recording.stop();
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = app::run_id_for(c.report.run_id, "run");
@@ -236,8 +260,8 @@ int run_run(RunCmd c) {
   refcpu::RefCpuBackend reference;
   setup.stop();
 
-  std::unique_ptr<H5Writer> save_file;  // --save writes into the case update, opened above, during the run
-  H5Writer* sink = save_sink(c, update, save_file, run_id);
+  SaveFile save_file;  // --save writes into the case update, opened above, during the run
+  H5Writer* sink = save_sink(c, record.save_target(), save_file, run_id);
   CaseHash case_hash(c.case_path);  // beside the run: the input checks are done
 
   Progress progress(fmt::format("run {}", c.cand.backend), session.stages.size());
@@ -283,23 +307,25 @@ int run_run(RunCmd c) {
   add_model_stats(session, c, info);
   stats.stop();
   c.report.print(r.diff, info);
-  auto saving = times.measure("record");
-  if (save_file) {
+  auto saving = times.measure("save");
+  if (save_file.writer) {
     for (const auto& [k, v] : std::map<std::string, std::string>{{"case", absolute_path(c.case_path)}, {"backend", c.cand.backend},
                                                                  {"policy", policy.describe()}, {"selections", c.selections}})
-      save_file->set_attr("/runs/" + run_id, k, v);
-    save_file->commit();
+      save_file.writer->set_attr("/runs/" + run_id, k, v);
+    save_file.writer->commit();
+    save_file.lock.reset();
   }
-  if (sink) fmt::print("saved       candidate tensors under {}:/runs/{}\n", c.save_to.empty() ? c.case_path : c.save_to, run_id);
-  if (update) WeightCheckOptions::refresh(*update, checked);
-  record_run(update, run_id, env, {{"backend", c.cand.backend}, {"policy", policy.describe()}, {"selections", c.selections}},
-             r.diff, !c.save);
   saving.stop();
   info.timing = times.phases();
   info.timing.emplace_back("total", times.since_start());  // up to the reports
   auto reports = times.measure("reports");
-  c.report.write(r.diff, info);
+  c.report.write(r.diff, info);  // before the record: a report that cannot be written leaves the case as it was
   reports.stop();
+  auto recording_end = times.measure("record");
+  record.commit(run_id, env, {{"backend", c.cand.backend}, {"policy", policy.describe()}, {"selections", c.selections}},
+                r.diff, !c.save, &checked);
+  if (sink) fmt::print("saved       candidate tensors under {}:/runs/{}\n", c.save_to.empty() ? c.case_path : c.save_to, run_id);
+  recording_end.stop();
 
   print_first_divergence(r.diff);
   fmt::print(stderr, "timing: {}\n", times.line());

@@ -304,7 +304,43 @@ std::vector<std::string> case_runs(const std::string& path) {
   return h5_list_children(path, "/runs");
 }
 
-CaseUpdate::CaseUpdate(const std::string& path, H5Writer::Copy copy) : info_(read_case(path)), writer_(path, path, copy) {}
+std::string reference_id(const std::string& path) {
+  if (!h5_exists(path, "/reference")) return "";
+  const auto attrs = h5_read_attrs(path, "/reference");
+  const auto it = attrs.find("env");
+  return it == attrs.end() ? "" : it->second;
+}
+
+namespace {
+
+// "tdiff golden c.h5": how a waiter for the case's lock is told who holds it.
+std::string lock_holder_text() {
+  auto args = process_command_line();
+  if (!args.empty()) args.erase(args.begin());
+  std::string text = fmt::format("tdiff {}", fmt::join(args, " "));
+  return text.size() > 160 ? text.substr(0, 157) + "..." : text;
+}
+
+}  // namespace
+
+CaseUpdate::CaseUpdate(const std::string& path, H5Writer::Copy copy)
+    : lock_(path, lock_holder_text()),
+      info_(read_case(path)),
+      reference_id_(tdiff::reference_id(path)),
+      writer_path_(path),
+      writer_(path, path, copy) {}
+
+void CaseUpdate::require_reference(const std::string& id_read) const {
+  if (reference_id_ == id_read) return;
+  input_error("{}: its reference was recomputed by another command meanwhile (golden {} replaced {}): the result above "
+              "is against the old reference and is not recorded in the case (run the command again to record it)",
+              writer_path_, reference_id_.empty() ? "-" : reference_id_, id_read.empty() ? "-" : id_read);
+}
+
+void CaseUpdate::check(const std::string& path) {
+  read_case(path);
+  H5Writer::check_update(path);
+}
 
 void CaseUpdate::clear_reference() { writer_.remove("/reference"); }
 

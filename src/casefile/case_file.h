@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_lock.h"
 #include "model/batch.h"
 #include "model/config.h"
 #include "casefile/env_record.h"
@@ -92,14 +93,32 @@ std::vector<std::string> case_runs(const std::string& path);
 // An atomic update of an existing case file: changes go to a copy that replaces the file on
 // commit(); dropping the object without commit() leaves the case untouched. The constructor
 // fails (InputError) when the case cannot be updated: a read-only file, a folder that may not
-// be written, a full disk; commands open it before their work, so nothing is lost to it.
+// be written, a full disk.
+//
+// Updates are serialised: the constructor first takes the case's lock (base/file_lock.h),
+// waiting while another command updates it, and commit() lets it go after the rename, so
+// the copy an update starts from is never replaced by another update before it lands (two
+// recording runs keep both records; a run that records during `golden` keeps golden's
+// reference). Commands that compute for long before recording (run, bisect, determinism)
+// check with check() at their start and open the update at their end, so they hold the lock
+// only while they record; golden, whose update is the new reference, holds it throughout.
 class CaseUpdate {
  public:
   // Checks that `path` is a valid case. H5Writer::Copy::bytes for updates that add a record
   // and delete nothing large (run, bisect, determinism): the case's reference is not copied
   // object by object.
   explicit CaseUpdate(const std::string& path, H5Writer::Copy copy = H5Writer::Copy::objects);
+  // What the constructor checks, without the lock or the copy: that `path` is a valid case
+  // that can be updated now. For commands that open their update at their end.
+  static void check(const std::string& path);
   const CaseInfo& info() const { return info_; }
+  // The reference this update starts from: the id of the golden run that wrote /reference
+  // ("" when none is stored). A command that read the reference earlier compares it with the
+  // one it read (reference_id()) before recording a verdict against it.
+  const std::string& reference_id() const { return reference_id_; }
+  // An InputError unless the reference is still `id_read`: a verdict is recorded only beside
+  // the reference it was reached against.
+  void require_reference(const std::string& id_read) const;
   void clear_reference();
   void put_reference(const std::string& stage, const std::string& tensor, const Tensor& t);
   void put_env(const std::string& run_id, const EnvRecord& env);
@@ -109,11 +128,20 @@ class CaseUpdate {
   // --force: the new reference belongs to the weights it was computed from).
   void put_weight_records(const CaseInfo& c);
   H5Writer& writer() { return writer_; }  // for /runs/<run-id>/...
-  void commit() { writer_.commit(); }
+  void commit() {
+    writer_.commit();
+    lock_.release();
+  }
 
  private:
+  FileLock lock_;  // first: held before the case is read
   CaseInfo info_;
+  std::string reference_id_, writer_path_;
   H5Writer writer_;
 };
+
+// The id of the golden run whose reference `path` holds (the "env" attribute of /reference),
+// "" when the case has no reference or it predates the attribute.
+std::string reference_id(const std::string& path);
 
 }  // namespace tdiff

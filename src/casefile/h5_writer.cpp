@@ -278,6 +278,19 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from, Copy c
 
 H5Writer::~H5Writer() { delete impl_; }
 
+void H5Writer::check_update(const std::string& path) {
+  const fs::path dir = fs::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !fs::is_directory(dir, ec)) input_error("{}: folder '{}' does not exist", path, dir.string());
+  refuse_read_only(path);
+  open_read(path);
+  AtomicFile probe(path);  // a temporary can be created beside it; removed again here
+  Impl m;
+  m.path = path;
+  m.tmp = probe.temp_path();
+  m.ensure_space(fs::file_size(path, ec), "rewrite the case file");
+}
+
 void H5Writer::write(const std::string& path, const Tensor& t) {
   Impl& m = *impl_;
   m.check_open();

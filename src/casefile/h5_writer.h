@@ -21,6 +21,10 @@ class H5Writer {
   enum class Copy { objects, bytes };
   // `copy_from` non-empty: start from a copy of that file (to update a case file in place).
   explicit H5Writer(const std::string& path, const std::string& copy_from = "", Copy copy = Copy::objects);
+  // The checks the constructor makes before an update of `path` in place, without copying
+  // anything: the folder exists and may be written, the file is not read-only, its copy fits
+  // on the disk. For commands that record at their end (CaseUpdate::check).
+  static void check_update(const std::string& path);
   ~H5Writer();
   H5Writer(const H5Writer&) = delete;
   H5Writer& operator=(const H5Writer&) = delete;

@@ -1,0 +1,87 @@
+// Commands that update one case at the same time: each update takes the case's lock
+// (casefile/case_file.h CaseUpdate), so no record is lost, and a verdict is recorded only
+// beside the reference it was reached against.
+#include <sys/wait.h>
+
+#include <set>
+
+#include "casefile/case_file.h"
+#include "cli_support.h"
+
+namespace tdiff {
+namespace {
+
+using testing::CliResult;
+
+class CliConcurrency : public testing::CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 2 -o '{}'", path("m"))).code, 0);
+    ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 2 --len 40 --seed 5 -o '{}'", path("m"), path("c.h5"))).code, 0);
+    ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
+  }
+  // Starts every command at once in one shell and waits for all; exit codes in order.
+  std::vector<int> run_together(const std::vector<std::string>& args) const {
+    std::string script;
+    for (std::size_t i = 0; i < args.size(); ++i)
+      script += fmt::format("('{}' {} >'{}' 2>'{}'; echo $? >'{}') & ", TDIFF_BIN, args[i], path(fmt::format("out{}", i)),
+                            path(fmt::format("err{}", i)), path(fmt::format("rc{}", i)));
+    script += "wait";
+    EXPECT_EQ(std::system(script.c_str()), 0);
+    std::vector<int> codes;
+    for (std::size_t i = 0; i < args.size(); ++i) codes.push_back(std::stoi(testing::slurp(path(fmt::format("rc{}", i)))));
+    return codes;
+  }
+  std::string err(std::size_t i) const { return testing::slurp(path(fmt::format("err{}", i))); }
+};
+
+TEST_F(CliConcurrency, RunsRecordingAtOnceKeepEveryRecord) {
+  std::vector<std::string> args;
+  for (int k = 0; k < 4; ++k) args.push_back(fmt::format("run '{}' --policy fp32 --no-reports --run-id r{}", path("c.h5"), k));
+  const std::vector<int> codes = run_together(args);
+  for (std::size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 0) << err(i);
+  const auto runs = case_runs(path("c.h5"));
+  const std::set<std::string> kept(runs.begin(), runs.end());
+  for (int k = 0; k < 4; ++k) EXPECT_TRUE(kept.count(fmt::format("r{}", k))) << "record r" << k << " lost";
+  const auto env = read_env_records(path("c.h5"));
+  for (int k = 0; k < 4; ++k) EXPECT_TRUE(env.count(fmt::format("r{}", k)));
+  // Nothing is left beside the case: no lock file, no temporary.
+  for (const auto& e : std::filesystem::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".c.h5."), std::string::npos) << e.path();
+}
+
+TEST_F(CliConcurrency, ARunDuringGoldenNeverDropsGoldensReference) {
+  const std::string before = reference_id(path("c.h5"));
+  const std::vector<int> codes =
+      run_together({fmt::format("golden '{}'", path("c.h5")),
+                    fmt::format("run '{}' --policy fp32 --no-reports --run-id during", path("c.h5"))});
+  EXPECT_EQ(codes[0], 0) << err(0);
+  const std::string after = reference_id(path("c.h5"));
+  EXPECT_NE(after, before);  // golden's new reference is the one kept
+  EXPECT_TRUE(read_env_records(path("c.h5")).count(after));
+  const auto runs = case_runs(path("c.h5"));
+  const bool recorded = std::find(runs.begin(), runs.end(), "during") != runs.end();
+  if (codes[1] == 0) {
+    EXPECT_TRUE(recorded);  // it read the new reference: recorded beside it
+  } else {
+    // It read the old one: the verdict is not recorded beside the new reference.
+    EXPECT_EQ(codes[1], 2) << err(1);
+    EXPECT_NE(err(1).find("its reference was recomputed by another command meanwhile"), std::string::npos) << err(1);
+    EXPECT_FALSE(recorded);
+  }
+  EXPECT_EQ(run(fmt::format("run '{}' --policy fp32 --no-reports", path("c.h5"))).code, 0);
+}
+
+TEST_F(CliConcurrency, ReportsAreWrittenBeforeTheRecord) {
+  // A report folder that cannot be written: exit 2, and the case is unchanged.
+  const auto size = std::filesystem::file_size(path("c.h5"));
+  const auto runs = case_runs(path("c.h5")).size();
+  const CliResult r = run(fmt::format("run '{}' --policy fp32 -o /dev/null/reports", path("c.h5")));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(case_runs(path("c.h5")).size(), runs);
+  EXPECT_EQ(std::filesystem::file_size(path("c.h5")), size);
+}
+
+}  // namespace
+}  // namespace tdiff
