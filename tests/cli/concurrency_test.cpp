@@ -6,6 +6,7 @@
 #include <set>
 
 #include "casefile/case_file.h"
+#include "casefile/h5io.h"
 #include "cli_support.h"
 
 namespace tdiff {
@@ -52,15 +53,19 @@ TEST_F(CliConcurrency, RunsRecordingAtOnceKeepEveryRecord) {
 }
 
 TEST_F(CliConcurrency, ARunDuringGoldenNeverDropsGoldensReference) {
-  const std::string before = reference_id(path("c.h5"));
+  // Long prompts: golden takes a second or two, so the run most often starts on the old
+  // reference (either order must keep golden's reference).
+  const std::string c = path("long.h5");
+  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 2 --len 900 --seed 5 -o '{}'", path("m"), c)).code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", c)).code, 0);
+  const std::string before = reference_id(c);
   const std::vector<int> codes =
-      run_together({fmt::format("golden '{}'", path("c.h5")),
-                    fmt::format("run '{}' --policy fp32 --no-reports --run-id during", path("c.h5"))});
+      run_together({fmt::format("golden '{}'", c), fmt::format("run '{}' --policy fp32 --no-reports --run-id during", c)});
   EXPECT_EQ(codes[0], 0) << err(0);
-  const std::string after = reference_id(path("c.h5"));
+  const std::string after = reference_id(c);
   EXPECT_NE(after, before);  // golden's new reference is the one kept
-  EXPECT_TRUE(read_env_records(path("c.h5")).count(after));
-  const auto runs = case_runs(path("c.h5"));
+  EXPECT_TRUE(read_env_records(c).count(after));
+  const auto runs = case_runs(c);
   const bool recorded = std::find(runs.begin(), runs.end(), "during") != runs.end();
   if (codes[1] == 0) {
     EXPECT_TRUE(recorded);  // it read the new reference: recorded beside it
@@ -70,7 +75,23 @@ TEST_F(CliConcurrency, ARunDuringGoldenNeverDropsGoldensReference) {
     EXPECT_NE(err(1).find("its reference was recomputed by another command meanwhile"), std::string::npos) << err(1);
     EXPECT_FALSE(recorded);
   }
-  EXPECT_EQ(run(fmt::format("run '{}' --policy fp32 --no-reports", path("c.h5"))).code, 0);
+  EXPECT_EQ(run(fmt::format("run '{}' --policy fp32 --no-reports", c)).code, 0);
+}
+
+TEST_F(CliConcurrency, SavingRunsAtOnceKeepEveryRun) {
+  // --save holds the case's lock through the run, --save-to the file's: both kinds at once.
+  const std::string c = path("c.h5"), s = path("saved.h5");
+  const std::vector<int> codes = run_together(
+      {fmt::format("run '{}' --policy fp32 --no-reports --save --run-id s0", c),
+       fmt::format("run '{}' --policy fp32 --no-reports --run-id p0", c),
+       fmt::format("run '{}' --policy fp32 --no-reports --no-record --save-to '{}' --run-id t0", c, s),
+       fmt::format("run '{}' --policy fp32 --no-reports --no-record --save-to '{}' --run-id t1", c, s)});
+  for (std::size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 0) << err(i);
+  const auto runs = case_runs(c);
+  for (const char* id : {"s0", "p0"}) EXPECT_NE(std::find(runs.begin(), runs.end(), id), runs.end()) << id;
+  EXPECT_TRUE(h5_exists(c, "/runs/s0/lm_head/logits"));
+  const auto saved = h5_list_children(s, "/runs");
+  EXPECT_EQ(saved, (std::vector<std::string>{"t0", "t1"}));
 }
 
 TEST_F(CliConcurrency, ReportsAreWrittenBeforeTheRecord) {
