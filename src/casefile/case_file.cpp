@@ -4,6 +4,7 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -144,7 +145,21 @@ CaseInfo read_case(const std::string& path) {
   return c;
 }
 
+namespace {
+
+// "tdiff golden c.h5": how a waiter for the case's lock is told who holds it.
+std::string lock_holder_text() {
+  auto args = process_command_line();
+  if (!args.empty()) args.erase(args.begin());
+  std::string text = fmt::format("tdiff {}", fmt::join(args, " "));
+  return text.size() > 160 ? text.substr(0, 157) + "..." : text;
+}
+
+}  // namespace
+
 void create_case(const std::string& path, const CaseInfo& info) {
+  std::optional<FileLock> lock;  // replacing a case: not while another command updates it
+  if (fs::exists(path)) lock.emplace(path, lock_holder_text());
   H5Writer w(path);
   write_case(w, info);
   w.commit();
@@ -311,17 +326,6 @@ std::string reference_id(const std::string& path) {
   return it == attrs.end() ? "" : it->second;
 }
 
-namespace {
-
-// "tdiff golden c.h5": how a waiter for the case's lock is told who holds it.
-std::string lock_holder_text() {
-  auto args = process_command_line();
-  if (!args.empty()) args.erase(args.begin());
-  std::string text = fmt::format("tdiff {}", fmt::join(args, " "));
-  return text.size() > 160 ? text.substr(0, 157) + "..." : text;
-}
-
-}  // namespace
 
 CaseUpdate::CaseUpdate(const std::string& path, H5Writer::Copy copy)
     : lock_(path, lock_holder_text()),
