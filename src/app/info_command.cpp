@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "app/envelope.h"
 #include "casefile/case_file.h"
 #include "base/error.h"
 #include "model/pattern.h"
@@ -70,10 +71,10 @@ std::string fit(const std::string& s, std::size_t w) {
 
 void print_stages(const ModelConfig& c, const std::string& pattern) {
   const auto all = build_stages(c);
+  select_stages(pattern, all);  // each glob must match a stage
   std::vector<std::size_t> shown;
   for (std::size_t i = 0; i < all.size(); ++i)
     if (pattern_matches(pattern, all[i].name)) shown.push_back(i);
-  if (shown.empty()) input_error("--stages '{}': no stage matches (e.g. 'L00.attn.*')", pattern);
 
   struct Row { std::string idx, name, kind, in, out, w; };
   std::vector<Row> rows{{"#", "stage", "kind", "inputs", "outputs", "w"}};
@@ -157,6 +158,12 @@ void info_model(const InfoOptions& o) {
 void info_case(const InfoOptions& o) {
   const std::string& path = o.case_path;
   const CaseInfo c = read_case(path);
+  // Run ids read back from the file are held to --run-id's rule (one could be any bytes), and
+  // checked before the first line is printed.
+  const auto env = read_env_records(path);
+  const auto runs = case_runs(path);
+  for (const auto& [id, e] : env) check_run_id(id, path + ": the run id under /env");
+  for (const auto& id : runs) check_run_id(id, path + ": the run id under /runs");
   line("case", fmt::format("{} (format {}, written by tdiff {} {})", path, c.format_version, c.tdiff_version,
                            c.tdiff_commit));
   line("model", c.model_path);
@@ -186,7 +193,6 @@ void info_case(const InfoOptions& o) {
     line("reference", fmt::format("{} of {} stages, {} tensors{}", stages.size(), expected,
                                   h5_list_datasets(path, "/reference").size(), from));
   }
-  const auto env = read_env_records(path);
   if (env.empty()) line("env", "none");
   std::string label = "env";
   for (const auto& [id, e] : env) {
@@ -203,7 +209,6 @@ void info_case(const InfoOptions& o) {
     }
     label.clear();
   }
-  const auto runs = case_runs(path);
   if (runs.empty()) line("runs", "none");
   label = "runs";
   for (const auto& id : runs) {
