@@ -233,7 +233,8 @@ CiSummary start_summary(const CiCmd& c, const Suite& suite, const SuiteCache& ca
   sum.suite = suite.name;
   sum.description = suite.description;
   sum.command = command_line(c, suite);
-  sum.candidate = !c.dumps_dir.empty() ? dumps_description(c, dump_files) : fmt::format("{} under {}", c.backend, policy.describe());
+  sum.candidate = !c.dumps_dir.empty() ? dumps_description(c, dump_files)
+                                       : fmt::format("{} under {}", c.backend, policy.describe());
   sum.cache = cache.built ? fmt::format("models and references built into {} (for this run: {})", cache.dir,
                                         fmt::join(cache.built_parts, ", "))
                           : fmt::format("models and references reused from {}", cache.dir);
@@ -278,6 +279,8 @@ int run_ci(CiCmd c) {
 
   const std::string run_id = app::run_id_for(c.run_id, "ci");  // checked before the cache is built
   const std::string out = c.out_dir.empty() ? fmt::format("reports/ci/{}/{}", suite.name, run_id) : c.out_dir;
+  std::optional<ReportFolder> folder;  // made before the cache is built: an -o that cannot be made fails first
+  if (!c.prepare) folder.emplace(out, !c.out_dir.empty());
 
   const auto t0 = std::chrono::steady_clock::now();
   const SuiteCache cache = prepare_suite_cache(suite, c.cache_dir, c.rebuild, [](const std::string& what) {
@@ -287,8 +290,8 @@ int run_ci(CiCmd c) {
     print_prepared(suite, cache, cases);
     return 0;
   }
-  const std::vector<CandidateDump> dump_files = dumps ? open_dumps(c, cases, cache, stages) : std::vector<CandidateDump>{};
-  ReportFolder folder(out, !c.out_dir.empty());
+  const std::vector<CandidateDump> dump_files =
+      dumps ? open_dumps(c, cases, cache, stages) : std::vector<CandidateDump>{};
 
   CiOptions opt;
   opt.make = [&](std::uint64_t seed) { return make_candidate(c.backend, policy, seed, c.hip_gemm); };
@@ -315,13 +318,13 @@ int run_ci(CiCmd c) {
       case_env.extra["dump_mode"] = dump_files[i].mode;
       for (const auto& [k, v] : dump_files[i].env) case_env.extra["dump." + k] = v;
     }
-    folder.add_case(sc.name);
+    folder->add_case(sc.name);
     sum.rows.push_back(finish_case(c, suite, sc, r, sum, case_env, out, thresholds_file));
   }
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file_atomic(out + "/junit.xml", render_ci_junit(sum));
   write_file_atomic(out + "/index.html", render_ci_index(sum));
-  folder.keep();
+  folder->keep();
   fmt::print("{}", render_ci_table(sum, want_color(stdout)));
   fmt::print("cache       {}\n", sum.cache);
   fmt::print("reproduce   {}\n", sum.command);

@@ -200,13 +200,15 @@ void build_case(const Suite& suite, const SuiteCase& c, const std::string& model
 namespace {
 
 // A part of the cache (the model folder, one case file) is marked done by a file beside it
-// that lists the part's files with their sizes ("<bytes> <name>" under a "tdiff <version>"
-// line, names relative to the cache folder): a part whose files are gone or shorter than they
-// were (a copy cut short, a full disk, someone's cleanup) is noticed and built again instead of
-// being listed as ready.
+// that may list the part's files with their sizes ("<bytes> <name>" under a "tdiff <version>"
+// line, names relative to the cache folder), and a check of its own: a part whose files are
+// gone or not what they were (a copy cut short, a full disk, someone's cleanup) is noticed and
+// built again instead of being listed as ready. The model's files never change once built; a
+// case file grows with every run ci records in it, so it is read instead (HDF5 knows its own
+// length: a cut file does not open).
 struct CachePart {
-  std::string marker;                                   // <part>.done
-  std::function<std::vector<std::string>()> files;      // the part's files, once built
+  std::string marker;                               // <part>.done
+  std::function<std::vector<std::string>()> files;  // the part's files, once built
   std::function<void()> build;
   std::function<std::string()> check = [] { return std::string(); };  // "" or why the files are unusable
 };
@@ -233,14 +235,14 @@ bool build_once(const std::string& dir, const CachePart& part, const CiProgress&
   if (fs::is_regular_file(part.marker)) {
     const std::string why = damaged_part(dir, part);
     if (why.empty()) return false;
-    if (progress) progress(fmt::format("{} again: the cached copy is damaged ({})", fs::path(part.marker).stem().string(), why));
+    if (progress)
+      progress(fmt::format("{} again: the cached copy is damaged ({})", fs::path(part.marker).stem().string(), why));
     fs::remove(part.marker);
     fs::remove(fs::path(dir) / "COMPLETE");
   }
   part.build();
   std::string text = fmt::format("tdiff {} {}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT);
-  for (const auto& f : part.files())
-    text += fmt::format("{} {}\n", fs::file_size(f), fs::relative(f, dir).string());
+  for (const auto& f : part.files()) text += fmt::format("{} {}\n", fs::file_size(f), fs::relative(f, dir).string());
   std::ofstream out(part.marker);
   out << text;
   out.close();
@@ -268,7 +270,7 @@ struct CacheLock {
 // damaged model): the cache folder or this key's folder when it made them, else the part it
 // was building, so that a failed ci leaves no tree and no half-built part behind.
 struct CacheUndo {
-  fs::path created;  // the top-most folder this call created ("" none)
+  fs::path created;   // the top-most folder this call created ("" none)
   fs::path building;  // the part being built
   bool done = false;
   ~CacheUndo() {
@@ -297,8 +299,10 @@ std::vector<std::string> folder_files(const std::string& dir) {
   return out;
 }
 
-// A cheap read of a cached case: it opens as a case and holds its reference.
+// A cheap read of a cached case: it is there, opens as a case and holds its reference.
 std::string unreadable_case(const std::string& file) {
+  if (std::error_code ec; !fs::is_regular_file(file, ec))
+    return fmt::format("{} is missing", fs::path(file).filename().string());
   try {
     read_case(file);
     if (reference_stages(file).empty()) return fmt::format("{} holds no reference", fs::path(file).filename().string());
@@ -327,21 +331,23 @@ SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool 
   fs::create_directories(cache.dir, ec);
   if (ec) input_error("cannot create the cache folder {} ({})", cache.dir, ec.message());
   undo.building = cache.model_dir();
-  const bool model_built = build_once(cache.dir, {cache.dir + "/model.done", [&] { return folder_files(cache.model_dir()); }, [&] {
+  const CachePart model{cache.dir + "/model.done", [&] { return folder_files(cache.model_dir()); }, [&] {
     ModelConfig config = synth_preset(suite.preset);
     if (suite.layers > 0) config.truncate_layers(suite.layers);
     if (progress) progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
     fs::remove_all(cache.model_dir());
     write_synth_model(config, suite.model_seed, cache.model_dir());
-  }}, progress);
+  }};
+  const bool model_built = build_once(cache.dir, model, progress);
   if (model_built) cache.built_parts.push_back("model");
   for (const SuiteCase* c : cases) {
     const std::string file = cache.case_file(*c);
     undo.building = file;
-    CachePart part{file + ".done", [&] { return std::vector<std::string>{file}; }, [&] {
-      if (progress) progress(fmt::format("case {}: inputs and float64 reference", c->name));
-      build_case(suite, *c, cache.model_dir(), file);
-    }};
+    CachePart part{file + ".done", [] { return std::vector<std::string>{}; },
+                   [&] {
+                     if (progress) progress(fmt::format("case {}: inputs and float64 reference", c->name));
+                     build_case(suite, *c, cache.model_dir(), file);
+                   }};
     part.check = [&] { return unreadable_case(file); };
     if (build_once(cache.dir, part, progress)) cache.built_parts.push_back(c->name);
   }

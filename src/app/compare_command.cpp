@@ -40,8 +40,7 @@ std::vector<std::string> stage_order_of(const std::vector<std::string>& files) {
       auto it = attrs.find("model_config");
       if (it == attrs.end()) continue;
       std::vector<std::string> names;
-      for (const auto& s : build_stages(parse_config_text(it->second, f + ":/model_config")))
-        names.push_back(s.name);
+      for (const auto& s : build_stages(parse_config_text(it->second, f + ":/model_config"))) names.push_back(s.name);
       return names;
     } catch (const std::exception&) {
       // Not a case file, or an unreadable config: fall back to the order by name.
@@ -104,12 +103,13 @@ void check_floor_case(const CompareCmd& c) {
                 c.file_a);
   for (const auto& [name, sum] : a->weights)
     if (const auto it = f->weights.find(name); it != f->weights.end() && it->second != sum)
-      input_error("--floor {}: made on other weights ({} recorded by {} differs from {}'s)", c.floor_file, name, f->file,
-                  c.file_a);
+      input_error("--floor {}: made on other weights ({} recorded by {} differs from {}'s)", c.floor_file, name,
+                  f->file, c.file_a);
   if (a->ids.defined() && f->ids.defined() &&
       (a->ids.shape() != f->ids.shape() || a->ids.dtype() != f->ids.dtype() ||
        std::memcmp(a->ids.raw(), f->ids.raw(), a->ids.nbytes()) != 0))
-    input_error("--floor {}: made on other inputs (the token ids of {} differ from {}'s)", c.floor_file, f->file, c.file_a);
+    input_error("--floor {}: made on other inputs (the token ids of {} differ from {}'s)", c.floor_file, f->file,
+                c.file_a);
 }
 
 // The floor's tensors must be A's (same shapes) and gate at least one compared row.

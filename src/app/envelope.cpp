@@ -15,15 +15,17 @@ bool is_safe_run_id(const std::string& id) {
   constexpr std::size_t kMaxLength = 128;  // a folder name, well inside NAME_MAX (255)
   if (id.empty() || id.size() > kMaxLength || !std::isalnum(static_cast<unsigned char>(id[0]))) return false;
   if (id.find("..") != std::string::npos) return false;
-  return std::all_of(id.begin(), id.end(), [](unsigned char ch) { return std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.'; });
+  return std::all_of(id.begin(), id.end(),
+                     [](unsigned char ch) { return std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.'; });
 }
 
 void check_run_id(const std::string& id, const std::string& where) {
   // {:?}: the id quoted and escaped, so a control character in it is shown, not sent
   if (!is_safe_run_id(id))
-    input_error("{} {:?} is not a plain name (1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit, "
-                "no '..')",
-                where, id);
+    input_error(
+        "{} {:?} is not a plain name (1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit, "
+        "no '..')",
+        where, id);
 }
 
 std::string run_id_for(const std::string& given, const std::string& command) {

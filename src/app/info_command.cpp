@@ -71,7 +71,6 @@ std::string fit(const std::string& s, std::size_t w) {
 
 void print_stages(const ModelConfig& c, const std::string& pattern) {
   const auto all = build_stages(c);
-  select_stages(pattern, all);  // each glob must match a stage
   std::vector<std::size_t> shown;
   for (std::size_t i = 0; i < all.size(); ++i)
     if (pattern_matches(pattern, all[i].name)) shown.push_back(i);
@@ -129,6 +128,7 @@ CoverageColumn backend_column(const BackendEntry& e) {
 void info_model(const InfoOptions& o) {
   CaseInfo m = case_for_model(o.model);
   const WeightStore weights(m.model_path, m.config);  // the same checks `case new` makes
+  if (!o.stages.empty()) select_stages(o.stages, build_stages(m.config));  // before the first line is printed
   line("model", m.model_path);
   print_model(m.config);
   std::int64_t params = 0;
@@ -164,6 +164,7 @@ void info_case(const InfoOptions& o) {
   const auto runs = case_runs(path);
   for (const auto& [id, e] : env) check_run_id(id, path + ": the run id under /env");
   for (const auto& id : runs) check_run_id(id, path + ": the run id under /runs");
+  if (!o.stages.empty()) select_stages(o.stages, build_stages(c.config));
   line("case", fmt::format("{} (format {}, written by tdiff {} {})", path, c.format_version, c.tdiff_version,
                            c.tdiff_commit));
   line("model", c.model_path);

@@ -109,8 +109,8 @@ namespace {
 void expect_quant_key(const nlohmann::json& q, const char* key, const nlohmann::json& want, const std::string& source) {
   const auto it = q.find(key);
   if (it == q.end() || it->is_null() || *it == want) return;
-  input_error("{}: quantization_config.{} is {}; tdiff reads the release's {} (model-spec §2.6)", source, key, it->dump(),
-              want.dump());
+  input_error("{}: quantization_config.{} is {}; tdiff reads the release's {} (model-spec §2.6)", source, key,
+              it->dump(), want.dump());
 }
 
 }  // namespace
@@ -130,7 +130,8 @@ void ReleaseWeights::check_quantization(const nlohmann::json& config, const std:
   const auto q = config.find("quantization_config");
   if (q == config.end() || q->is_null()) {
     if (!fp8.empty())
-      input_error("{}: no quantization_config, but tensor '{}' is FP8 with block scales (the release states it)", source, fp8);
+      input_error("{}: no quantization_config, but tensor '{}' is FP8 with block scales (the release states it)",
+                  source, fp8);
   } else {
     if (!q->is_object()) input_error("{}: quantization_config must be an object, got {}", source, q->dump());
     if (q->find("quant_method") == q->end()) input_error("{}: quantization_config has no quant_method", source);
@@ -139,9 +140,10 @@ void ReleaseWeights::check_quantization(const nlohmann::json& config, const std:
     expect_quant_key(*q, "scale_fmt", "ue8m0", source);
     expect_quant_key(*q, "weight_block_size", nlohmann::json::array({128, 128}), source);
     if (fp8.empty())
-      input_error("{}: quantization_config says fp8, but no linear has a '.scale' tensor (an unquantised export "
-                  "has no quantization_config)",
-                  source);
+      input_error(
+          "{}: quantization_config says fp8, but no linear has a '.scale' tensor (an unquantised export "
+          "has no quantization_config)",
+          source);
   }
   const auto e = config.find("expert_dtype");
   if (e == config.end() || e->is_null()) return;

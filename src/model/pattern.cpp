@@ -25,8 +25,8 @@ std::vector<std::string> select_stages(const std::string& pattern, const std::ve
   std::string part;
   while (std::getline(ss, part, ',')) {
     if (part.empty()) continue;
-    const bool any =
-        std::any_of(stages.begin(), stages.end(), [&](const Stage& s) { return fnmatch(part.c_str(), s.name.c_str(), 0) == 0; });
+    const bool any = std::any_of(stages.begin(), stages.end(),
+                                 [&](const Stage& s) { return fnmatch(part.c_str(), s.name.c_str(), 0) == 0; });
     if (!any)
       input_error("--stages '{}': '{}' matches no stage of this model (`tdiff info CASE --stages` lists them)", pattern,
                   part);
@@ -34,7 +34,8 @@ std::vector<std::string> select_stages(const std::string& pattern, const std::ve
   std::vector<std::string> out;
   for (const auto& s : stages)
     if (pattern_matches(pattern, s.name)) out.push_back(s.name);
-  if (out.empty()) input_error("--stages '{}' matches no stage of this model (`tdiff info CASE --stages` lists them)", pattern);
+  if (out.empty())
+    input_error("--stages '{}' matches no stage of this model (`tdiff info CASE --stages` lists them)", pattern);
   return out;
 }
 

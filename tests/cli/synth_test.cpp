@@ -182,14 +182,16 @@ TEST_F(CliSynthTest, SigkilledSynthTemporaryIsRemovedByTheNextSynth) {
   nlohmann::json big = nlohmann::json::parse(testing::slurp(path("m/config.json")));
   big["vocab_size"] = 262144;  // seconds to write, as in InterruptedSynthLeavesNothingBehind
   std::ofstream(path("big.json")) << big.dump();
-  const int status = interrupt_synth({"synth", "--config", path("big.json"), "--seed", "1", "-o", path("new")}, dir_, "new", SIGKILL);
+  const int status =
+      interrupt_synth({"synth", "--config", path("big.json"), "--seed", "1", "-o", path("new")}, dir_, "new", SIGKILL);
   ASSERT_NE(status, -1) << "synth never began the weights";
   ASSERT_TRUE(WIFSIGNALED(status)) << "synth finished before the signal: make the model larger";
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   auto temporaries = [&] {
     std::vector<std::string> t;
     for (const auto& e : fs::directory_iterator(dir_))
-      if (e.path().filename().string().find(".tdiff.tmp-") != std::string::npos) t.push_back(e.path().filename().string());
+      if (e.path().filename().string().find(".tdiff.tmp-") != std::string::npos)
+        t.push_back(e.path().filename().string());
     return t;
   };
   ASSERT_EQ(temporaries().size(), 1u) << "what SIGKILL leaves";

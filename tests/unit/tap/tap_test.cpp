@@ -125,12 +125,14 @@ TEST_F(TapTest, ShapesWhoseSizeOverflowsAreRefused) {
   const std::string out = path("dump.h5");
   const float v[1] = {1};
   const std::int64_t p32 = std::int64_t{1} << 32, p62 = std::int64_t{1} << 62;
-  for (const std::vector<std::int64_t>& shape : {std::vector<std::int64_t>{p32, p32}, {p62, 4}, {p32, p32, p32}, {p62, 2}}) {
+  for (const std::vector<std::int64_t>& shape :
+       {std::vector<std::int64_t>{p32, p32}, {p62, 4}, {p32, p32, p32}, {p62, 2}}) {
     tdiff_tap* tap = tdiff_tap_open(out.c_str(), "run");
     ASSERT_NE(tap, nullptr);
     EXPECT_EQ(tdiff_tap_write(tap, "lm_head/logits", "f32", shape.data(), static_cast<int>(shape.size()), v), -1);
     const std::string err = tdiff_tap_error();
-    EXPECT_NE(err.find(fmt::format("shape {} of f32 holds more than 2^63 bytes", shape_str(shape))), std::string::npos) << err;
+    EXPECT_NE(err.find(fmt::format("shape {} of f32 holds more than 2^63 bytes", shape_str(shape))), std::string::npos)
+        << err;
     EXPECT_EQ(tdiff_tap_close(tap), -1);
     EXPECT_TRUE(listing().empty());
   }
