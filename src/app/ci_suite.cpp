@@ -331,13 +331,15 @@ SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool 
   fs::create_directories(cache.dir, ec);
   if (ec) input_error("cannot create the cache folder {} ({})", cache.dir, ec.message());
   undo.building = cache.model_dir();
-  const CachePart model{cache.dir + "/model.done", [&] { return folder_files(cache.model_dir()); }, [&] {
-    ModelConfig config = synth_preset(suite.preset);
-    if (suite.layers > 0) config.truncate_layers(suite.layers);
-    if (progress) progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
-    fs::remove_all(cache.model_dir());
-    write_synth_model(config, suite.model_seed, cache.model_dir());
-  }};
+  const CachePart model{cache.dir + "/model.done", [&] { return folder_files(cache.model_dir()); },
+                        [&] {
+                          ModelConfig config = synth_preset(suite.preset);
+                          if (suite.layers > 0) config.truncate_layers(suite.layers);
+                          if (progress)
+                            progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
+                          fs::remove_all(cache.model_dir());
+                          write_synth_model(config, suite.model_seed, cache.model_dir());
+                        }};
   const bool model_built = build_once(cache.dir, model, progress);
   if (model_built) cache.built_parts.push_back("model");
   for (const SuiteCase* c : cases) {
