@@ -181,6 +181,70 @@ CiRow finish_case(const CiCmd& c, const Suite& suite, const SuiteCase& sc, CiCas
   return row;
 }
 
+// The report folder of one ci run (-o, or reports/ci/<suite>/<run-id>), created when the run
+// starts judging. If the run stops on an error (a full disk, a case record that cannot be
+// written), what it created is removed again: the folder with the parents it made, or, in a
+// folder that was there, each case's report folder it made.
+class ReportFolder {
+ public:
+  ReportFolder(std::string dir, bool given) : dir_(std::move(dir)) {
+    for (fs::path at; const auto& part : fs::absolute(dir_).lexically_normal()) {
+      at /= part;
+      if (std::error_code ec; !fs::exists(at, ec)) {
+        created_ = at;
+        break;
+      }
+    }
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec || !fs::is_directory(dir_))
+      input_error("{}{}: cannot create the report folder ({})", given ? "-o " : "", dir_,
+                  ec ? ec.message() : "not a folder");
+  }
+  ~ReportFolder() {
+    if (kept_) return;
+    std::error_code ec;
+    if (!created_.empty()) fs::remove_all(created_, ec);
+    for (const auto& d : cases_) fs::remove_all(d, ec);
+  }
+  ReportFolder(const ReportFolder&) = delete;
+  ReportFolder& operator=(const ReportFolder&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  // Called before a case's reports are written into <dir>/<name>.
+  void add_case(const std::string& name) {
+    const fs::path d = fs::path(dir_) / name;
+    if (created_.empty() && !fs::exists(d)) cases_.push_back(d);
+  }
+  void keep() { kept_ = true; }
+
+ private:
+  std::string dir_;
+  fs::path created_;  // the top-most folder this run created ("" none)
+  std::vector<fs::path> cases_;
+  bool kept_ = false;
+};
+
+// The summary's header: what ran, on what, judged how.
+CiSummary start_summary(const CiCmd& c, const Suite& suite, const SuiteCache& cache, const Policy& policy,
+                        const std::vector<CandidateDump>& dump_files, const std::string& thresholds_file,
+                        const EnvRecord& env) {
+  CiSummary sum;
+  sum.suite = suite.name;
+  sum.description = suite.description;
+  sum.command = command_line(c, suite);
+  sum.candidate = !c.dumps_dir.empty() ? dumps_description(c, dump_files)
+                                       : fmt::format("{} under {}", c.backend, policy.describe());
+  sum.cache = cache.built ? fmt::format("models and references built into {} (for this run: {})", cache.dir,
+                                        fmt::join(cache.built_parts, ", "))
+                          : fmt::format("models and references reused from {}", cache.dir);
+  sum.thresholds_file = thresholds_file;
+  sum.thresholds_text = thresholds_file.empty() ? "(none: the default thresholds)" : read_text_file(thresholds_file);
+  for (const auto& o : c.overrides) sum.thresholds_text += "\n# --threshold " + o;
+  for (const auto& [k, v] : env.to_attrs()) sum.env.emplace_back(k, v);
+  return sum;
+}
+
 }  // namespace
 
 int run_ci(CiCmd c) {
@@ -213,6 +277,11 @@ int run_ci(CiCmd c) {
   else if (!c.prepare)
     make_candidate(c.backend, policy, 0, c.hip_gemm);  // a backend this build lacks: an input error before any work
 
+  const std::string run_id = app::run_id_for(c.run_id, "ci");  // checked before the cache is built
+  const std::string out = c.out_dir.empty() ? fmt::format("reports/ci/{}/{}", suite.name, run_id) : c.out_dir;
+  std::optional<ReportFolder> folder;  // made before the cache is built: an -o that cannot be made fails first
+  if (!c.prepare) folder.emplace(out, !c.out_dir.empty());
+
   const auto t0 = std::chrono::steady_clock::now();
   const SuiteCache cache = prepare_suite_cache(suite, c.cache_dir, c.rebuild, [](const std::string& what) {
     fmt::print(stderr, "ci: building {}\n", what);
@@ -221,31 +290,18 @@ int run_ci(CiCmd c) {
     print_prepared(suite, cache, cases);
     return 0;
   }
-  const std::vector<CandidateDump> dump_files = dumps ? open_dumps(c, cases, cache, stages) : std::vector<CandidateDump>{};
-  const std::string run_id = app::run_id_for(c.run_id, "ci");
-  const std::string out = c.out_dir.empty() ? fmt::format("reports/ci/{}/{}", suite.name, run_id) : c.out_dir;
-  fs::create_directories(out);
+  const std::vector<CandidateDump> dump_files =
+      dumps ? open_dumps(c, cases, cache, stages) : std::vector<CandidateDump>{};
 
   CiOptions opt;
   opt.make = [&](std::uint64_t seed) { return make_candidate(c.backend, policy, seed, c.hip_gemm); };
   opt.policy = policy;
   opt.thresholds = thresholds;
-  CiSummary sum;
-  sum.suite = suite.name;
-  sum.description = suite.description;
-  sum.command = command_line(c, suite);
-  sum.candidate = dumps ? dumps_description(c, dump_files) : fmt::format("{} under {}", c.backend, policy.describe());
-  sum.cache = cache.built ? fmt::format("models and references built into {} (for this run: {})", cache.dir,
-                                        fmt::join(cache.built_parts, ", "))
-                          : fmt::format("models and references reused from {}", cache.dir);
-  sum.thresholds_file = thresholds_file;
-  sum.thresholds_text = thresholds_file.empty() ? "(none: the default thresholds)" : read_text_file(thresholds_file);
-  for (const auto& o : c.overrides) sum.thresholds_text += "\n# --threshold " + o;
   EnvRecord env = dumps ? capture_env("dump", c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy, process_command_line())
                         : candidate_env(c.backend, policy, stages, nullptr, c.hip_gemm);
   env.extra["suite"] = suite.name;
   env.extra["suite_hash"] = suite.hash;
-  for (const auto& [k, v] : env.to_attrs()) sum.env.emplace_back(k, v);
+  CiSummary sum = start_summary(c, suite, cache, policy, dump_files, thresholds_file, env);
 
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const SuiteCase& sc = *cases[i];
@@ -262,11 +318,13 @@ int run_ci(CiCmd c) {
       case_env.extra["dump_mode"] = dump_files[i].mode;
       for (const auto& [k, v] : dump_files[i].env) case_env.extra["dump." + k] = v;
     }
+    folder->add_case(sc.name);
     sum.rows.push_back(finish_case(c, suite, sc, r, sum, case_env, out, thresholds_file));
   }
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file_atomic(out + "/junit.xml", render_ci_junit(sum));
   write_file_atomic(out + "/index.html", render_ci_index(sum));
+  folder->keep();
   fmt::print("{}", render_ci_table(sum, want_color(stdout)));
   fmt::print("cache       {}\n", sum.cache);
   fmt::print("reproduce   {}\n", sum.command);

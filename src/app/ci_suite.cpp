@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <toml++/toml.h>
 
 #include "app/case_workflows.h"
+#include "app/envelope.h"
 #include "checks/determinism.h"
 #include "exec/mixed_run.h"
 #include "casefile/case_file.h"
@@ -107,6 +109,8 @@ Suite load_suite(const std::string& path) {
   Suite s;
   s.dir = fs::path(fpath).parent_path().string();
   s.name = rd.str(doc, "name", "the suite", false, fs::path(s.dir).filename().string());
+  // It names the report folder (reports/ci/<name>/<run-id>), so it follows the run id's rule.
+  if (doc.contains("name")) app::check_run_id(s.name, fpath + ": name");
   s.description = rd.str(doc, "description", "the suite", false);
   s.tokens_file = inside_suite(fpath, s.dir, "tokens", rd.str(doc, "tokens", "the suite", true));
   const std::string thr = rd.str(doc, "thresholds", "the suite", false);
@@ -194,13 +198,59 @@ void build_case(const Suite& suite, const SuiteCase& c, const std::string& model
 }  // namespace
 
 namespace {
-// Runs `build` unless `marker` exists, then writes the marker (a part without one is redone).
-bool build_once(const std::string& marker, const std::function<void()>& build) {
-  if (fs::is_regular_file(marker)) return false;
-  build();
-  std::ofstream f(marker);
-  f << fmt::format("tdiff {} {}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT);
-  if (!f) input_error("cannot write {}", marker);
+
+// A part of the cache (the model folder, one case file) is marked done by a file beside it
+// that may list the part's files with their sizes ("<bytes> <name>" under a "tdiff <version>"
+// line, names relative to the cache folder), and a check of its own: a part whose files are
+// gone or not what they were (a copy cut short, a full disk, someone's cleanup) is noticed and
+// built again instead of being listed as ready. The model's files never change once built; a
+// case file grows with every run ci records in it, so it is read instead (HDF5 knows its own
+// length: a cut file does not open).
+struct CachePart {
+  std::string marker;                               // <part>.done
+  std::function<std::vector<std::string>()> files;  // the part's files, once built
+  std::function<void()> build;
+  std::function<std::string()> check = [] { return std::string(); };  // "" or why the files are unusable
+};
+
+// Why the part `marker` describes cannot be used as it is ("" when it can).
+std::string damaged_part(const std::string& dir, const CachePart& part) {
+  std::ifstream in(part.marker);
+  std::string line;
+  std::getline(in, line);  // "tdiff <version> <commit>"
+  std::uintmax_t size = 0;
+  std::string name;
+  while (in >> size && std::getline(in >> std::ws, name)) {
+    std::error_code ec;
+    const auto now = fs::file_size(fs::path(dir) / name, ec);
+    if (ec) return fmt::format("{} is missing", name);
+    if (now != size) return fmt::format("{} has {} bytes, {} when it was built", name, now, size);
+  }
+  return part.check();
+}
+
+// Builds the part unless its marker says it is there and it is still whole; then writes the
+// marker. True when it built.
+bool build_once(const std::string& dir, const CachePart& part, const CiProgress& progress) {
+  if (fs::is_regular_file(part.marker)) {
+    const std::string why = damaged_part(dir, part);
+    if (why.empty()) return false;
+    if (progress)
+      progress(fmt::format("{} again: the cached copy is damaged ({})", fs::path(part.marker).stem().string(), why));
+    fs::remove(part.marker);
+    fs::remove(fs::path(dir) / "COMPLETE");
+  }
+  part.build();
+  std::string text = fmt::format("tdiff {} {}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT);
+  for (const auto& f : part.files()) text += fmt::format("{} {}\n", fs::file_size(f), fs::relative(f, dir).string());
+  std::ofstream out(part.marker);
+  out << text;
+  out.close();
+  if (!out) {
+    std::error_code ec;
+    fs::remove(part.marker, ec);  // a marker cut short would vouch for less than the part
+    input_error("cannot write {}", part.marker);
+  }
   return true;
 }
 
@@ -215,40 +265,99 @@ struct CacheLock {
   }
   ~CacheLock() { ::close(fd); }
 };
+
+// What one preparation created, removed again when it stops on an error (a full disk, a
+// damaged model): the cache folder or this key's folder when it made them, else the part it
+// was building, so that a failed ci leaves no tree and no half-built part behind.
+struct CacheUndo {
+  fs::path created;   // the top-most folder this call created ("" none)
+  fs::path building;  // the part being built
+  bool done = false;
+  ~CacheUndo() {
+    if (done) return;
+    std::error_code ec;
+    fs::remove_all(created.empty() ? building : created, ec);
+  }
+};
+
+// The first folder of `dir`'s path that does not exist yet ("" when all do).
+fs::path first_missing(const fs::path& dir) {
+  fs::path at;
+  for (const auto& part : fs::absolute(dir).lexically_normal()) {
+    at /= part;
+    if (!fs::exists(at)) return at;
+  }
+  return {};
+}
+
+// The files of the model folder, for its marker.
+std::vector<std::string> folder_files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A cheap read of a cached case: it is there, opens as a case and holds its reference.
+std::string unreadable_case(const std::string& file) {
+  if (std::error_code ec; !fs::is_regular_file(file, ec))
+    return fmt::format("{} is missing", fs::path(file).filename().string());
+  try {
+    read_case(file);
+    if (reference_stages(file).empty()) return fmt::format("{} holds no reference", fs::path(file).filename().string());
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool rebuild, const CiProgress& progress,
                                const std::vector<const SuiteCase*>& cases) {
   if (cache_root.empty()) cache_root = suite.dir + "/cache";
   const auto t0 = std::chrono::steady_clock::now();
+  CacheUndo undo;
+  undo.created = first_missing(cache_root);
   std::error_code ec;
   fs::create_directories(cache_root, ec);
-  if (ec) input_error("cannot create the cache folder {}: {}", cache_root, ec.message());
+  if (ec) input_error("cannot create the cache folder {} ({})", cache_root, ec.message());
   SuiteCache cache;
   cache.dir = fs::absolute(fs::path(cache_root) / suite.hash.substr(0, 16)).lexically_normal().string();
   const CacheLock lock(cache_root);
-  const std::string done = cache.dir + "/COMPLETE";
-  if (!rebuild && fs::is_regular_file(done)) return cache;
-
   if (rebuild) fs::remove_all(cache.dir);
-  fs::create_directories(cache.dir);
-  const bool model_built = build_once(cache.dir + "/model.done", [&] {
-    ModelConfig config = synth_preset(suite.preset);
-    if (suite.layers > 0) config.truncate_layers(suite.layers);
-    if (progress) progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
-    fs::remove_all(cache.model_dir());
-    write_synth_model(config, suite.model_seed, cache.model_dir());
-  });
+  if (undo.created.empty() && !fs::exists(cache.dir)) undo.created = cache.dir;
+  fs::create_directories(cache.dir, ec);
+  if (ec) input_error("cannot create the cache folder {} ({})", cache.dir, ec.message());
+  undo.building = cache.model_dir();
+  const CachePart model{cache.dir + "/model.done", [&] { return folder_files(cache.model_dir()); },
+                        [&] {
+                          ModelConfig config = synth_preset(suite.preset);
+                          if (suite.layers > 0) config.truncate_layers(suite.layers);
+                          if (progress)
+                            progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
+                          fs::remove_all(cache.model_dir());
+                          write_synth_model(config, suite.model_seed, cache.model_dir());
+                        }};
+  const bool model_built = build_once(cache.dir, model, progress);
   if (model_built) cache.built_parts.push_back("model");
-  for (const SuiteCase* c : cases)
-    if (build_once(cache.case_file(*c) + ".done", [&] {
-          if (progress) progress(fmt::format("case {}: inputs and float64 reference", c->name));
-          build_case(suite, *c, cache.model_dir(), cache.case_file(*c));
-        }))
-      cache.built_parts.push_back(c->name);
+  for (const SuiteCase* c : cases) {
+    const std::string file = cache.case_file(*c);
+    undo.building = file;
+    CachePart part{file + ".done", [] { return std::vector<std::string>{}; },
+                   [&] {
+                     if (progress) progress(fmt::format("case {}: inputs and float64 reference", c->name));
+                     build_case(suite, *c, cache.model_dir(), file);
+                   }};
+    part.check = [&] { return unreadable_case(file); };
+    if (build_once(cache.dir, part, progress)) cache.built_parts.push_back(c->name);
+  }
+  undo.done = true;
   bool all = true;
   for (const auto& c : suite.cases) all = all && fs::is_regular_file(cache.case_file(c) + ".done");
-  if (all) build_once(done, [] {});
+  if (all && !fs::is_regular_file(cache.dir + "/COMPLETE"))
+    std::ofstream(cache.dir + "/COMPLETE") << fmt::format("tdiff {} {}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT);
   cache.built = !cache.built_parts.empty();
   // Older keys of this suite are stale.
   if (cache.built)

@@ -68,9 +68,12 @@ using CiProgress = std::function<void(const std::string& what)>;
 
 // The cache folder of this suite under `cache_root` (default: <suite>/cache): model/ and
 // <case>.h5 with /reference, each built on first use (all anew with `rebuild`) for the `cases`
-// asked for only, each marked done (model.done, <case>.h5.done) when complete, so an
-// interrupted build is redone; COMPLETE once every case of the suite is there. Other keys'
-// folders are removed once this key has built something.
+// asked for only, each marked done (model.done, listing its files' sizes; <case>.h5.done) when
+// complete, so an interrupted build is redone; a part marked done whose files are missing, of
+// another size (the model), or no longer open as a case with its reference is built again;
+// COMPLETE once every case of the suite is there. Other keys' folders are removed once this key
+// has built something. On an error, what the call created is removed (the cache folder or the
+// key's folder if it made them, else the part it was building).
 struct SuiteCache {
   std::string dir;
   bool built = false;               // false: everything reused

@@ -1,8 +1,11 @@
 #include "app/compare_command.h"
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -37,8 +40,7 @@ std::vector<std::string> stage_order_of(const std::vector<std::string>& files) {
       auto it = attrs.find("model_config");
       if (it == attrs.end()) continue;
       std::vector<std::string> names;
-      for (const auto& s : build_stages(parse_config(nlohmann::json::parse(it->second), f + ":/model_config")))
-        names.push_back(s.name);
+      for (const auto& s : build_stages(parse_config_text(it->second, f + ":/model_config"))) names.push_back(s.name);
       return names;
     } catch (const std::exception&) {
       // Not a case file, or an unreadable config: fall back to the order by name.
@@ -54,6 +56,83 @@ std::map<std::string, std::string> recorded_weight_sha256(const std::string& fil
   for (const auto& [k, v] : h5_read_attrs(file, "/"))
     if (k.rfind(prefix, 0) == 0) out[k.substr(prefix.size())] = v;
   return out;
+}
+
+// What a file says about the case it belongs to: a case file's model config, recorded weight
+// checksums and token ids. None for a file without a model_config (a plain dump).
+struct CaseFacts {
+  std::string file;
+  nlohmann::json config;
+  std::map<std::string, std::string> weights;
+  Tensor ids;  // undefined: not recorded
+};
+
+std::optional<CaseFacts> case_facts(const std::string& file) {
+  const auto attrs = h5_read_attrs(file, "/");
+  const auto it = attrs.find("model_config");
+  if (it == attrs.end()) return std::nullopt;
+  CaseFacts f{file, parse_config_json(it->second, file + ":/model_config"), recorded_weight_sha256(file), {}};
+  if (h5_exists(file, "/inputs/ids")) f.ids = h5_read(file, "/inputs/ids");
+  return f;
+}
+
+// The facts of the case a noise-floor dump was made on: the file's own (a case file), else those
+// of the case its group names (`run --save-to` records it as the "case" attribute), when that
+// case is still there to read.
+std::optional<CaseFacts> floor_facts(const std::string& file, const std::string& group) {
+  if (auto f = case_facts(file)) return f;
+  if (!h5_exists(file, group)) return std::nullopt;
+  const auto attrs = h5_read_attrs(file, group);
+  const auto it = attrs.find("case");
+  if (it == attrs.end() || !std::filesystem::is_regular_file(it->second)) return std::nullopt;
+  try {
+    return case_facts(it->second);
+  } catch (const InputError&) {  // moved or replaced since: the file says no more
+    return std::nullopt;
+  }
+}
+
+// A noise floor measures the same case on another candidate: one made on another model,
+// other weights or other inputs would gate every row against an unrelated error.
+void check_floor_case(const CompareCmd& c) {
+  const auto a = case_facts(c.file_a);
+  const auto f = a ? floor_facts(c.floor_file, c.floor_group) : std::nullopt;
+  if (!f) return;
+  if (f->config != a->config)
+    input_error("--floor {}: made on another model (the model_config of {} differs from {}'s)", c.floor_file, f->file,
+                c.file_a);
+  for (const auto& [name, sum] : a->weights)
+    if (const auto it = f->weights.find(name); it != f->weights.end() && it->second != sum)
+      input_error("--floor {}: made on other weights ({} recorded by {} differs from {}'s)", c.floor_file, name,
+                  f->file, c.file_a);
+  if (a->ids.defined() && f->ids.defined() &&
+      (a->ids.shape() != f->ids.shape() || a->ids.dtype() != f->ids.dtype() ||
+       std::memcmp(a->ids.raw(), f->ids.raw(), a->ids.nbytes()) != 0))
+    input_error("--floor {}: made on other inputs (the token ids of {} differ from {}'s)", c.floor_file, f->file,
+                c.file_a);
+}
+
+// The floor's tensors must be A's (same shapes) and gate at least one compared row.
+void check_floor_rows(const CompareCmd& c, const CompareResult& floor, const CompareResult& result) {
+  for (const auto& row : floor.rows)
+    if (row.shape_cand)
+      input_error("--floor {}: tensor {} has shape {}, {}'s has {} (a noise floor of another model)", c.floor_file,
+                  row.key(), shape_str(*row.shape_cand), c.file_a, shape_str(row.shape));
+  std::set<std::string> keys;
+  for (const auto& row : floor.rows) keys.insert(row.key());
+  for (const auto& row : result.rows)
+    if (keys.count(row.key())) return;
+  input_error("--floor {}: none of its tensors is one of the {} compared", c.floor_file, result.rows.size());
+}
+
+// The flags checked before any file is read.
+void check_flags(const CompareCmd& c) {
+  // max_rel divides by max(|r|, rel_floor): 0 gives 0/0 where both are 0, NaN or a negative
+  // floor no number at all.
+  if (c.rel_floor && !(std::isfinite(*c.rel_floor) && *c.rel_floor > 0))
+    input_error("--rel-floor {}: must be a finite number > 0 (the denominator floor of max_rel)", *c.rel_floor);
+  if (!c.case_name.empty()) check_run_id(c.case_name, "--case");  // a folder name under reports/, as the run id
+  if (!c.run_id.empty()) check_run_id(c.run_id, "--run-id");
 }
 
 EnvRecord compare_env(const CompareCmd& c) {
@@ -79,6 +158,7 @@ std::string reproduce_command(const CompareCmd& c) {
 }
 
 int run_compare(CompareCmd c) {
+  check_flags(c);
   for (const auto* f : {&c.file_a, &c.file_b})
     if (!std::filesystem::is_regular_file(*f)) input_error("file not found: {}", *f);
   if (c.group_a.empty()) c.group_a = default_group(c.file_a);
@@ -129,7 +209,9 @@ int run_compare(CompareCmd c) {
   if (!c.floor_file.empty()) {
     if (!std::filesystem::is_regular_file(c.floor_file)) input_error("noise-floor file not found: {}", c.floor_file);
     if (c.floor_group.empty()) c.floor_group = default_group(c.floor_file);
+    check_floor_case(c);
     floor = compare(c.floor_file, c.floor_group);
+    check_floor_rows(c, *floor, result);
   }
   judge(result, policy, floor ? &*floor : nullptr);
 

@@ -13,9 +13,19 @@
 
 namespace tdiff::app {
 
-// The run id a command reports and records under: `given`, or a new one for `command`
-// ("run-20261203T...").
+// The run id a command reports and records under: `given` (--run-id), or a new one for
+// `command` ("run-20261203T..."). A given id must be a safe name (is_safe_run_id), else an
+// InputError naming --run-id.
 std::string run_id_for(const std::string& given, const std::string& command);
+
+// A run id names a folder (reports/<case>/<run-id>) and case groups (/runs/<run-id>,
+// /env/<run-id>), so it is one plain name: 1 to 128 letters, digits, '-', '_' and '.', the
+// first a letter or a digit, no "..". Anything else could leave reports/ ("../../x"), nest
+// groups ("a/b") or hide a folder (".x").
+bool is_safe_run_id(const std::string& id);
+// InputError unless `id` is safe: `<where> "<id>" is not a plain name (...)`, `where` saying
+// whose it is ("--run-id", "c.h5: the run id under /env").
+void check_run_id(const std::string& id, const std::string& where);
 
 // The one seed rule: `given` (a --seed), or, when 0, a hash of the run id, so that repeating a
 // run id repeats its atomic orders and unstable ties.

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "app/envelope.h"
 #include "casefile/case_file.h"
 #include "base/error.h"
 #include "model/pattern.h"
@@ -73,7 +74,6 @@ void print_stages(const ModelConfig& c, const std::string& pattern) {
   std::vector<std::size_t> shown;
   for (std::size_t i = 0; i < all.size(); ++i)
     if (pattern_matches(pattern, all[i].name)) shown.push_back(i);
-  if (shown.empty()) input_error("--stages '{}': no stage matches (e.g. 'L00.attn.*')", pattern);
 
   struct Row { std::string idx, name, kind, in, out, w; };
   std::vector<Row> rows{{"#", "stage", "kind", "inputs", "outputs", "w"}};
@@ -128,6 +128,7 @@ CoverageColumn backend_column(const BackendEntry& e) {
 void info_model(const InfoOptions& o) {
   CaseInfo m = case_for_model(o.model);
   const WeightStore weights(m.model_path, m.config);  // the same checks `case new` makes
+  if (!o.stages.empty()) select_stages(o.stages, build_stages(m.config));  // before the first line is printed
   line("model", m.model_path);
   print_model(m.config);
   std::int64_t params = 0;
@@ -157,6 +158,13 @@ void info_model(const InfoOptions& o) {
 void info_case(const InfoOptions& o) {
   const std::string& path = o.case_path;
   const CaseInfo c = read_case(path);
+  // Run ids read back from the file are held to --run-id's rule (one could be any bytes), and
+  // checked before the first line is printed.
+  const auto env = read_env_records(path);
+  const auto runs = case_runs(path);
+  for (const auto& [id, e] : env) check_run_id(id, path + ": the run id under /env");
+  for (const auto& id : runs) check_run_id(id, path + ": the run id under /runs");
+  if (!o.stages.empty()) select_stages(o.stages, build_stages(c.config));
   line("case", fmt::format("{} (format {}, written by tdiff {} {})", path, c.format_version, c.tdiff_version,
                            c.tdiff_commit));
   line("model", c.model_path);
@@ -186,7 +194,6 @@ void info_case(const InfoOptions& o) {
     line("reference", fmt::format("{} of {} stages, {} tensors{}", stages.size(), expected,
                                   h5_list_datasets(path, "/reference").size(), from));
   }
-  const auto env = read_env_records(path);
   if (env.empty()) line("env", "none");
   std::string label = "env";
   for (const auto& [id, e] : env) {
@@ -203,7 +210,6 @@ void info_case(const InfoOptions& o) {
     }
     label.clear();
   }
-  const auto runs = case_runs(path);
   if (runs.empty()) line("runs", "none");
   label = "runs";
   for (const auto& id : runs) {

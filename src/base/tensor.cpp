@@ -26,6 +26,14 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   if (rank() > kMaxRank) throw std::invalid_argument("tensor rank above 5: " + shape_str(shape_));
   for (auto d : shape_)
     if (d < 0) throw std::invalid_argument("negative dimension in " + shape_str(shape_));
+  // numel() and nbytes() multiply in 64 bits: a shape whose product wraps would allocate a
+  // few bytes for a tensor its users index far beyond.
+  if (std::find(shape_.begin(), shape_.end(), 0) == shape_.end()) {
+    std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype_));
+    for (auto d : shape_)
+      if (__builtin_mul_overflow(bytes, d, &bytes))
+        throw std::invalid_argument("tensor of shape " + shape_str(shape_) + " holds more than 2^63 bytes");
+  }
   // calloc, not new[]() : a large block comes from fresh pages the kernel has zeroed, which
   // the program does not write over once more (a real-width activation is a gigabyte).
   void* p = std::calloc(std::max<std::size_t>(nbytes(), 1), 1);

@@ -51,16 +51,6 @@ std::int64_t parse_int(const std::string& text, const std::string& file, const s
   return v;
 }
 
-ModelConfig parse_config_text(const std::string& text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    input_error("{}: not valid JSON ({})", source, e.what());
-  }
-  return parse_config(j, source);
-}
-
 // Splits a newline-joined attribute back into lines.
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> out;

@@ -33,7 +33,7 @@ std::optional<std::vector<Stage>> case_stages(const std::string& file) {
   const auto attrs = h5_read_attrs(file, "/");
   const auto it = attrs.find("model_config");
   if (it == attrs.end()) return std::nullopt;
-  return build_stages(parse_config(nlohmann::json::parse(it->second), file + ":/model_config"));
+  return build_stages(parse_config_text(it->second, file + ":/model_config"));
 }
 
 CompareResult compare_saved_run(const std::string& case_path, const std::string& ref_group, const std::string& file,

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "formats/weight_spec.h"
@@ -99,6 +100,59 @@ void ReleaseWeights::check(const std::string& hf, const WeightSpec& spec) const 
   if (spec.integer ? !is_int : (!is_float(w.dtype) || w.dtype == DType::f8_e4m3))
     input_error("{} has dtype {}, expected {}", what(rn.name), w.format,
                 spec.integer ? "an integer type" : w.dtype == DType::f8_e4m3 ? "a scale beside F8_E4M3 codes" : "a float type");
+}
+
+namespace {
+
+// A key of quantization_config that must hold `want` when present: any other value is a storage
+// format tdiff does not decode, and decoding it as this one would give another model.
+void expect_quant_key(const nlohmann::json& q, const char* key, const nlohmann::json& want, const std::string& source) {
+  const auto it = q.find(key);
+  if (it == q.end() || it->is_null() || *it == want) return;
+  input_error("{}: quantization_config.{} is {}; tdiff reads the release's {} (model-spec §2.6)", source, key,
+              it->dump(), want.dump());
+}
+
+}  // namespace
+
+void ReleaseWeights::check_quantization(const nlohmann::json& config, const std::string& source,
+                                        const std::map<std::string, WeightSpec>& specs) const {
+  std::string fp8, fp4, expert;  // the first FP8 tensor, the first FP4 expert, the first routed-expert parameter
+  for (const auto& [hf, spec] : specs) {
+    const ReleaseName rn = release_of(hf);
+    const ReleaseFormat f = stored_format(hf);
+    if (f == ReleaseFormat::fp8 && fp8.empty()) fp8 = rn.name;
+    if (rn.format != ReleaseFormat::fp4) continue;
+    const std::string t = expert_tensor(rn, 0, rn.parts.at(0));
+    if (expert.empty()) expert = t;
+    if (f == ReleaseFormat::fp4 && fp4.empty()) fp4 = t;
+  }
+  const auto q = config.find("quantization_config");
+  if (q == config.end() || q->is_null()) {
+    if (!fp8.empty())
+      input_error("{}: no quantization_config, but tensor '{}' is FP8 with block scales (the release states it)",
+                  source, fp8);
+  } else {
+    if (!q->is_object()) input_error("{}: quantization_config must be an object, got {}", source, q->dump());
+    if (q->find("quant_method") == q->end()) input_error("{}: quantization_config has no quant_method", source);
+    expect_quant_key(*q, "quant_method", "fp8", source);
+    expect_quant_key(*q, "fmt", "e4m3", source);
+    expect_quant_key(*q, "scale_fmt", "ue8m0", source);
+    expect_quant_key(*q, "weight_block_size", nlohmann::json::array({128, 128}), source);
+    if (fp8.empty())
+      input_error(
+          "{}: quantization_config says fp8, but no linear has a '.scale' tensor (an unquantised export "
+          "has no quantization_config)",
+          source);
+  }
+  const auto e = config.find("expert_dtype");
+  if (e == config.end() || e->is_null()) return;
+  if (!e->is_string()) input_error("{}: expert_dtype must be a string, got {}", source, e->dump());
+  if (*e == "fp4" && fp4.empty() && !expert.empty())
+    input_error("{}: expert_dtype is \"fp4\", but tensor '{}' has no scale (FP4 experts are I8 codes with a '.scale')",
+                source, expert);
+  if (*e != "fp4" && !fp4.empty())
+    input_error("{}: expert_dtype is {}, but tensor '{}' holds FP4 codes with a scale", source, e->dump(), fp4);
 }
 
 Tensor ReleaseWeights::expert_f64(const std::string& hf, const WeightSpec& spec, std::int64_t expert) const {

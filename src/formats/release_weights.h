@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "formats/release_format.h"
 #include "formats/safetensors.h"
 
@@ -25,6 +27,13 @@ class ReleaseWeights {
   // Checks that the release holds HF parameter `hf` with `spec`'s shape: its tensors, their
   // dtypes and their scales' shapes. InputError naming the folder and the release tensor.
   void check(const std::string& hf, const WeightSpec& spec) const;
+  // Checks the storage the config states against the tensors (model-spec §2.6), once check()
+  // passed for every parameter of `specs`: quantization_config (quant_method fp8, fmt e4m3,
+  // scale_fmt ue8m0, weight_block_size [128, 128]) present exactly when some linear has block
+  // scales, and expert_dtype fp4 exactly when the routed experts are FP4. `config` is the
+  // folder's config.json, `source` its path for the one-line InputError.
+  void check_quantization(const nlohmann::json& config, const std::string& source,
+                          const std::map<std::string, WeightSpec>& specs) const;
   // The parameter in float64 (exact); integer parameters as i64.
   Tensor f64(const std::string& hf, const WeightSpec& spec) const;
   Tensor i64(const std::string& hf) const;

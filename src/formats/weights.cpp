@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/parallel_errors.h"
@@ -44,6 +46,11 @@ WeightStore::WeightStore(const std::string& dir, const ModelConfig& c)
   if (is_release_layout(weights_)) {
     release_.emplace(weights_);
     for (const auto& [name, spec] : specs_) release_->check(name, spec);
+    // The storage the release's config states, against its tensors (the config a case stores
+    // is the same text; a folder without one has nothing to state).
+    const std::string config = dir + "/config.json";
+    if (std::error_code ec; std::filesystem::is_regular_file(config, ec))
+      release_->check_quantization(parse_config_json(read_text_file(config), config), config, specs_);
   } else {
     for (const auto& [name, spec] : specs_) check_hf_weight(weights_, name, spec);
   }

@@ -140,11 +140,18 @@ void check_weight_sizes(const ModelConfig& c, const std::string& src) {
 }
 
 // The numeric keys read as they are, in this order: one row per field, its default the
-// ModelConfig's own; validate() checks them once the whole config is read.
+// ModelConfig's own, and the values a model can have; validate() checks them once the whole
+// config is read. Every dimension is at least 1 (0 or a negative size reached the stage
+// builders); the bounds past that are the ones arithmetic needs: check_weight_sizes bounds
+// the products of dimensions, and the rest bound a loop or a division.
 struct ScalarKey {
   const char* key;
   std::variant<std::int64_t ModelConfig::*, double ModelConfig::*> field;
+  double min = 1;
+  bool min_excluded = false;  // (min, max] rather than [min, max]
+  double max = std::numeric_limits<double>::infinity();
 };
+constexpr double kInf = std::numeric_limits<double>::infinity();
 const ScalarKey kScalarKeys[] = {
     {"vocab_size", &ModelConfig::vocab_size},
     {"hidden_size", &ModelConfig::hidden_size},
@@ -159,17 +166,35 @@ const ScalarKey kScalarKeys[] = {
     {"index_head_dim", &ModelConfig::index_head_dim},
     {"index_topk", &ModelConfig::index_topk},
     {"hc_mult", &ModelConfig::hc_mult},
-    {"hc_sinkhorn_iters", &ModelConfig::hc_sinkhorn_iters},
+    // Iterations of every token's Sinkhorn loop: V4 uses 20; 10^12 ran for days.
+    {"hc_sinkhorn_iters", &ModelConfig::hc_sinkhorn_iters, 1, false, 1000},
     {"n_routed_experts", &ModelConfig::n_routed_experts},
     {"num_experts_per_tok", &ModelConfig::num_experts_per_tok},
     {"moe_intermediate_size", &ModelConfig::moe_intermediate_size},
-    {"rms_norm_eps", &ModelConfig::rms_norm_eps},
-    {"hc_eps", &ModelConfig::hc_eps},
-    {"swiglu_limit", &ModelConfig::swiglu_limit},
-    {"routed_scaling_factor", &ModelConfig::routed_scaling_factor},
-    {"initializer_range", &ModelConfig::initializer_range},
+    // Added to a mean square before its root: 0 divides by zero on a zero row, and an epsilon
+    // of 1 or more would outweigh the activations it normalises (V4: 1e-6).
+    {"rms_norm_eps", &ModelConfig::rms_norm_eps, 0, true, 1},
+    {"hc_eps", &ModelConfig::hc_eps, 0, false, 1},
+    {"swiglu_limit", &ModelConfig::swiglu_limit, 0, true, kInf},  // 0 would zero the gate path
+    {"routed_scaling_factor", &ModelConfig::routed_scaling_factor, 0, true, kInf},
+    {"initializer_range", &ModelConfig::initializer_range, 0, false, kInf},  // synth's standard deviation
     {"max_position_embeddings", &ModelConfig::max_position_embeddings},
 };
+
+// The range of a key as a message says it: "> 0", ">= 1", "in (0, 1]", "in [1, 1000]".
+std::string range_text(const ScalarKey& k) {
+  if (k.max == kInf) return fmt::format("{} {}", k.min_excluded ? ">" : ">=", k.min);
+  return fmt::format("in {}{}, {}]", k.min_excluded ? "(" : "[", k.min, k.max);
+}
+
+void check_scalar_ranges(const ModelConfig& c, const std::string& src) {
+  for (const ScalarKey& k : kScalarKeys) {
+    const double v = std::visit([&](auto field) { return static_cast<double>(c.*field); }, k.field);
+    if ((k.min_excluded ? v > k.min : v >= k.min) && v <= k.max) continue;  // NaN fails both
+    const std::string shown = std::visit([&](auto field) { return fmt::format("{}", c.*field); }, k.field);
+    input_error("{}: {} is {}, it must be {}", src, k.key, shown, range_text(k));
+  }
+}
 
 void read_scalar_keys(const json& j, ModelConfig& c, const std::string& src) {
   for (const ScalarKey& k : kScalarKeys)
@@ -282,7 +307,7 @@ void read_rope_tables(const json& j, ModelConfig& c, const std::string& src) {
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) {
     if (auto m = rp->find("main"); m != rp->end() && m->is_object()) {
       c.rope_main = RopeTable{get_or<double>(*m, "rope_theta", c.rope_main.theta, src)};
-      if (m->value("rope_type", std::string("default")) != "default")
+      if (string_or(*m, "rope_type", "default", src) != "default")
         input_error("{}: rope_parameters.main must be plain RoPE (rope_type default)", src);
     }
     if (auto m = rp->find("compress"); m != rp->end() && m->is_object())
@@ -318,28 +343,10 @@ ModelConfig parse_config(const json& j, const std::string& src) {
 }
 
 void ModelConfig::validate(const std::string& src) const {
-  auto positive = [&](const char* key, std::int64_t v) {
+  check_scalar_ranges(*this, src);
+  for (const auto& [key, v] : {std::pair{"compress_rates.compressed_sparse_attention", csa_rate},
+                               std::pair{"compress_rates.heavily_compressed_attention", hca_rate}})
     if (v <= 0) input_error("{}: {} must be > 0 (got {})", src, key, v);
-  };
-  positive("vocab_size", vocab_size);
-  positive("hidden_size", hidden_size);
-  positive("num_hidden_layers", num_hidden_layers);
-  positive("num_attention_heads", num_attention_heads);
-  positive("head_dim", head_dim);
-  positive("q_lora_rank", q_lora_rank);
-  positive("o_groups", o_groups);
-  positive("o_lora_rank", o_lora_rank);
-  positive("sliding_window", sliding_window);
-  positive("index_n_heads", index_n_heads);
-  positive("index_head_dim", index_head_dim);
-  positive("index_topk", index_topk);
-  positive("hc_mult", hc_mult);
-  positive("hc_sinkhorn_iters", hc_sinkhorn_iters);
-  positive("n_routed_experts", n_routed_experts);
-  positive("num_experts_per_tok", num_experts_per_tok);
-  positive("moe_intermediate_size", moe_intermediate_size);
-  positive("compress_rates.compressed_sparse_attention", csa_rate);
-  positive("compress_rates.heavily_compressed_attention", hca_rate);
   check_weight_sizes(*this, src);
   if (rope_dim <= 0 || rope_dim % 2 != 0 || rope_dim > head_dim)
     input_error("{}: rotary dims r = {} must be even and in (0, head_dim={}]", src, rope_dim, head_dim);
@@ -349,8 +356,6 @@ void ModelConfig::validate(const std::string& src) const {
     input_error("{}: num_attention_heads={} is not divisible by o_groups={}", src, num_attention_heads, o_groups);
   if (num_experts_per_tok > n_routed_experts)
     input_error("{}: num_experts_per_tok={} exceeds n_routed_experts={}", src, num_experts_per_tok, n_routed_experts);
-  if (!(rms_norm_eps > 0) || !(hc_eps >= 0)) input_error("{}: rms_norm_eps must be > 0 and hc_eps >= 0", src);
-  if (!(swiglu_limit > 0)) input_error("{}: swiglu_limit must be > 0 (0 would zero the gate path)", src);
   if (!(rope_main.theta > 1) || !(rope_compress.theta > 1)) input_error("{}: rope_theta values must be > 1", src);
   if (static_cast<std::int64_t>(layer_types.size()) != num_hidden_layers ||
       static_cast<std::int64_t>(mlp_types.size()) != num_hidden_layers)
@@ -404,16 +409,24 @@ void ModelConfig::select_layers(const std::string& spec) {
   num_hidden_layers = static_cast<std::int64_t>(keep.size());
 }
 
-ModelConfig load_config(const std::string& path) {
-  const std::string text = read_text_file(path);
-  json j;
+json parse_config_json(const std::string& text, const std::string& source) {
   try {
-    j = json::parse(text);
+    return json::parse(text);
   } catch (const json::exception& e) {  // syntax errors, and numbers out of range (1e999)
-    input_error("{}: not valid JSON ({})", path, e.what());
+    input_error("{}: not valid JSON ({})", source, e.what());
   }
-  return parse_config(j, path);
 }
+
+ModelConfig parse_config_text(const std::string& text, const std::string& source) {
+  const json j = parse_config_json(text, source);
+  try {
+    return parse_config(j, source);
+  } catch (const json::exception& e) {  // a json accessor parse_config did not guard: still the input's fault
+    input_error("{}: {}", source, e.what());
+  }
+}
+
+ModelConfig load_config(const std::string& path) { return parse_config_text(read_text_file(path), path); }
 
 json config_to_json(const ModelConfig& c) {
   json j;

@@ -68,6 +68,13 @@ struct ModelConfig {
 
 // Parses a config.json document; `source` names the file in error messages.
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source);
+// Config text, from a file or from the copy a case stores (its model_config attribute): the
+// one entry point for every such text, so that any JSON error (bad syntax, a number JSON
+// cannot hold such as 1e999, a key of the wrong type) is an InputError naming `source`.
+ModelConfig parse_config_text(const std::string& text, const std::string& source);
+// The JSON document of config text, with the same errors (for the keys parse_config does not
+// read, such as a release's quantization_config).
+nlohmann::json parse_config_json(const std::string& text, const std::string& source);
 ModelConfig load_config(const std::string& path);
 std::string read_text_file(const std::string& path);
 // The HF config.json that transformers' DeepseekV4Config loads back to the same model.

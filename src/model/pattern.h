@@ -9,7 +9,8 @@
 namespace tdiff {
 
 bool pattern_matches(const std::string& pattern, const std::string& name);
-// The stages a pattern selects; InputError naming the pattern when it selects none.
+// The stages a pattern selects; InputError naming the pattern and the glob when one of its
+// globs matches no stage.
 std::vector<std::string> select_stages(const std::string& pattern, const std::vector<Stage>& stages);
 
 }  // namespace tdiff

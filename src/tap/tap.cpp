@@ -2,6 +2,7 @@
 // HDF5 writer, and so the same storage rules, as tdiff's own files (casefile/h5_writer.h).
 #include "tap/tap.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <memory>
@@ -43,11 +44,19 @@ void check_name(const std::string& name) {
 tdiff::Tensor copy_tensor(const char* dtype, const int64_t* shape, int ndim, const void* data) {
   const auto dt = tdiff::parse_dtype(dtype ? dtype : "");
   if (!dt) tdiff::input_error("dtype '{}' is not one of f64, f32, f16, bf16, f8_e4m3, i64, i32, u8, bool", dtype ? dtype : "(null)");
-  if (ndim < 0 || ndim > 8 || (ndim > 0 && !shape)) tdiff::input_error("a rank of {} (0 to 8 allowed)", ndim);
+  if (ndim < 0 || ndim > tdiff::kMaxRank || (ndim > 0 && !shape))
+    tdiff::input_error("a rank of {} (0 to {} allowed)", ndim, tdiff::kMaxRank);
   tdiff::Shape s(shape, shape + ndim);
   for (auto d : s)
     if (d < 0) tdiff::input_error("a negative dimension in shape {}", tdiff::shape_str(s));
-  tdiff::Tensor t(*dt, s);  // checks the element count against overflow
+  // The byte count is computed here, before anything is allocated: [2^32, 2^32] wrapped to 0
+  // elements in 64 bits and was written as an empty tensor.
+  const bool empty = std::find(s.begin(), s.end(), 0) != s.end();
+  std::int64_t bytes = static_cast<std::int64_t>(tdiff::dtype_size(*dt));
+  for (auto d : s)
+    if (!empty && __builtin_mul_overflow(bytes, d, &bytes))
+      tdiff::input_error("shape {} of {} holds more than 2^63 bytes", tdiff::shape_str(s), dtype);
+  tdiff::Tensor t(*dt, s);
   if (t.nbytes() && !data) tdiff::input_error("no data for a tensor of shape {}", tdiff::shape_str(s));
   if (t.nbytes()) std::memcpy(t.raw(), data, t.nbytes());
   return t;

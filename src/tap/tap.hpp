@@ -36,8 +36,18 @@ class Tap {
   void write(const std::string& name, const T* data, const std::vector<std::int64_t>& shape) {
     write_raw(name, dtype_name<T>(), data, shape);
   }
+  // The vector must hold exactly the shape's elements: more in the shape would be read past its end.
   template <class T>
   void write(const std::string& name, const std::vector<T>& data, const std::vector<std::int64_t>& shape) {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) {
+      if (d < 0 || (d > 0 && n > INT64_MAX / d))
+        return write(name, data.data(), shape);  // the C call names the shape's fault
+      n *= d;
+    }
+    if (n != static_cast<std::int64_t>(data.size()))
+      throw std::runtime_error("tdiff tap: " + name + ": the shape holds " + std::to_string(n) +
+                               " elements, the vector " + std::to_string(data.size()));
     write(name, data.data(), shape);
   }
   void write_raw(const std::string& name, const std::string& dtype, const void* data, const std::vector<std::int64_t>& shape) {

@@ -174,6 +174,33 @@ TEST_F(CliSynthTest, StaleTemporaryFoldersBesideTheOutputAreRemoved) {
   EXPECT_TRUE(fs::exists(path("m/model.safetensors")));
 }
 
+// A synth SIGKILLed while it writes the weights cannot clean up: its temporary folder stays
+// beside the output until the next synth into that folder, of any output name, removes it
+// (issue 39, item 3, defect i).
+TEST_F(CliSynthTest, SigkilledSynthTemporaryIsRemovedByTheNextSynth) {
+  ASSERT_EQ(run(fmt::format("synth --preset small --seed 1 -o '{}'", path("m"))).code, 0);
+  nlohmann::json big = nlohmann::json::parse(testing::slurp(path("m/config.json")));
+  big["vocab_size"] = 262144;  // seconds to write, as in InterruptedSynthLeavesNothingBehind
+  std::ofstream(path("big.json")) << big.dump();
+  const int status =
+      interrupt_synth({"synth", "--config", path("big.json"), "--seed", "1", "-o", path("new")}, dir_, "new", SIGKILL);
+  ASSERT_NE(status, -1) << "synth never began the weights";
+  ASSERT_TRUE(WIFSIGNALED(status)) << "synth finished before the signal: make the model larger";
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  auto temporaries = [&] {
+    std::vector<std::string> t;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename().string().find(".tdiff.tmp-") != std::string::npos)
+        t.push_back(e.path().filename().string());
+    return t;
+  };
+  ASSERT_EQ(temporaries().size(), 1u) << "what SIGKILL leaves";
+  EXPECT_FALSE(fs::exists(path("new")));
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("other"))).code, 0);
+  EXPECT_EQ(temporaries(), std::vector<std::string>{});
+  EXPECT_TRUE(fs::exists(path("other/model.safetensors")));
+}
+
 TEST_F(CliSynthTest, HelpHasAnExample) {
   const Result r = run("synth --help");
   EXPECT_EQ(r.code, 0);

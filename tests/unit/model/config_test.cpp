@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -258,6 +259,40 @@ TEST(Config, HugeDimensionsAreRefusedBeforeTheyOverflow) {
   }
   // The largest real model's sizes pass (V4-Flash: 256 experts x 2 x 2048 x 4096).
   EXPECT_NO_THROW(parse_config(flash_release_json(), "flash/config.json"));
+}
+
+// The one entry point for config text (issue 39, item 3, defect a): every JSON error, a
+// number JSON cannot hold included, and every accessor error is an InputError naming the
+// source; each key of the scalar table is held to its range.
+TEST(Config, TextErrorsAndRangesNameTheSourceAndKey) {
+  const std::string text = tiny_json().dump();
+  auto message = [](const std::string& t) {
+    try {
+      parse_config_text(t, "stored (attribute model_config)");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(
+      message("{\"rms_norm_eps\": 1e999, " + text.substr(1)).find("stored (attribute model_config): not valid JSON"),
+      std::string::npos);
+  EXPECT_NE(message("{").find("stored (attribute model_config): not valid JSON"), std::string::npos);
+  json j = tiny_json();
+  j["rope_parameters"] = {{"main", {{"rope_type", 5}}}};  // json::value() threw a type_error here
+  EXPECT_NE(message(j.dump()).find("key 'rope_type' must be a string"), std::string::npos) << message(j.dump());
+  for (const auto& [key, value, says] : std::vector<std::tuple<std::string, json, std::string>>{
+           {"rms_norm_eps", 0.0, "rms_norm_eps is 0, it must be in (0, 1]"},
+           {"hc_eps", -1e-6, "hc_eps is -1e-06, it must be in [0, 1]"},
+           {"hc_sinkhorn_iters", 1001, "hc_sinkhorn_iters is 1001, it must be in [1, 1000]"},
+           {"index_topk", 0, "index_topk is 0, it must be >= 1"},
+           {"swiglu_limit", 0.0, "swiglu_limit is 0, it must be > 0"},
+           {"initializer_range", -0.02, "initializer_range is -0.02, it must be >= 0"}}) {
+    j = tiny_json();
+    j[key] = value;
+    EXPECT_EQ(message(j.dump()), "stored (attribute model_config): " + says) << key;
+  }
+  EXPECT_EQ(message(flash_release_json().dump()), "accepted");
 }
 
 }  // namespace

@@ -118,6 +118,40 @@ TEST_F(TapTest, CppTapIsDiscardedUnlessClosed) {
   EXPECT_TRUE(listing().empty());
 }
 
+// A shape whose element or byte count passes 2^63 wrapped in 64 bits ([2^32, 2^32] to 0
+// elements) and was written as an empty tensor; refused, naming the shape (issue 39, item 3,
+// defect g). A shape with a 0 among huge dimensions is empty, and written.
+TEST_F(TapTest, ShapesWhoseSizeOverflowsAreRefused) {
+  const std::string out = path("dump.h5");
+  const float v[1] = {1};
+  const std::int64_t p32 = std::int64_t{1} << 32, p62 = std::int64_t{1} << 62;
+  for (const std::vector<std::int64_t>& shape :
+       {std::vector<std::int64_t>{p32, p32}, {p62, 4}, {p32, p32, p32}, {p62, 2}}) {
+    tdiff_tap* tap = tdiff_tap_open(out.c_str(), "run");
+    ASSERT_NE(tap, nullptr);
+    EXPECT_EQ(tdiff_tap_write(tap, "lm_head/logits", "f32", shape.data(), static_cast<int>(shape.size()), v), -1);
+    const std::string err = tdiff_tap_error();
+    EXPECT_NE(err.find(fmt::format("shape {} of f32 holds more than 2^63 bytes", shape_str(shape))), std::string::npos)
+        << err;
+    EXPECT_EQ(tdiff_tap_close(tap), -1);
+    EXPECT_TRUE(listing().empty());
+  }
+  const std::int64_t empty[] = {p62, 0, p62};
+  tdiff_tap* tap = tdiff_tap_open(out.c_str(), "run");
+  EXPECT_EQ(tdiff_tap_write(tap, "lm_head/logits", "f32", empty, 3, nullptr), 0) << tdiff_tap_error();
+  EXPECT_EQ(tdiff_tap_close(tap), 0) << tdiff_tap_error();
+  EXPECT_EQ(h5_read(out, "/lm_head/logits").shape(), (Shape{p62, 0, p62}));
+
+  // The C++ tap's vector must hold the shape's elements: {2, 3} of a vector of 3 read past it.
+  Tap cpp(path("cpp.h5"));
+  EXPECT_THROW(cpp.write("lm_head/logits", std::vector<double>{1, 2, 3}, {2, 3}), std::runtime_error);
+  try {
+    cpp.write("lm_head/logits", std::vector<double>{1, 2, 3}, {2, 3});
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the shape holds 6 elements, the vector 3"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(TapTest, MinimalCProgramWritesItsDump) {
   const std::string out = path("c.h5");
   const int status = std::system(fmt::format("'{}' '{}' >'{}' 2>&1", TAP_MINIMAL_BIN, out, path("log")).c_str());
