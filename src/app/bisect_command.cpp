@@ -248,7 +248,7 @@ int run_bisect(BisectCmd c) {
   refcpu::RefCpuBackend reference;
   setup.stop();
   const Suffix suffix = choose_suffix(c, floor != nullptr);
-  const auto ref_attrs = h5_read_attrs(c.case_path, "/reference");
+  const auto ref_attrs = h5_read_attrs(session.reference().file(), "/reference");
   const auto tie = ref_attrs.find("tie_rule");
   RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));
 

@@ -168,7 +168,7 @@ int run_dump(RunCmd c) {
                              c.report.flags() + (c.dump_policy.empty() ? "" : " --dump-policy " + shell_quote(c.dump_policy))) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --run-id " + shell_quote(run_id);
   EnvRecord env = capture_env("dump", "the dump's own", process_command_line());
-  add_run_facts(env, c.case_path, read_case(c.case_path).checksums, std::nullopt);
+  add_run_facts(env, c.case_path, dump.case_info.checksums, std::nullopt);
   env.extra["dump"] = absolute_path(c.dump) + ":" + c.dump_group;
   env.extra["dump_mode"] = dump.mode;
   env.extra["dump_policy"] = c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy;
@@ -178,8 +178,8 @@ int run_dump(RunCmd c) {
   c.report.print(diff, info);
   record_run(update, run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff);
   c.report.write(diff, info);
-  print_lacking(dump, reference_stages(c.case_path).size());
-  const Tensor& mask = read_case(c.case_path).batch.mask;
+  print_lacking(dump, reference_stages(*dump.case_file).size());
+  const Tensor& mask = dump.case_info.batch.mask;
   std::int64_t real = 0;
   for (auto m : mask.span<const std::uint8_t>()) real += m != 0;
   if (real < mask.numel())
