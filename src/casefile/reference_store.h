@@ -37,7 +37,9 @@ class ReferenceStore {
   Tensor get(const std::string& stage, const std::string& tensor);
   // The same, sharing its bytes with the store (no copy): for readers only (compare).
   Tensor get_shared(const std::string& stage, const std::string& tensor);
-  // The stages under /reference (reference_stages()), listed once.
+  // The stages under /reference (reference_stages()), listed once. Listing checks every stored
+  // tensor's dtype and shape against the contract (InputError), so commands, which list first,
+  // refuse a bad reference before they compute; selection ranges are checked as they are read.
   const std::vector<std::string>& stages();
   bool has_stage(const std::string& stage);
   bool has(const std::string& stage, const std::string& tensor) const;
