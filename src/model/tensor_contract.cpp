@@ -88,7 +88,7 @@ struct Builder {
       case OpKind::pool: return {pool_width(s)};
       case OpKind::idx_weights: return {{"H_I", c.index_n_heads}};
       case OpKind::attention: return {{"H", c.num_attention_heads}, {"d", c.head_dim}};
-      case OpKind::grouped_linear: return {{"G·R_o", c.o_groups * c.o_lora_rank}};
+      case OpKind::grouped_linear: return {{"G*R_o", c.o_groups * c.o_lora_rank}};
       case OpKind::router: return {{"E", c.n_routed_experts}};
       case OpKind::moe_select:
       case OpKind::moe_weights: return {{"K", c.num_experts_per_tok}};

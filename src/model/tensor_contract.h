@@ -22,7 +22,7 @@ namespace tdiff {
 enum class ValueClass { floating, index, boolean };
 
 struct Axis {
-  std::string name;  // model-spec notation: "B", "S", "N" (= B·S), "D", "n", "k", "H", "d", ...
+  std::string name;  // model-spec notation in ASCII: "B", "S", "N" (= B*S), "D", "n", "k", "H", "d", "G*R_o"
   std::int64_t size = 0;
 };
 
