@@ -215,16 +215,28 @@ void TensorContract::check_layout(const TensorSpec& spec, DType dtype, const Sha
 void TensorContract::check_values(const TensorSpec& spec, const Tensor& t, const std::string& file,
                                   const std::string& dataset) {
   if (!spec.range && spec.value != ValueClass::boolean) return;
-  // Flags stored as bool are bytes too: a byte other than 0 and 1 is no flag.
-  const Tensor v = t.dtype() == DType::i64 ? t : t.to(DType::i64);
-  const auto vals = v.span<const std::int64_t>();
   const std::int64_t lo = spec.range ? spec.range->lo : 0, hi = spec.range ? spec.range->hi : 2;
-  const auto bad = std::find_if(vals.begin(), vals.end(), [&](std::int64_t x) { return x < lo || x >= hi; });
-  if (bad == vals.end()) return;
-  const std::string at = element_at(bad - vals.begin(), t.shape());
-  if (!spec.range) input_error("{}: dataset '{}' holds {} at {}, expected a flag (0 or 1)", file, dataset, *bad, at);
-  input_error("{}: dataset '{}' holds {} at {}, expected {} in [{},{}){}", file, dataset, *bad, at, spec.range->what,
-              lo, hi, lo < 0 ? " (-1: none)" : "");
+  // In the stored type, never converted: a window mask at real widths is GBs of bytes.
+  std::int64_t at = -1, value = 0;
+  auto scan = [&](const auto* v) {
+    for (std::int64_t i = 0; i < t.numel(); ++i)
+      if (static_cast<std::int64_t>(v[i]) < lo || static_cast<std::int64_t>(v[i]) >= hi) {
+        at = i, value = static_cast<std::int64_t>(v[i]);
+        return;
+      }
+  };
+  switch (t.dtype()) {
+    case DType::i64: scan(t.data<std::int64_t>()); break;
+    case DType::i32: scan(t.data<std::int32_t>()); break;
+    case DType::u8:
+    case DType::boolean: scan(t.data<std::uint8_t>()); break;
+    default: return;  // check_layout admits no other type for ids and flags
+  }
+  if (at < 0) return;
+  const std::string where = element_at(at, t.shape());
+  if (!spec.range) input_error("{}: dataset '{}' holds {} at {}, expected a flag (0 or 1)", file, dataset, value, where);
+  input_error("{}: dataset '{}' holds {} at {}, expected {} in [{},{}){}", file, dataset, value, where,
+              spec.range->what, lo, hi, lo < 0 ? " (-1: none)" : "");
 }
 
 const char* value_class_name(ValueClass v) {
