@@ -72,12 +72,13 @@ const std::vector<std::string>& ReferenceStore::stages() {
   if (!listed_) {
     stages_ = reference_stages(file_);
     stage_set_ = std::set<std::string>(stages_.begin(), stages_.end());
-    listed_ = true;
     // Every stored tensor's dtype and shape, from the file's metadata (no data read): a bad one
-    // stops the command before its work, not when a run reaches its stage hours later.
+    // stops the command before its work, not when a run reaches its stage hours later. Listed
+    // only once they pass: asking again asks again.
     for (const auto& spec : contract_->specs())
       if (stage_set_.count(spec.stage) && has(spec.stage, spec.tensor))
         check_stage_tensor(file_, "/reference", spec.key(), *contract_, StoredBy::reference);
+    listed_ = true;
   }
   return stages_;
 }
