@@ -30,7 +30,7 @@ int run_audit_cmd(AuditCmd c) {
   if (!backend_entry(c.cand.backend).every_knob)
     input_error("audit: backend '{}' does not implement every knob of the catalogue (emu does)", c.cand.backend);
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
-  if (reference_stages(c.case_path).empty())
+  if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   const Policy base = c.cand.make_policy(session);
   AuditOptions opt;

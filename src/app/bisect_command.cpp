@@ -231,11 +231,11 @@ int run_bisect(BisectCmd c) {
   // record itself is made at the end (CaseUpdate holds the case's lock only while it records),
   // beside the reference read now.
   auto updating = times.measure("case check");
-  const std::string reference_read = reference_id(c.case_path);
   CaseUpdate::check(c.case_path);
   updating.stop();
   auto opening = times.measure("open");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
+  const std::string reference_read = reference_id(session.reference().file());  // what its reads see
   if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   opening.stop();
@@ -250,7 +250,7 @@ int run_bisect(BisectCmd c) {
   refcpu::RefCpuBackend reference;
   setup.stop();
   const Suffix suffix = choose_suffix(c, floor != nullptr);
-  const auto ref_attrs = h5_read_attrs(c.case_path, "/reference");
+  const auto ref_attrs = h5_read_attrs(session.reference().file(), "/reference");
   const auto tie = ref_attrs.find("tie_rule");
   RunContext ctx = session.context(tie == ref_attrs.end() ? TieRule::lowest_index : parse_tie_rule(tie->second));
 

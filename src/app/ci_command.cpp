@@ -74,18 +74,14 @@ std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc
 }
 
 // Every case asked for has its dump, each dump's names, shapes and dtypes are right, and a dump
-// that records its case file (tdiff-capture's do) was written on a file of that case's name (the
-// cases of a set share shapes: a swapped dump would be judged otherwise): checked before any
-// case is judged, so a bad dump stops the run before it writes a report.
+// that records its case file (tdiff-capture's do) was written on that case (check_dump_case,
+// the rule `tdiff run --candidate-dump` follows: the cases of a set share shapes, so a swapped
+// dump would be judged otherwise): checked before any case is judged, so a bad dump stops the
+// run before it writes a report.
 std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const SuiteCase*>& cases, const SuiteCache& cache,
                                       const std::vector<Stage>& stages) {
   std::vector<CandidateDump> dumps;
-  for (const SuiteCase* sc : cases) {
-    dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages, dump_file(c, *sc)));
-    const std::string& on = dumps.back().written_on;
-    if (!on.empty() && fs::path(on).filename() != fs::path(cache.case_file(*sc)).filename())
-      input_error("{}: written on the case file {}, not on case {}'s ({}.h5)", dump_file(c, *sc), on, sc->name, sc->name);
-  }
+  for (const SuiteCase* sc : cases) dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages, dump_file(c, *sc)));
   return dumps;
 }
 

@@ -166,8 +166,8 @@ Outcome batch_sweep(const DeterminismCmd& c, CaseSession& session, const Backend
 }
 
 int run_determinism(DeterminismCmd c) {
-  const std::string reference_read = reference_id(c.case_path);  // before the session reads the case
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
+  const std::string reference_read = reference_id(session.reference().file());  // what its reads see
   const bool refcpu = c.cand.backend == "refcpu";
   const Policy policy = refcpu ? Policy::preset("fixed") : c.cand.make_policy(session);
   const std::string policy_text = refcpu ? "float64" : policy.describe();

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "app/envelope.h"
 #include "casefile/case_file.h"
@@ -16,6 +17,7 @@
 #include "model/pattern.h"
 #include "numerics/policy.h"
 #include "model/stage_graph.h"
+#include "model/tensor_contract.h"
 #include "formats/weights.h"
 #include "exec/backend_registry.h"
 
@@ -69,12 +71,29 @@ std::string fit(const std::string& s, std::size_t w) {
   return w <= 3 ? s.substr(0, w) : s.substr(0, w - 3) + "...";
 }
 
-void print_stages(const ModelConfig& c, const std::string& pattern) {
-  const auto all = build_stages(c);
+// The stages matching `pattern`, in model order (InputError when none does).
+std::vector<std::size_t> matching_stages(const std::vector<Stage>& all, const std::string& pattern) {
   std::vector<std::size_t> shown;
   for (std::size_t i = 0; i < all.size(); ++i)
     if (pattern_matches(pattern, all[i].name)) shown.push_back(i);
+  if (shown.empty()) input_error("--stages '{}': no stage matches (e.g. 'L00.attn.*')", pattern);
+  return shown;
+}
 
+// "q[2,40,4,32]" for a case; "q[B,S,H,d]" for a model folder (no batch: the axes' names).
+std::string outputs_with_shapes(const Stage& s, const TensorContract& contract, bool sizes) {
+  std::vector<std::string> out;
+  for (const auto& t : s.outputs) {
+    const TensorSpec* spec = contract.find(s.name + "/" + t);
+    out.push_back(t + (sizes ? shape_str(spec->shape()) : spec->axes_str()));
+  }
+  return fmt::format("{}", fmt::join(out, " "));
+}
+
+// `contract`: the case's (shapes in numbers), or one of a model without a batch (axis names).
+void print_stages(const ModelConfig& c, const std::string& pattern, const TensorContract& contract, bool sizes) {
+  const auto all = build_stages(c);
+  const std::vector<std::size_t> shown = matching_stages(all, pattern);
   struct Row { std::string idx, name, kind, in, out, w; };
   std::vector<Row> rows{{"#", "stage", "kind", "inputs", "outputs", "w"}};
   for (auto i : shown) {
@@ -82,19 +101,23 @@ void print_stages(const ModelConfig& c, const std::string& pattern) {
     std::vector<std::string> in;
     for (const auto& r : s.inputs) in.push_back(r.key());
     rows.push_back({std::to_string(i), s.name, op_kind_name(s.kind), fmt::format("{}", fmt::join(in, " ")),
-                    fmt::format("{}", fmt::join(s.outputs, " ")), std::to_string(s.weights.size())});
+                    outputs_with_shapes(s, contract, sizes), std::to_string(s.weights.size())});
   }
   std::size_t wi = 0, wn = 0, wk = 0, wo = 0, ww = 0;
   for (const auto& r : rows) {
     wi = std::max(wi, r.idx.size());
     wn = std::max(wn, r.name.size());
     wk = std::max(wk, r.kind.size());
-    wo = std::max(wo, std::min<std::size_t>(r.out.size(), 16));
+    wo = std::max(wo, r.out.size());
     ww = std::max(ww, r.w.size());
   }
-  // Inputs take what is left of the line; long lists are cut with "...".
-  const std::size_t used = wi + wn + wk + wo + ww + 5 * 2;
-  const std::size_t win = used < kWidth ? std::max<std::size_t>(kWidth - used, 8) : 8;
+  // Outputs with their shapes first; inputs take what is left of the line (at least 8), long
+  // lists of either cut with "...".
+  constexpr std::size_t kMinInputs = 8;
+  const std::size_t fixed = wi + wn + wk + ww + 5 * 2;
+  wo = std::min(wo, fixed + kMinInputs < kWidth ? kWidth - kMinInputs - fixed : std::size_t{16});
+  const std::size_t used = fixed + wo;
+  const std::size_t win = used < kWidth ? std::max<std::size_t>(kWidth - used, kMinInputs) : kMinInputs;
   for (const auto& r : rows) {
     std::string s = fmt::format("{:>{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>{}}", r.idx, wi, r.name, wn, r.kind, wk,
                                 fit(r.in, win), win, fit(r.out, wo), wo, r.w, ww);
@@ -102,6 +125,32 @@ void print_stages(const ModelConfig& c, const std::string& pattern) {
     fmt::print("{}\n", s);
   }
   fmt::print("{} of {} stages\n", shown.size(), all.size());
+}
+
+// The contract as JSON: one object per tensor of the matching stages, as a dump may hold it.
+void print_contract_json(const ModelConfig& c, const std::string& pattern, const TensorContract& contract) {
+  const auto all = build_stages(c);
+  nlohmann::json out = nlohmann::json::array();
+  for (auto i : matching_stages(all, pattern))
+    for (const auto& t : all[i].outputs) {
+      const TensorSpec& spec = *contract.find(all[i].name + "/" + t);
+      nlohmann::json axes = nlohmann::json::array();
+      for (const auto& a : spec.axes) axes.push_back(a.name);
+      nlohmann::json j = {{"key", spec.key()},
+                          {"stage", spec.stage},
+                          {"tensor", spec.tensor},
+                          {"kind", op_kind_name(spec.kind)},
+                          {"class", value_class_name(spec.value)},
+                          {"dtype", spec.value == ValueClass::floating ? "f64" : spec.value == ValueClass::index ? "i64" : "bool"},
+                          {"shape", spec.shape()},
+                          {"axes", axes}};
+      if (spec.range) j["range"] = {spec.range->lo, spec.range->hi};
+      out.push_back(std::move(j));
+    }
+  // One tensor a line: `| grep`, `| head` and diffs read it as they read the stage table.
+  fmt::print("[\n");
+  for (std::size_t i = 0; i < out.size(); ++i) fmt::print(" {}{}\n", out[i].dump(), i + 1 < out.size() ? "," : "");
+  fmt::print("]\n");
 }
 
 // One column of `--ops`: what a backend of the registry says for each kind.
@@ -151,7 +200,7 @@ void info_model(const InfoOptions& o) {
                        fmt::join(dtypes, " ")));
   if (!o.stages.empty()) {
     fmt::print("\n");
-    print_stages(m.config, o.stages);
+    print_stages(m.config, o.stages, TensorContract(build_stages(m.config), m.config, 1, 1), false);
   }
 }
 
@@ -165,6 +214,8 @@ void info_case(const InfoOptions& o) {
   for (const auto& [id, e] : env) check_run_id(id, path + ": the run id under /env");
   for (const auto& id : runs) check_run_id(id, path + ": the run id under /runs");
   if (!o.stages.empty()) select_stages(o.stages, build_stages(c.config));
+  const TensorContract contract(build_stages(c.config), c.config, c.batch.rows(), c.batch.seq());
+  if (o.json) return print_contract_json(c.config, o.stages.empty() ? "*" : o.stages, contract);
   line("case", fmt::format("{} (format {}, written by tdiff {} {})", path, c.format_version, c.tdiff_version,
                            c.tdiff_commit));
   line("model", c.model_path);
@@ -218,7 +269,7 @@ void info_case(const InfoOptions& o) {
   }
   if (!o.stages.empty()) {
     fmt::print("\n");
-    print_stages(c.config, o.stages);
+    print_stages(c.config, o.stages, contract, true);
   }
 }
 

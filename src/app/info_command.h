@@ -17,6 +17,7 @@ struct InfoOptions {
   std::string stages;  // glob; empty: no stage list
   bool knobs = false;
   bool ops = false;
+  bool json = false;  // with a case: the tensor contract of the --stages as JSON (model/tensor_contract.h)
 };
 
 // The fault catalog (a Markdown table).
@@ -25,7 +26,8 @@ void print_knobs();
 void print_ops();
 // A model folder: its config, weights and, with --stages, the stage list.
 void info_model(const InfoOptions& o);
-// A case file: its inputs, model, reference and recorded runs.
+// A case file: its inputs, model, reference and recorded runs; with `json`, only the tensor
+// contract of its stages (every tensor a reference or a dump holds: name, shape, dtype, axes).
 void info_case(const InfoOptions& o);
 
 }  // namespace tdiff::app

@@ -75,7 +75,7 @@ void print_first_divergence(const CompareResult& diff) {
 // at the start and holds the lock through the run.
 class RunRecord {
  public:
-  explicit RunRecord(const RunCmd& c) : case_path_(c.case_path), enabled_(!c.no_record), reference_read_(reference_id(c.case_path)) {
+  explicit RunRecord(const RunCmd& c) : case_path_(c.case_path), enabled_(!c.no_record) {
     if (!enabled_) return;
     // --save may replace an earlier run's tensors of the same run id, which a byte copy would
     // keep as dead space; a record alone beside a reference of GBs is copied as bytes.
@@ -83,6 +83,8 @@ class RunRecord {
     else CaseUpdate::check(c.case_path);
   }
   std::optional<CaseUpdate>& save_target() { return update_; }
+  // The reference the run judges against: through the file its reads go through.
+  void judged_against(const H5File& file) { reference_read_ = reference_id(file); }
 
   // The environment, the verdict summary and `attrs` under /runs/<run-id>, and the weight
   // files' refreshed records. `clear`: first remove what an earlier run of the same id left.
@@ -153,7 +155,7 @@ void set_dump_expected(const RunCmd& c, const std::optional<CaseSession>& sessio
 int run_dump(RunCmd c) {
   if (reference_stages(c.case_path).empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
-  RunRecord record(c);  // first: the reference it names is the one the dump is then judged against
+  RunRecord record(c);
   // The model is needed only for the routing bias that router flips are explained against; a
   // case attached to a ticket may travel without it.
   std::optional<CaseSession> session;
@@ -166,6 +168,7 @@ int run_dump(RunCmd c) {
   const WeightCheck checked = session ? c.weights.check(*session) : WeightCheck{};
   const std::vector<Stage> stages = session ? session->stages : build_stages(read_case(c.case_path).config);
   const CandidateDump dump = open_candidate_dump(c.case_path, stages, c.dump, c.dump_group);
+  record.judged_against(*dump.case_file);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(stages));
   const std::string run_id = app::run_id_for(c.report.run_id, "run");
   CompareOptions opt;
@@ -188,7 +191,7 @@ int run_dump(RunCmd c) {
                              c.report.flags() + (c.dump_policy.empty() ? "" : " --dump-policy " + shell_quote(c.dump_policy))) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --run-id " + shell_quote(run_id);
   EnvRecord env = capture_env("dump", "the dump's own", process_command_line());
-  add_run_facts(env, c.case_path, read_case(c.case_path).checksums, std::nullopt);
+  add_run_facts(env, c.case_path, dump.case_info.checksums, std::nullopt);
   env.extra["dump"] = absolute_path(c.dump) + ":" + c.dump_group;
   env.extra["dump_mode"] = dump.mode;
   env.extra["dump_policy"] = c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy;
@@ -198,8 +201,8 @@ int run_dump(RunCmd c) {
   c.report.print(diff, info);
   c.report.write(diff, info);  // before the record: a report that cannot be written leaves the case as it was
   record.commit(run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff, true);
-  print_lacking(dump, reference_stages(c.case_path).size());
-  const Tensor& mask = read_case(c.case_path).batch.mask;
+  print_lacking(dump, reference_stages(*dump.case_file).size());
+  const Tensor& mask = dump.case_info.batch.mask;
   std::int64_t real = 0;
   for (auto m : mask.span<const std::uint8_t>()) real += m != 0;
   if (real < mask.numel())
@@ -241,10 +244,11 @@ int run_run(RunCmd c) {
   if (!c.dump.empty()) return run_dump(c);
   PhaseTimes times;  // printed last (stderr) and kept in report.json
   auto recording = times.measure("case update");
-  RunRecord record(c);  // first: the reference it names is the one the session then reads
+  RunRecord record(c);  // first: --save's update takes the case's lock before the session reads the case
   recording.stop();
   auto opening = times.measure("open");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
+  record.judged_against(session.reference().file());
   if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   opening.stop();

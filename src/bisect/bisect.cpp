@@ -110,7 +110,7 @@ Bisector::Bisector(CaseSession& session, Backend& candidate, Backend& reference,
       cache_(session.stages, opt_.cache_bytes), floor_cache_(session.stages, opt_.cache_bytes) {
   const Stage& s = session_.stages[watch_.index];
   for (const auto& t : s.outputs)
-    if ((watch_.tensor.empty() || t == watch_.tensor) && !h5_exists(session_.path, "/reference/" + s.name + "/" + t))
+    if ((watch_.tensor.empty() || t == watch_.tensor) && !session_.reference().has(s.name, t))
       input_error("{}: the watched tensor {}/{} has no reference (run `tdiff golden {}`)", session_.path, s.name, t,
                   session_.path);
 }

@@ -12,7 +12,7 @@ std::vector<Tensor> reference_inputs(const CaseSession& session, const Stage& st
       in.push_back(ref.tensor == "ids" ? b.ids : ref.tensor == "mask" ? b.mask : b.pos);
       continue;
     }
-    if (!h5_exists(session.path, "/reference/" + ref.key()))
+    if (!session.reference().has(ref.stage, ref.tensor))
       input_error("{}: stage {} needs /reference/{} (run `tdiff golden {}` without --stages)", session.path, stage.name,
                   ref.key(), session.path);
     in.push_back(session.reference().get(ref.stage, ref.tensor));

@@ -20,6 +20,7 @@
 #include "formats/weight_files.h"
 #include "formats/weights.h"
 #include "base/sha256.h"
+#include "casefile/reference_store.h"
 
 namespace tdiff {
 
@@ -94,8 +95,11 @@ void write_case(H5Writer& w, const CaseInfo& info) {
 
 }  // namespace
 
-CaseInfo read_case(const std::string& path) {
-  const auto root = h5_read_attrs(path, "/");
+CaseInfo read_case(const std::string& path) { return read_case(H5File(path)); }
+
+CaseInfo read_case(const H5File& file) {
+  const std::string& path = file.path();
+  const auto root = h5_read_attrs(file, "/");
   if (!root.count("format_version")) input_error("{}: not a tdiff case file (no format_version attribute)", path);
   CaseInfo c;
   c.format_version = root.at("format_version");
@@ -114,19 +118,19 @@ CaseInfo read_case(const std::string& path) {
     if (name.rfind(kStatPrefix, 0) == 0) c.file_stats[name.substr(std::string(kStatPrefix).size())] = value;
   }
 
-  Tensor ids = h5_read(path, "/inputs/ids");
-  Tensor mask = h5_read(path, "/inputs/mask");
+  Tensor ids = h5_read(file, "/inputs/ids");
+  Tensor mask = h5_read(file, "/inputs/mask");
   if (is_float(ids.dtype())) input_error("{}: dataset '/inputs/ids' holds {}, not integers", path, dtype_name(ids.dtype()));
   if (is_float(mask.dtype())) input_error("{}: dataset '/inputs/mask' holds {}, not 0/1", path, dtype_name(mask.dtype()));
   c.batch = Batch::make(std::move(ids), std::move(mask), c.config.vocab_size, path);
-  if (h5_exists(path, "/inputs/pos")) {
-    const Tensor pos = h5_read(path, "/inputs/pos");
+  if (h5_exists(file, "/inputs/pos")) {
+    const Tensor pos = h5_read(file, "/inputs/pos");
     const bool same = pos.shape() == c.batch.pos.shape() && !is_float(pos.dtype()) &&
                       std::ranges::equal(pos.to(DType::i64).span<const std::int64_t>(), c.batch.pos.span<const std::int64_t>());
     if (!same)
       input_error("{}: dataset '/inputs/pos' disagrees with the positions the mask implies", path);
   }
-  const auto in = h5_read_attrs(path, "/inputs");
+  const auto in = h5_read_attrs(file, "/inputs");
   c.pad_to = parse_int(attr(in, path, "pad_to", "/inputs"), path, "pad_to");
   c.pad_side = attr(in, path, "pad_side", "/inputs");
   if (c.pad_side != "right" && c.pad_side != "left")
@@ -273,11 +277,14 @@ Batch pad_prompts(const PromptSet& prompts, std::int64_t pad_to, bool pad_left, 
   return Batch::make(std::move(ids), std::move(mask), vocab_size, prompts.source);
 }
 
-std::vector<std::string> reference_stages(const std::string& path) {
-  if (!h5_exists(path, "/reference")) return {};
-  std::vector<std::string> names = h5_list_children(path, "/reference");
+std::vector<std::string> reference_stages(const std::string& path) { return reference_stages(H5File(path)); }
+
+std::vector<std::string> reference_stages(const H5File& file) {
+  const std::string& path = file.path();
+  if (!h5_exists(file, "/reference")) return {};
+  std::vector<std::string> names = h5_list_children(file, "/reference");
   std::map<std::string, std::size_t> order;
-  const auto root = h5_read_attrs(path, "/");
+  const auto root = h5_read_attrs(file, "/");
   if (auto it = root.find("model_config"); it != root.end()) {
     const auto stages = build_stages(parse_config_text(it->second, path + " (attribute model_config)"));
     for (std::size_t i = 0; i < stages.size(); ++i) order[stages[i].name] = i;
@@ -290,11 +297,16 @@ std::vector<std::string> reference_stages(const std::string& path) {
 }
 
 std::vector<std::string> reference_tensors(const std::string& path, const std::string& stage) {
-  return h5_list_children(path, "/reference/" + stage);
+  return reference_tensors(H5File(path), stage);
 }
 
+std::vector<std::string> reference_tensors(const H5File& file, const std::string& stage) {
+  return h5_list_children(file, "/reference/" + stage);
+}
+
+// A one-off store: the same checks as every reader of the reference (casefile/stored_tensor.h).
 Tensor read_reference(const std::string& path, const std::string& stage, const std::string& tensor) {
-  return h5_read(path, "/reference/" + stage + "/" + tensor);
+  return ReferenceStore(path, 0).get(stage, tensor);
 }
 
 std::map<std::string, EnvRecord> read_env_records(const std::string& path) {
@@ -309,9 +321,11 @@ std::vector<std::string> case_runs(const std::string& path) {
   return h5_list_children(path, "/runs");
 }
 
-std::string reference_id(const std::string& path) {
-  if (!h5_exists(path, "/reference")) return "";
-  const auto attrs = h5_read_attrs(path, "/reference");
+std::string reference_id(const std::string& path) { return reference_id(H5File(path)); }
+
+std::string reference_id(const H5File& file) {
+  if (!h5_exists(file, "/reference")) return "";
+  const auto attrs = h5_read_attrs(file, "/reference");
   const auto it = attrs.find("env");
   return it == attrs.end() ? "" : it->second;
 }

@@ -50,6 +50,8 @@ struct CaseInfo {
 // Reads and validates a case: format version, model config (parse_config), inputs
 // (Batch::make: ids in the vocabulary, mask 0/1 and contiguous). InputError names the file.
 CaseInfo read_case(const std::string& path);
+// The same, through a file held open (the case as it was opened, whatever replaced the path since).
+CaseInfo read_case(const H5File& file);
 
 // Writes a new case file atomically (replacing `path` if it exists).
 void create_case(const std::string& path, const CaseInfo& info);
@@ -83,8 +85,12 @@ Batch pad_prompts(const PromptSet& prompts, std::int64_t pad_to, bool pad_left, 
 
 // Stages under /reference, in stage-graph order (names the graph lacks last, sorted).
 std::vector<std::string> reference_stages(const std::string& path);
+std::vector<std::string> reference_stages(const H5File& file);
 // Tensor names of one stage's reference, sorted.
 std::vector<std::string> reference_tensors(const std::string& path, const std::string& stage);
+std::vector<std::string> reference_tensors(const H5File& file, const std::string& stage);
+// One reference tensor, checked against the case's tensor contract (model/tensor_contract.h) as
+// a ReferenceStore checks it. Readers of many tensors hold a ReferenceStore (one open file).
 Tensor read_reference(const std::string& path, const std::string& stage, const std::string& tensor);
 // Environment records by run id, and the run ids under /runs, sorted.
 std::map<std::string, EnvRecord> read_env_records(const std::string& path);
@@ -143,5 +149,7 @@ class CaseUpdate {
 // The id of the golden run whose reference `path` holds (the "env" attribute of /reference),
 // "" when the case has no reference or it predates the attribute.
 std::string reference_id(const std::string& path);
+// The same through an open file: the reference a command's reads see (casefile/h5_reader.h).
+std::string reference_id(const H5File& file);
 
 }  // namespace tdiff

@@ -155,19 +155,20 @@ void check_dataset_size(const std::vector<hsize_t>& dims, std::size_t elem, cons
 }
 
 // A dataset opened for reading: its dtype, the memory type that reads it and its dimensions
-// (what h5_read and h5_dataset_info both need; the file stays open while `file` lives).
+// (what h5_read and h5_dataset_info both need; the caller's H5File keeps `file` open).
 struct OpenDataset {
-  Hid file, dataset, mem_type;
+  hid_t file = -1;
+  Hid dataset, mem_type;
   DType dtype;
   std::vector<hsize_t> dims;
   std::string path;  // normalised, for messages
 };
 
-OpenDataset open_dataset(const std::string& file, const std::string& path) {
+OpenDataset open_dataset(hid_t f, const std::string& file, const std::string& path) {
   OpenDataset o;
-  o.file = open_read(file);
+  o.file = f;
   o.path = norm_path(path);
-  o.dataset = open_object(o.file.get(), file, o.path, "dataset");
+  o.dataset = open_object(f, file, o.path, "dataset");
   if (H5Iget_type(o.dataset.get()) != H5I_DATASET) input_error("{}: '{}' is a group, not a dataset", file, o.path);
   Hid ftype(H5Dget_type(o.dataset.get()));
   std::tie(o.dtype, o.mem_type) = read_type(ftype.get(), dtype_attr(o.dataset.get()), file, o.path);
@@ -196,9 +197,9 @@ bool read_contiguous(const OpenDataset& d, const std::string& file, Tensor& t) {
   if (offset == HADDR_UNDEF || H5Dget_storage_size(d.dataset.get()) != bytes) return false;
   // HDF5's own descriptor (pread leaves its offset alone): the file it opened, even if the
   // path was replaced since.
-  Hid fapl(H5Fget_access_plist(d.file.get()));
+  Hid fapl(H5Fget_access_plist(d.file));
   void* handle = nullptr;
-  if (H5Pget_driver(fapl.get()) != H5FD_SEC2 || H5Fget_vfd_handle(d.file.get(), fapl.get(), &handle) < 0 || !handle)
+  if (H5Pget_driver(fapl.get()) != H5FD_SEC2 || H5Fget_vfd_handle(d.file, fapl.get(), &handle) < 0 || !handle)
     return false;
   const int fd = *static_cast<int*>(handle);
   struct stat st {};
@@ -240,13 +241,25 @@ std::vector<std::string> h5_list_children(const std::string& file, const std::st
   return child_names(g.get());
 }
 
-bool h5_exists(const std::string& file, const std::string& path) {
-  Hid f = open_read(file);
-  return path_exists(f.get(), path);
+std::vector<std::string> h5_list_children(const H5File& file, const std::string& group) {
+  Hid g = open_object(file.id(), file.path(), group, "group");
+  if (H5Iget_type(g.get()) != H5I_GROUP) input_error("{}: '{}' is not a group", file.path(), norm_path(group));
+  return child_names(g.get());
 }
 
-Tensor h5_read(const std::string& file, const std::string& path) {
-  const OpenDataset d = open_dataset(file, path);
+H5File::H5File(const std::string& path) : path_(path), handle_(std::make_shared<const Hid>(open_read(path))) {}
+
+std::int64_t H5File::id() const { return handle_->get(); }
+
+bool h5_exists(const std::string& file, const std::string& path) { return h5_exists(H5File(file), path); }
+
+bool h5_exists(const H5File& file, const std::string& path) { return path_exists(file.id(), path); }
+
+Tensor h5_read(const std::string& file, const std::string& path) { return h5_read(H5File(file), path); }
+
+Tensor h5_read(const H5File& f, const std::string& path) {
+  const std::string& file = f.path();
+  const OpenDataset d = open_dataset(f.id(), file, path);
   check_dataset_size(d.dims, dtype_size(d.dtype), file, d.path);
   Tensor t(d.dtype, Shape(d.dims.begin(), d.dims.end()));
   if (read_contiguous(d, file, t)) return t;
@@ -256,17 +269,24 @@ Tensor h5_read(const std::string& file, const std::string& path) {
 }
 
 H5DatasetInfo h5_dataset_info(const std::string& file, const std::string& path) {
-  const OpenDataset d = open_dataset(file, path);
+  return h5_dataset_info(H5File(file), path);
+}
+
+H5DatasetInfo h5_dataset_info(const H5File& file, const std::string& path) {
+  const OpenDataset d = open_dataset(file.id(), file.path(), path);
   return {d.dtype, Shape(d.dims.begin(), d.dims.end())};
 }
 
 std::map<std::string, std::string> h5_read_attrs(const std::string& file, const std::string& path) {
-  Hid f = open_read(file);
-  Hid o = open_object(f.get(), file, path, "object");
+  return h5_read_attrs(H5File(file), path);
+}
+
+std::map<std::string, std::string> h5_read_attrs(const H5File& file, const std::string& path) {
+  Hid o = open_object(file.id(), file.path(), path, "object");
   try {
     return read_attrs(o.get());
   } catch (const std::runtime_error& e) {
-    input_error("{}: attributes of '{}' cannot be read ({})", file, norm_path(path), e.what());
+    input_error("{}: attributes of '{}' cannot be read ({})", file.path(), norm_path(path), e.what());
   }
 }
 

@@ -3,7 +3,9 @@
 #include <cstdlib>
 
 #include "casefile/case_file.h"
+#include "casefile/stored_tensor.h"
 #include "base/error.h"
+#include "model/stage_graph.h"
 
 namespace tdiff {
 
@@ -18,8 +20,17 @@ std::size_t default_reference_budget() {
   return std::size_t{4} << 30;
 }
 
-ReferenceStore::ReferenceStore(std::string path, std::size_t budget_bytes)
-    : path_(std::move(path)), budget_(budget_bytes) {}
+std::shared_ptr<const TensorContract> case_contract(const H5File& file) {
+  const CaseInfo info = read_case(file);
+  return std::make_shared<const TensorContract>(build_stages(info.config), info.config, info.batch.rows(),
+                                                info.batch.seq());
+}
+
+ReferenceStore::ReferenceStore(const std::string& path, std::size_t budget_bytes)
+    : ReferenceStore(H5File(path), nullptr, budget_bytes) {}
+
+ReferenceStore::ReferenceStore(H5File file, std::shared_ptr<const TensorContract> contract, std::size_t budget_bytes)
+    : file_(std::move(file)), contract_(contract ? std::move(contract) : case_contract(file_)), budget_(budget_bytes) {}
 
 Tensor ReferenceStore::get(const std::string& stage, const std::string& tensor) {
   bool kept = false;
@@ -40,7 +51,7 @@ Tensor ReferenceStore::fetch(const std::string& stage, const std::string& tensor
     kept = true;
     return it->second->second;
   }
-  Tensor t = read_reference(path_, stage, tensor);
+  Tensor t = read_stage_tensor(file_, "/reference", key, *contract_, StoredBy::reference);
   ++reads_;
   // Tensors share their bytes when copied: keeping one costs no copy, only the memory.
   if (!seen_.insert(key).second && t.nbytes() <= budget_) {
@@ -59,8 +70,14 @@ Tensor ReferenceStore::fetch(const std::string& stage, const std::string& tensor
 
 const std::vector<std::string>& ReferenceStore::stages() {
   if (!listed_) {
-    stages_ = reference_stages(path_);
+    stages_ = reference_stages(file_);
     stage_set_ = std::set<std::string>(stages_.begin(), stages_.end());
+    // Every stored tensor's dtype and shape, from the file's metadata (no data read): a bad one
+    // stops the command before its work, not when a run reaches its stage hours later. Listed
+    // only once they pass: asking again asks again.
+    for (const auto& spec : contract_->specs())
+      if (stage_set_.count(spec.stage) && has(spec.stage, spec.tensor))
+        check_stage_tensor(file_, "/reference", spec.key(), *contract_, StoredBy::reference);
     listed_ = true;
   }
   return stages_;
@@ -71,14 +88,8 @@ bool ReferenceStore::has_stage(const std::string& stage) {
   return stage_set_.count(stage) > 0;
 }
 
-void ReferenceStore::clear() {
-  lru_.clear();
-  kept_.clear();
-  seen_.clear();
-  kept_bytes_ = 0;
-  listed_ = false;
-  stages_.clear();
-  stage_set_.clear();
+bool ReferenceStore::has(const std::string& stage, const std::string& tensor) const {
+  return h5_exists(file_, "/reference/" + stage + "/" + tensor);
 }
 
 }  // namespace tdiff

@@ -1,17 +1,24 @@
 #pragma once
-// A case's /reference as a session reads it. A bisection reads the same reference tensors in
-// every mixed run (the watched output, the selection scores, the stages it reuses), and at
-// real widths one of them can be a GB (the logits): a tensor read a second time is kept in
-// memory, least recently used dropped beyond a budget (TDIFF_REF_CACHE_GB, default 4 GB), so
-// a one-pass reader (`tdiff run`) holds nothing extra and a bisection reads each one once.
+// A case's /reference as a session reads it: through one open file (casefile/h5_reader.h
+// H5File), so a command judges against the reference it opened even when `tdiff golden`
+// replaces the case meanwhile, and every tensor checked against the case's tensor contract
+// (casefile/stored_tensor.h) before anyone computes with it. A bisection reads the same
+// reference tensors in every mixed run (the watched output, the selection scores, the stages
+// it reuses), and at real widths one of them can be a GB (the logits): a tensor read a second
+// time is kept in memory, least recently used dropped beyond a budget (TDIFF_REF_CACHE_GB,
+// default 4 GB), so a one-pass reader (`tdiff run`) holds nothing extra and a bisection reads
+// each one once.
 #include <cstddef>
 #include <list>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "base/tensor.h"
+#include "casefile/h5_reader.h"
+#include "model/tensor_contract.h"
 
 namespace tdiff {
 
@@ -20,18 +27,25 @@ std::size_t default_reference_budget();
 
 class ReferenceStore {
  public:
-  explicit ReferenceStore(std::string path, std::size_t budget_bytes = default_reference_budget());
-  // /reference/<stage>/<tensor> (an InputError naming it when missing, as read_reference),
-  // the caller's to change: a kept tensor is copied.
+  // Opens the case at `path`; its model and batch give the contract.
+  explicit ReferenceStore(const std::string& path, std::size_t budget_bytes = default_reference_budget());
+  // A session's: the file it holds open and its case's contract.
+  ReferenceStore(H5File file, std::shared_ptr<const TensorContract> contract,
+                 std::size_t budget_bytes = default_reference_budget());
+  // /reference/<stage>/<tensor> (an InputError naming it when missing or when it breaks the
+  // contract), the caller's to change: a kept tensor is copied.
   Tensor get(const std::string& stage, const std::string& tensor);
   // The same, sharing its bytes with the store (no copy): for readers only (compare).
   Tensor get_shared(const std::string& stage, const std::string& tensor);
-  // The stages under /reference (reference_stages()), listed once.
+  // The stages under /reference (reference_stages()), listed once. Listing checks every stored
+  // tensor's dtype and shape against the contract (InputError), so commands, which list first,
+  // refuse a bad reference before they compute; selection ranges are checked as they are read.
   const std::vector<std::string>& stages();
   bool has_stage(const std::string& stage);
-  // Forgets every kept tensor and the listing (after the reference was rewritten).
-  void clear();
+  bool has(const std::string& stage, const std::string& tensor) const;
 
+  const H5File& file() const { return file_; }
+  const TensorContract& contract() const { return *contract_; }
   std::size_t budget() const { return budget_; }
   std::size_t kept_bytes() const { return kept_bytes_; }
   std::size_t reads() const { return reads_; }  // from the file
@@ -39,7 +53,8 @@ class ReferenceStore {
 
  private:
   Tensor fetch(const std::string& stage, const std::string& tensor, bool& kept);
-  std::string path_;
+  H5File file_;
+  std::shared_ptr<const TensorContract> contract_;
   std::size_t budget_;
   std::list<std::pair<std::string, Tensor>> lru_;  // most recently used first
   std::map<std::string, std::list<std::pair<std::string, Tensor>>::iterator> kept_;
@@ -49,5 +64,8 @@ class ReferenceStore {
   std::vector<std::string> stages_;
   std::set<std::string> stage_set_;
 };
+
+// The contract of the case `file` holds (its model config and batch).
+std::shared_ptr<const TensorContract> case_contract(const H5File& file);
 
 }  // namespace tdiff

@@ -11,7 +11,9 @@ namespace tdiff {
 CaseSession open_session(const std::string& case_path, const std::string& model_dir) {
   CaseSession s;
   s.path = case_path;
-  s.info = read_case(case_path);
+  // One open file for everything the session reads: the inputs here, the reference later.
+  const H5File file(case_path);
+  s.info = read_case(file);
   const std::string dir = model_dir.empty() ? s.info.model_path : model_dir;
   if (!std::filesystem::is_directory(dir))
     input_error("{}: model folder '{}' does not exist (pass --model DIR)", case_path, dir);
@@ -21,6 +23,8 @@ CaseSession open_session(const std::string& case_path, const std::string& model_
     input_error("{}: the model in '{}' has a different config.json than the case records", case_path, dir);
   s.weights = std::make_unique<WeightStore>(dir, s.info.config);
   s.stages = build_stages(s.info.config);
+  s.reference_store = std::make_shared<ReferenceStore>(
+      file, std::make_shared<const TensorContract>(s.stages, s.info.config, s.info.batch.rows(), s.info.batch.seq()));
   return s;
 }
 

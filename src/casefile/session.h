@@ -18,11 +18,13 @@ struct CaseSession {
   CaseInfo info;
   std::unique_ptr<WeightStore> weights;
   std::vector<Stage> stages;
-  // The case's /reference as this session reads it (casefile/reference_store.h): made on first use.
+  // The case's /reference as this session reads it (casefile/reference_store.h): through the
+  // file open_session opened, for the session's lifetime, checked against the case's contract.
   ReferenceStore& reference() const {
     if (!reference_store) reference_store = std::make_shared<ReferenceStore>(path);
     return *reference_store;
   }
+  const TensorContract& contract() const { return reference().contract(); }
   mutable std::shared_ptr<ReferenceStore> reference_store;
 
   RunContext context(TieRule rule = TieRule::lowest_index) { return RunContext{info.config, *weights, info.batch, rule}; }

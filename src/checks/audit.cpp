@@ -36,7 +36,7 @@ std::vector<TensorDiff> isolated_diffs(const CaseSession& session, const Stage& 
                                        const InputHook& hook) {
   std::vector<Tensor> in = reference_inputs(session, s);
   std::vector<Tensor> ref;
-  for (const auto& t : s.outputs) ref.push_back(read_reference(session.path, s.name, t));
+  for (const auto& t : s.outputs) ref.push_back(session.reference().get(s.name, t));
   if (hook) hook(s, in, ref);
   std::vector<const Tensor*> ptrs;
   for (const auto& t : in) ptrs.push_back(&t);

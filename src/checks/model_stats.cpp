@@ -36,11 +36,11 @@ const Stage& stage_named(const CaseSession& s, const std::string& name) {
 
 // A stored reference tensor, or an InputError that says which one is missing and how to store it.
 Tensor stored(const CaseSession& s, const TensorRef& ref) {
-  if (!h5_exists(s.path, "/reference/" + ref.key()))
+  if (!s.reference().has(ref.stage, ref.tensor))
     input_error("{}: /reference lacks {} (tdiff stats needs every layer's attn.core inputs, hc_ffn.post and "
                 "moe.router; run: tdiff golden {})",
                 s.path, ref.key(), s.path);
-  return read_reference(s.path, ref.stage, ref.tensor);
+  return s.reference().get(ref.stage, ref.tensor);
 }
 
 const std::uint8_t* bytes(const Tensor& t) { return reinterpret_cast<const std::uint8_t*>(t.raw()); }

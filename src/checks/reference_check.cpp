@@ -26,7 +26,7 @@ double relative_l2(const Tensor& fresh, const Tensor& stored) {
 
 std::vector<ReferenceDiff> check_reference(CaseSession& session, TieRule rule,
                                            const std::function<void(std::size_t, const Stage&)>& on_stage) {
-  const auto stored_stages = reference_stages(session.path);
+  const auto& stored_stages = session.reference().stages();
   const std::set<std::string> have(stored_stages.begin(), stored_stages.end());
   for (const auto& s : session.stages)
     if (!have.count(s.name))
@@ -43,7 +43,7 @@ std::vector<ReferenceDiff> check_reference(CaseSession& session, TieRule rule,
     if (on_stage) on_stage(i, s);
     stored.clear();
     for (std::size_t k = 0; k < out.size(); ++k) {
-      stored.push_back(read_reference(session.path, s.name, s.outputs[k]));
+      stored.push_back(session.reference().get(s.name, s.outputs[k]));
       const Tensor fresh = is_float(out[k].dtype()) && out[k].dtype() != stored[k].dtype() ? out[k].to(stored[k].dtype()) : out[k];
       ReferenceDiff d{s.name, s.outputs[k], bit_diff(fresh, stored[k]), !is_float(stored[k].dtype())};
       if (!d.integer && fresh.shape() == stored[k].shape()) d.rel_l2 = relative_l2(fresh, stored[k]);

@@ -18,6 +18,10 @@ void setup_info(CLI::App& app) {
                   "Also list the stages, optionally only those matching globs ('L0[0-2].attn.*,lm_head')")
       ->expected(0, 1)
       ->default_str("*");
+  auto* j = cmd->add_flag("--json", o->json,
+                          "With a case file: print what each stage's tensors must be for this case (name, dtype, "
+                          "shape, named axes, the range of selection ids) as a JSON array, for --stages or every stage");
+  j->needs(c)->excludes(m);
   auto* k = cmd->add_flag("--knobs", o->knobs,
                           "Print the fault catalog: every policy knob, its bad and fixed settings, the operator kinds "
                           "it changes and what the bad setting does (a Markdown table)");
@@ -33,6 +37,7 @@ void setup_info(CLI::App& app) {
       "  tdiff info tiny.h5\n"
       "  tdiff info --model tiny-model --stages\n"
       "  tdiff info --model tiny-model --stages 'L00.attn.*'\n"
+      "  tdiff info tiny.h5 --stages --json   (what each stored tensor must be, for this case)\n"
       "  tdiff info --knobs\n"
       "  tdiff info --ops\n");
   cmd->callback([o] {

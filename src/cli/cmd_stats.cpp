@@ -19,7 +19,7 @@ struct StatsCmd {
 
 void run_stats(const StatsCmd& c) {
   CaseSession session = open_session(c.case_path, c.model_dir);
-  if (reference_stages(c.case_path).empty())
+  if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   const ModelStats m = compute_model_stats(session);
   print_stats(stdout, m);

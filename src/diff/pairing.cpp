@@ -3,7 +3,6 @@
 #include <set>
 
 #include "base/error.h"
-#include "casefile/h5io.h"
 #include "diff/selection_scores.h"
 #include "diff/thresholds.h"
 
@@ -82,20 +81,6 @@ CompareResult pair_stages(const std::vector<Stage>& stages, const std::vector<st
   }
   r.only_cand = order_keys(only_cand, rule.opt.stage_order);
   return r;
-}
-
-TensorSide h5_side(const std::string& file, const std::string& group) {
-  std::string g = group;
-  while (!g.empty() && g.back() == '/') g.pop_back();
-  TensorSide side;
-  side.label = file + ":" + (g.empty() ? "/" : g);
-  side.where = file + ":" + g + "/";
-  side.read = [file, g](const std::string& key, const Tensor* like) {
-    const Tensor t = h5_read(file, g + "/" + key);
-    // Size-1 dimensions only differ (the caller checked or diff_tensor reports the rest).
-    return like && t.numel() == like->numel() && t.shape() != like->shape() ? t.reshaped(like->shape()) : t;
-  };
-  return side;
 }
 
 }  // namespace tdiff

@@ -46,7 +46,6 @@ CompareResult pair_stages(const std::vector<Stage>& stages, const std::vector<st
                           const std::vector<std::string>& cand_keys, const TensorSide& ref, const TensorSide& cand,
                           const PairingRule& rule);
 
-// A side over datasets "<group>/<key>" of an HDF5 file.
-TensorSide h5_side(const std::string& file, const std::string& group);
+// Sides over a file's datasets read through the tensor contract: exec/saved_run.h stored_side.
 
 }  // namespace tdiff

@@ -1,6 +1,7 @@
 #include "exec/candidate_dump.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -12,82 +13,106 @@
 #include "casefile/h5io.h"
 #include "diff/real_rows.h"
 #include "diff/pairing.h"
+#include "exec/saved_run.h"
 
 namespace tdiff {
 
+namespace fs = std::filesystem;
+
 namespace {
 
-bool is_integer(DType t) { return t == DType::i64 || t == DType::i32 || t == DType::u8; }
-
-// Whether a dump dtype can hold what the reference stores (selection indices must stay
-// integers: a float index would compare as a value, not as a choice).
-bool holds(DType ref, DType cand) {
-  if (is_float(ref)) return is_float(cand);
-  if (ref == DType::boolean) return cand == DType::boolean || is_integer(cand);
-  return is_integer(cand);
+bool same_inputs(const Batch& a, const Batch& b) {
+  const auto equal = [](const Tensor& x, const Tensor& y) {
+    return x.shape() == y.shape() && x.dtype() == y.dtype() && std::equal(x.raw(), x.raw() + x.nbytes(), y.raw());
+  };
+  return equal(a.ids, b.ids) && equal(a.mask, b.mask);
 }
 
-std::string dataset_path(const std::string& group, const std::string& key) {
-  return (group == "/" || group.empty() ? "" : group) + "/" + key;
+// The batch of the case file `path` names, or nullopt when no readable case is there.
+std::optional<Batch> batch_at(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  try {
+    return read_case(path).batch;
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
 }
 
-void check_tensor(const std::string& case_path, const CandidateDump& d, const std::string& key) {
-  const H5DatasetInfo ref = h5_dataset_info(case_path, "/reference/" + key);
-  const H5DatasetInfo cand = h5_dataset_info(d.path, dataset_path(d.group, key));
-  if (!holds(ref.dtype, cand.dtype))
-    input_error("{}: {} is {} where the reference holds {} ({})", d.path, key, dtype_name(cand.dtype),
-                dtype_name(ref.dtype), is_float(ref.dtype) ? "values" : "indices or flags");
-  if (squeezed(ref.shape) != squeezed(cand.shape))
-    input_error("{}: {} has shape {} where the reference has {}", d.path, key, shape_str(cand.shape), shape_str(ref.shape));
-}
-
-}  // namespace
-
-CandidateDump open_candidate_dump(const std::string& case_path, const std::vector<Stage>& stages, const std::string& path,
-                                  const std::string& group) {
-  CandidateDump d;
-  d.path = path;
-  d.group = group.empty() ? "/" : group;
-  const auto attrs = h5_read_attrs(path, d.group);
-  if (auto it = attrs.find("tdiff_dump_mode"); it != attrs.end()) d.mode = it->second;
-  if (d.mode != "run" && d.mode != "isolated")
-    input_error("{}: tdiff_dump_mode '{}' is not 'run' or 'isolated'", path, d.mode);
-  for (const auto& [k, v] : attrs)
-    if (k.rfind("env.", 0) == 0) d.env[k.substr(4)] = v;
-  if (auto it = attrs.find("case"); it != attrs.end()) d.written_on = it->second;
-
+// Every name of the dump is a stage output of this model with a reference; its layout is the contract's.
+void check_keys(CandidateDump& d, const std::string& case_path, const std::vector<Stage>& stages) {
   std::map<std::string, const Stage*> by_name;
   for (const auto& s : stages) by_name[s.name] = &s;
-  d.keys = list_keys(path, d.group);
-  if (d.keys.empty()) input_error("{}: no tensors under {}", path, d.group);
   std::set<std::string> covered;
   for (const auto& key : d.keys) {
     const auto [stage, tensor] = split_key(key);
     const auto it = by_name.find(stage);
     if (it == by_name.end())
-      input_error("{}: {} is not an output of a stage of this model (`tdiff info {} --stages` lists them)", path, key,
+      input_error("{}: {} is not an output of a stage of this model (`tdiff info {} --stages` lists them)", d.path, key,
                   case_path);
     const auto& outs = it->second->outputs;
     if (std::find(outs.begin(), outs.end(), tensor) == outs.end()) {
       d.extra.push_back(key);  // a capture's helper tensor (e.g. idx_sorted): listed, not compared
       continue;
     }
-    if (!h5_exists(case_path, "/reference/" + key))
-      input_error("{}: {} has no reference in {} (run `tdiff golden {}`)", path, key, case_path, case_path);
-    check_tensor(case_path, d, key);
+    if (!h5_exists(*d.case_file, "/reference/" + key))
+      input_error("{}: {} has no reference in {} (run `tdiff golden {}`)", d.path, key, case_path, case_path);
+    check_stage_tensor(*d.file, d.group, key, *d.contract, StoredBy::dump);
     covered.insert(stage);
   }
   for (const auto& s : stages)
-    if (!covered.count(s.name) && h5_exists(case_path, "/reference/" + s.name)) d.lacking_stages.push_back(s.name);
+    if (!covered.count(s.name) && h5_exists(*d.case_file, "/reference/" + s.name)) d.lacking_stages.push_back(s.name);
   std::erase_if(d.keys, [&](const std::string& k) { return std::find(d.extra.begin(), d.extra.end(), k) != d.extra.end(); });
-  if (d.keys.empty()) input_error("{}: none of its {} tensors is a stage output of this model", path, d.extra.size());
+  if (d.keys.empty()) input_error("{}: none of its {} tensors is a stage output of this model", d.path, d.extra.size());
+}
+
+}  // namespace
+
+void check_dump_case(const CandidateDump& dump, const H5File& case_file, const Batch& batch) {
+  const std::string& on = dump.written_on;
+  if (on.empty()) return;
+  if (const std::optional<Batch> there = batch_at(on)) {
+    if (!same_inputs(*there, batch))
+      input_error("{}: written on the case file {}, whose inputs (token ids and mask) are not those of {}", dump.path,
+                  on, case_file.path());
+    return;
+  }
+  if (fs::path(on).filename() != fs::path(case_file.path()).filename())
+    input_error("{}: written on the case file {}, not on {} (that file is not here to compare inputs; the names "
+                "differ)",
+                dump.path, on, case_file.path());
+}
+
+CandidateDump open_candidate_dump(const std::string& case_path, const std::vector<Stage>& stages, const std::string& path,
+                                  const std::string& group) {
+  CandidateDump d;
+  d.path = path;
+  d.group = group.empty() ? "/" : group;
+  d.case_file.emplace(case_path);
+  d.case_info = read_case(*d.case_file);
+  d.contract = std::make_shared<const TensorContract>(stages, d.case_info.config, d.case_info.batch.rows(),
+                                                      d.case_info.batch.seq());
+  d.file.emplace(path);
+  const auto attrs = h5_read_attrs(*d.file, d.group);
+  if (auto it = attrs.find("tdiff_dump_mode"); it != attrs.end()) d.mode = it->second;
+  if (d.mode != "run" && d.mode != "isolated")
+    input_error("{}: tdiff_dump_mode '{}' is not 'run' or 'isolated'", path, d.mode);
+  for (const auto& [k, v] : attrs)
+    if (k.rfind("env.", 0) == 0) d.env[k.substr(4)] = v;
+  if (auto it = attrs.find("case"); it != attrs.end()) d.written_on = it->second;
+  check_dump_case(d, *d.case_file, d.case_info.batch);
+
+  d.keys = list_keys(path, d.group);
+  if (d.keys.empty()) input_error("{}: no tensors under {}", path, d.group);
+  check_keys(d, case_path, stages);
   return d;
 }
 
 CompareResult compare_candidate_dump(const std::string& case_path, const std::vector<Stage>& stages,
                                      const CandidateDump& dump, WeightStore* weights, CompareOptions opt) {
   for (const auto& s : stages) opt.stage_order.push_back(s.name);
-  const CaseInfo info = read_case(case_path);
+  const H5File case_file = dump.case_file ? *dump.case_file : H5File(case_path);
+  const CaseInfo& info = dump.case_info;
   PairingRule rule;
   rule.opt = std::move(opt);
   rule.weights = weights;
@@ -95,11 +120,11 @@ CompareResult compare_candidate_dump(const std::string& case_path, const std::ve
   rule.view = [&](const Stage& s, const Tensor& t) {
     return keep_real_rows(t, real_rows(t, info.batch, info.config.rate(s.layer_type)));
   };
-  TensorSide cand = h5_side(dump.path, dump.group);
+  TensorSide cand = stored_side(*dump.file, dump.group, dump.contract, StoredBy::dump);
   cand.label = dump.path + ":" + dump.group;
   cand.where = dump.path + " ";
-  CompareResult r = pair_stages(stages, list_keys(case_path, "/reference"), dump.keys, h5_side(case_path, "/reference"),
-                                cand, rule);
+  CompareResult r = pair_stages(stages, stored_keys(case_file, "/reference", *dump.contract), dump.keys,
+                                stored_side(case_file, "/reference", dump.contract, StoredBy::reference), cand, rule);
   // Locations split flat token rows by the case's tokens per row; a padded batch's tensors are
   // compacted to their real rows, where that split no longer holds (seq 0: rows as they are).
   bool padded = false;

@@ -7,18 +7,26 @@
 // attributes tdiff_dump_mode ("run": the implementation's own forward; "isolated": each stage
 // on the reference's inputs from the case) and env.* (its environment record). Checked before
 // anything is compared, so a bad dump is one error naming the tensor (InputError):
+//   - a dump that records the case file it was written on (attribute "case") was written on
+//     this case (check_dump_case);
 //   - every name is under a stage of the case's model (tdiff info CASE --stages); a tensor a
 //     stage does not produce (a capture's helper, e.g. moe.select/idx_sorted) is listed
 //     (CandidateDump::extra) and not compared;
-//   - its shape equals the reference's once size-1 dimensions are dropped ([1,200] is [200]);
-//   - its dtype can hold what the reference holds: floats for values, integers for selection
+//   - its shape is the case's tensor contract's (model/tensor_contract.h) once size-1
+//     dimensions are dropped ([1,200] is [200]);
+//   - its dtype can hold what the contract says: floats for values, integers for selection
 //     indices, bool or integer for masks.
+// Its selections are checked against their range when they are read (casefile/stored_tensor.h).
 // Stages the dump lacks are listed, not errors: hooks rarely reach every stage.
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "casefile/case_file.h"
 #include "model/stage_graph.h"
+#include "model/tensor_contract.h"
 #include "formats/weights.h"
 #include "diff/compare.h"
 
@@ -32,7 +40,20 @@ struct CandidateDump {
   std::vector<std::string> keys;            // "<stage>/<tensor>", checked stage outputs
   std::vector<std::string> extra;           // tensors under a stage that it does not produce
   std::vector<std::string> lacking_stages;  // stages with a stored reference and no tensor in the dump
+  // The case and the dump as open_candidate_dump opened them: every later read goes through
+  // these handles, against this contract.
+  std::optional<H5File> case_file, file;
+  CaseInfo case_info;
+  std::shared_ptr<const TensorContract> contract;
 };
+
+// One rule for `tdiff run --candidate-dump` and `tdiff ci --candidate-dumps`: a dump that
+// records the case file it was written on (`written_on`; tdiff-capture's do) was written on
+// the case `case_file` holds. With that file at hand its inputs (token ids and mask) must be
+// this case's: a copy or a move of the case passes, another case of the same shapes does not
+// (the cases of a golden set share them). Without it (the dump travelled) the file names must
+// agree. InputError naming the dump and both files otherwise.
+void check_dump_case(const CandidateDump& dump, const H5File& case_file, const Batch& batch);
 
 // Reads the dump's names, shapes and dtypes (no tensor data) and checks them against
 // `stages` and the case's /reference.

@@ -9,6 +9,18 @@
 
 namespace tdiff {
 
+namespace {
+
+// A case's own /reference is held to the reference's dtypes; another group (one run compared
+// with another) to a saved run's.
+StoredBy group_stored_by(std::string group) {
+  while (!group.empty() && group.back() == '/') group.pop_back();
+  if (!group.empty() && group.front() == '/') group.erase(0, 1);
+  return group == "reference" ? StoredBy::reference : StoredBy::saved_run;
+}
+
+}  // namespace
+
 std::optional<SavedRun> read_saved_run(const std::string& file, const std::string& group) {
   if (!h5_exists(file, group)) return std::nullopt;
   const auto attrs = h5_read_attrs(file, group);
@@ -36,6 +48,27 @@ std::optional<std::vector<Stage>> case_stages(const std::string& file) {
   return build_stages(parse_config_text(it->second, file + ":/model_config"));
 }
 
+TensorSide stored_side(const H5File& file, const std::string& group, std::shared_ptr<const TensorContract> contract,
+                       StoredBy by) {
+  std::string g = group;
+  while (!g.empty() && g.back() == '/') g.pop_back();
+  TensorSide side;
+  side.label = file.path() + ":" + (g.empty() ? "/" : g);
+  side.where = file.path() + ":" + g + "/";
+  side.read = [file, g, contract, by](const std::string& key, const Tensor*) {
+    return read_stage_tensor(file, g, key, *contract, by);
+  };
+  return side;
+}
+
+std::vector<std::string> stored_keys(const H5File& file, const std::string& group, const TensorContract& contract) {
+  std::vector<std::string> keys;
+  if (!h5_exists(file, group)) return keys;
+  for (const auto& spec : contract.specs())
+    if (h5_exists(file, stage_dataset(group, spec.key()))) keys.push_back(spec.key());
+  return keys;
+}
+
 CompareResult compare_saved_run(const std::string& case_path, const std::string& ref_group, const std::string& file,
                                 const std::string& group, const std::vector<Stage>& stages, const SavedRun& run,
                                 CaseSession* session, const Policy* policy, CompareOptions opt) {
@@ -45,9 +78,16 @@ CompareResult compare_saved_run(const std::string& case_path, const std::string&
   PairingRule rule;
   rule.opt = std::move(opt);
   rule.weights = session ? session->weights.get() : nullptr;
-  CompareResult r = pair_stages(stages, list_keys(case_path, ref_group), list_keys(file, group),
-                                h5_side(case_path, ref_group), h5_side(file, group), rule);
-  r.seq = read_case(case_path).batch.seq();
+  // The session's open case when there is one: the reference it judges against.
+  const H5File case_file = session ? session->reference().file() : H5File(case_path);
+  const CaseInfo info = read_case(case_file);
+  const auto contract = std::make_shared<const TensorContract>(stages, info.config, info.batch.rows(), info.batch.seq());
+  const H5File run_file = file == case_path ? case_file : H5File(file);
+  const StoredBy ref_by = group_stored_by(ref_group);
+  CompareResult r = pair_stages(stages, stored_keys(case_file, ref_group, *contract), stored_keys(run_file, group, *contract),
+                                stored_side(case_file, ref_group, contract, ref_by),
+                                stored_side(run_file, group, contract, StoredBy::saved_run), rule);
+  r.seq = info.batch.seq();
   if (session && policy) set_expected(r, {session, policy, StageInputs::run});
   return r;
 }

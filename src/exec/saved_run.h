@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "casefile/session.h"
+#include "casefile/stored_tensor.h"
 #include "diff/compare.h"
+#include "diff/pairing.h"
 #include "numerics/policy.h"
 
 namespace tdiff {
@@ -29,10 +31,20 @@ Policy saved_run_policy(const SavedRun& run);
 // The stages of the case's model, when `file` is a case file (it records a model config).
 std::optional<std::vector<Stage>> case_stages(const std::string& file);
 
+// A side of the pairing over "<group>/<key>" of an open file: every tensor read through
+// read_stage_tensor (casefile/stored_tensor.h), checked against `contract` as `by` stores it,
+// in the contract's shape. Saved runs, floors, dumps and the /reference they are judged
+// against are all read through it.
+TensorSide stored_side(const H5File& file, const std::string& group, std::shared_ptr<const TensorContract> contract,
+                       StoredBy by);
+// The keys of `contract` that `group` of `file` holds, in contract order.
+std::vector<std::string> stored_keys(const H5File& file, const std::string& group, const TensorContract& contract);
+
 // `ref_group` of the case `case_path` against the saved run in `group` of `file`, with the
 // case's stages in model order. `session`: the case opened with its model (the routing bias);
 // `policy`: the run's (saved_run_policy), for the expected errors. Without either (the model or
-// the run's policy file is not at hand) the rows are judged by the scaled rule.
+// the run's policy file is not at hand) the rows are judged by the scaled rule. Both sides are
+// read through stored_side: `ref_group` as the reference stores it when it is /reference.
 CompareResult compare_saved_run(const std::string& case_path, const std::string& ref_group, const std::string& file,
                                 const std::string& group, const std::vector<Stage>& stages, const SavedRun& run,
                                 CaseSession* session, const Policy* policy, CompareOptions opt);

@@ -9,6 +9,7 @@
 #include "casefile/case_file.h"
 #include "base/error.h"
 #include "model/stage_graph.h"
+#include "model/tensor_contract.h"
 #include "model_folder.h"
 #include "base/sha256.h"
 
@@ -97,14 +98,18 @@ TEST_F(CaseFile, TokenFileErrorsNameFileAndLine) {
 
 TEST_F(CaseFile, ReferenceEnvAndAtomicUpdate) {
   const std::string f = out("case.h5");
-  create_case(f, make_info());
+  const CaseInfo info = make_info();
+  create_case(f, info);
   EXPECT_TRUE(reference_stages(f).empty());
   const auto stages = build_stages(config_);
+  // Each tensor in the shape the case's contract gives it: reading checks it.
+  const TensorContract contract(stages, config_, info.batch.rows(), info.batch.seq());
+  auto shape_of = [&](const Stage& s) { return contract.find(s.name + "/" + s.outputs[0])->shape(); };
   {
     CaseUpdate u(f);
     // Written out of order: reference_stages() gives graph order back.
     for (std::size_t i : {std::size_t{5}, std::size_t{0}, stages.size() - 1})
-      u.put_reference(stages[i].name, stages[i].outputs[0], Tensor(DType::f64, {2, 3}));
+      u.put_reference(stages[i].name, stages[i].outputs[0], Tensor(DType::f64, shape_of(stages[i])));
     EnvRecord env = capture_env("refcpu", "fixed", {"tdiff", "golden", "case file.h5"});
     env.extra["gpu"] = "none";
     u.put_env("golden-1", env);
@@ -112,7 +117,7 @@ TEST_F(CaseFile, ReferenceEnvAndAtomicUpdate) {
   }
   EXPECT_EQ(reference_stages(f), (std::vector<std::string>{stages[0].name, stages[5].name, stages.back().name}));
   EXPECT_EQ(reference_tensors(f, stages[0].name), std::vector<std::string>{stages[0].outputs[0]});
-  EXPECT_EQ(read_reference(f, stages[5].name, stages[5].outputs[0]).shape(), (Shape{2, 3}));
+  EXPECT_EQ(read_reference(f, stages[5].name, stages[5].outputs[0]).shape(), shape_of(stages[5]));
   const auto env = read_env_records(f);
   ASSERT_EQ(env.count("golden-1"), 1u);
   const EnvRecord& e = env.at("golden-1");
