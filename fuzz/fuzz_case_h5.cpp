@@ -1,15 +1,63 @@
-// A case file through the HDF5 reader: the input is written to a .h5 file and read as
-// `info`, `golden`, `run` and `compare` read cases: read_case (attributes, config, inputs),
-// the reference stages and tensors, the environment records and runs, then every dataset of
-// the file as `compare` lists and reads them.
-#include "casefile/case_file.h"
-#include "casefile/h5io.h"
-#include "fuzz/fuzz_common.h"
+// A case file through everything that reads one: the input is written to a .h5 file and read
+// as `info`, `run` and `stats` read cases (app::info_case, app::run_run on the tiny model's
+// embed stage with the emu backend, compute_model_stats), then as the library's readers do:
+// read_case, the reference stages and tensors, the environment records and runs, and every
+// dataset of the file as `compare` lists and reads them.
+// Twice when the input carries tdiff's integrity record (docs/reference/case-file-format.md):
+// as it is, where the check rejects nearly every mutation (the record's parser and the check
+// are what is fuzzed), then with the record written anew for the mutated bytes, as
+// `tdiff case seal` would, so that the same bytes reach the HDF5 read path behind the check.
+// Inputs without the record (cases written before it existed, other tools' files) are read
+// unchecked, as tdiff reads them.
+#include <cstdio>
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace tdiff;
-  const std::string path = fuzz::write_file("case.h5", fuzz::as_text(data, size));
-  std::uint64_t sum = 0;
+#include "app/info_command.h"
+#include "app/run_command.h"
+#include "base/file_seal.h"
+#include "casefile/case_file.h"
+#include "casefile/h5_common.h"
+#include "casefile/h5io.h"
+#include "casefile/session.h"
+#include "checks/model_stats.h"
+#include "fuzz/fuzz_common.h"
+#include "synth/synth.h"
+
+namespace {
+
+using namespace tdiff;
+
+// The tiny model every seed was made from (synth is deterministic: the case's weight records match).
+const std::string& model_dir() {
+  static const std::string dir = [] {
+    const std::string d = (fuzz::scratch_dir() / "model").string();
+    write_synth_model(synth_preset("tiny"), 1, d);
+    return d;
+  }();
+  return dir;
+}
+
+void read_as_commands(const std::string& path, std::uint64_t& sum) {
+  fuzz::expect_input_errors([&] {
+    app::InfoOptions o;
+    o.case_path = path;
+    app::info_case(o);
+  });
+  fuzz::expect_input_errors([&] {
+    app::RunCmd c;
+    c.case_path = path;
+    c.stages = "embed";  // one stage: each input stays well under a second under ASan
+    c.cand.backend = "emu";
+    c.cand.model_dir = model_dir();
+    c.report.no_reports = true;
+    sum += static_cast<std::uint64_t>(app::run_run(c));
+  });
+  fuzz::expect_input_errors([&] {
+    CaseSession s = open_session(path, model_dir());
+    sum += compute_model_stats(s).layers.size();
+  });
+}
+
+void read_as_library(const std::string& path, std::uint64_t& sum) {
   fuzz::expect_input_errors([&] {
     const CaseInfo c = read_case(path);
     sum += static_cast<std::uint64_t>(c.batch.ids.numel()) + c.checksums.size();
@@ -25,6 +73,33 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::expect_input_errors([&] {
     for (const auto& name : h5_list_datasets(path, "/")) sum += h5_read(path, name).nbytes();
   });
+}
+
+void read_all(const std::string& path, std::uint64_t& sum) {
+  h5::forget_checked_files();  // one path rewritten for every input
+  read_as_commands(path, sum);
+  read_as_library(path, sum);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // info and run print their tables; libFuzzer reports on stderr.
+  if (!std::freopen("/dev/null", "w", stdout)) return 1;
+  model_dir();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string path = fuzz::write_file("case.h5", fuzz::as_text(data, size));
+  std::uint64_t sum = 0;
+  read_all(path, sum);
+  SealRead seal;
+  fuzz::expect_input_errors([&] { seal = read_seal(path); });
+  if (seal.sealed && size > kSealBlock) {
+    write_seal(path, kSealBlock, path);
+    read_all(path, sum);
+  }
   fuzz::sink = sum;
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "app/info_command.h"
 #include "cli/command.h"
+#include "cli/options.h"
 
 namespace tdiff::cli {
 
@@ -35,6 +36,7 @@ void setup_info(CLI::App& app) {
       "  tdiff info --model tiny-model --stages 'L00.attn.*'\n"
       "  tdiff info --knobs\n"
       "  tdiff info --ops\n");
+  add_verify_case_option(cmd);
   cmd->callback([o] {
     if (o->knobs) return app::print_knobs();
     if (o->ops) return app::print_ops();
