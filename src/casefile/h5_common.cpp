@@ -198,12 +198,12 @@ herr_t add_name(const char* name, NameList& list) {
 // past the table or frees entries it never filled ("double free or corruption", an abort in
 // H5G__dense_iterate; 8 of 2,500 single-byte flips of a tiny case's metadata). The native order
 // walks the B-tree and decodes one link at a time.
-std::vector<std::string> child_names(hid_t group, const std::string& file) {
+std::vector<std::string> child_names(hid_t group, const std::string& file, const std::string& path) {
   H5G_info_t info{};
   if (H5Gget_info(group, &info) < 0)
-    input_error("{}: the links of a group cannot be read, the file is damaged ({})", file, h5_detail());
+    input_error("{}: the links of group '{}' cannot be read, the file is damaged ({})", file, path, h5_detail());
   if (info.nlinks > kMaxLinks)
-    input_error("{}: a group declares {} links (more than {}), the file is damaged", file, info.nlinks, kMaxLinks);
+    input_error("{}: group '{}' declares {} links (more than {}), the file is damaged", file, path, info.nlinks, kMaxLinks);
   NameList list;
   list.limit = info.nlinks;
   hsize_t idx = 0;
@@ -214,7 +214,7 @@ std::vector<std::string> child_names(hid_t group, const std::string& file) {
       },
       &list);
   if (rc < 0 || list.names.size() != info.nlinks)
-    input_error("{}: the links of a group cannot be read, the file is damaged ({} of {} links{})", file,
+    input_error("{}: the links of group '{}' cannot be read, the file is damaged ({} of {} links{})", file, path,
                 list.names.size(), info.nlinks, rc < 0 ? ": " + h5_detail() : "");
   std::sort(list.names.begin(), list.names.end());
   return list.names;
@@ -222,12 +222,12 @@ std::vector<std::string> child_names(hid_t group, const std::string& file) {
 
 // The same for attributes: name order builds a table sized by the attribute info's count
 // (H5A__dense_build_table), the native order does not.
-std::vector<std::string> attribute_names(hid_t obj, const std::string& file) {
+std::vector<std::string> attribute_names(hid_t obj, const std::string& file, const std::string& path) {
   H5O_info_t info{};
   if (H5Oget_info2(obj, &info, H5O_INFO_NUM_ATTRS) < 0)
-    input_error("{}: the attributes of an object cannot be read, the file is damaged ({})", file, h5_detail());
+    input_error("{}: the attributes of '{}' cannot be read, the file is damaged ({})", file, path, h5_detail());
   if (info.num_attrs > kMaxLinks)
-    input_error("{}: an object declares {} attributes (more than {}), the file is damaged", file, info.num_attrs,
+    input_error("{}: '{}' declares {} attributes (more than {}), the file is damaged", file, path, info.num_attrs,
                 kMaxLinks);
   NameList list;
   list.limit = info.num_attrs;
@@ -239,7 +239,7 @@ std::vector<std::string> attribute_names(hid_t obj, const std::string& file) {
       },
       &list);
   if (rc < 0 || list.names.size() != info.num_attrs)
-    input_error("{}: the attributes of an object cannot be read, the file is damaged ({} of {} attributes{})", file,
+    input_error("{}: the attributes of '{}' cannot be read, the file is damaged ({} of {} attributes{})", file, path,
                 list.names.size(), info.num_attrs, rc < 0 ? ": " + h5_detail() : "");
   std::sort(list.names.begin(), list.names.end());
   return list.names;

@@ -87,10 +87,10 @@ void forget_checked_files();
 // stages); a larger count is damage, refused before anything is allocated for it.
 inline constexpr hsize_t kMaxLinks = hsize_t{1} << 20;
 // Children names of a group, sorted by name. InputError naming `file` when the group's links
-// cannot be read (a damaged file).
-std::vector<std::string> child_names(hid_t group, const std::string& file);
+// cannot be read (a damaged file); `path` names the group in the message.
+std::vector<std::string> child_names(hid_t group, const std::string& file, const std::string& path);
 // Attribute names of an object, sorted by name (InputError as child_names).
-std::vector<std::string> attribute_names(hid_t obj, const std::string& file);
+std::vector<std::string> attribute_names(hid_t obj, const std::string& file, const std::string& path);
 
 // IEEE binary16 (HDF5 has no predefined type for it).
 Hid make_f16_type();

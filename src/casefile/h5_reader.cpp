@@ -85,8 +85,8 @@ std::string read_numeric_attr(hid_t attr, bool integer) {
   return fmt::format("[{}]", fmt::join(items, ", "));
 }
 
-std::map<std::string, std::string> read_attrs(hid_t obj, const std::string& file) {
-  const std::vector<std::string> names = attribute_names(obj, file);
+std::map<std::string, std::string> read_attrs(hid_t obj, const std::string& file, const std::string& path) {
+  const std::vector<std::string> names = attribute_names(obj, file, path);
   std::map<std::string, std::string> out;
   for (const auto& name : names) {
     Hid a(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
@@ -115,7 +115,7 @@ void collect_datasets(hid_t group, const std::string& file, const std::string& p
                       int depth = 0) {
   constexpr int kMaxDepth = 32;
   if (depth > kMaxDepth) input_error("{}: groups nest more than {} deep under '{}', the file is damaged", file, kMaxDepth, prefix);
-  for (const auto& name : child_names(group, file)) {
+  for (const auto& name : child_names(group, file, prefix)) {
     Hid o(H5Oopen(group, name.c_str(), H5P_DEFAULT));
     if (!o.ok()) continue;  // dangling soft or external link
     const std::string full = prefix == "/" ? "/" + name : prefix + "/" + name;
@@ -234,7 +234,7 @@ std::vector<std::string> h5_list_children(const std::string& file, const std::st
   Hid f = open_read(file);
   Hid g = open_object(f.get(), file, group, "group");
   if (H5Iget_type(g.get()) != H5I_GROUP) input_error("{}: '{}' is not a group", file, norm_path(group));
-  return child_names(g.get(), file);
+  return child_names(g.get(), file, norm_path(group));
 }
 
 bool h5_exists(const std::string& file, const std::string& path) {
@@ -261,7 +261,7 @@ std::map<std::string, std::string> h5_read_attrs(const std::string& file, const 
   Hid f = open_read(file);
   Hid o = open_object(f.get(), file, path, "object");
   try {
-    return read_attrs(o.get(), file);
+    return read_attrs(o.get(), file, norm_path(path));
   } catch (const InputError&) {
     throw;  // already one line naming the file
   } catch (const std::runtime_error& e) {

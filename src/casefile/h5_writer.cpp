@@ -39,7 +39,7 @@ std::uintmax_t storage_bytes(hid_t loc, const char* name, const std::string& fil
     case H5I_DATASET: return H5Dget_storage_size(obj.get());
     case H5I_GROUP: {
       std::uintmax_t sum = 0;
-      for (const auto& child : child_names(obj.get(), file)) sum += storage_bytes(obj.get(), child.c_str(), file);
+      for (const auto& child : child_names(obj.get(), file, name)) sum += storage_bytes(obj.get(), child.c_str(), file);
       return sum;
     }
     default: return 0;
@@ -74,10 +74,10 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
   if (!a.ok() || H5Awrite(a.get(), t.get(), padded.data()) < 0) throw std::runtime_error(h5_detail());
 }
 
-// Copies every attribute of `from` to `to` in its own type (the root group cannot be copied
-// with H5Ocopy).
+// Copies every attribute of the root group `from` to `to` in its own type (the root group
+// cannot be copied with H5Ocopy).
 void copy_attrs(hid_t from, hid_t to, const std::string& file) {
-  const std::vector<std::string> names = attribute_names(from, file);
+  const std::vector<std::string> names = attribute_names(from, file, "/");
   for (const auto& name : names) {
     Hid a(H5Aopen(from, name.c_str(), H5P_DEFAULT));
     Hid ft(H5Aget_type(a.get()));
@@ -268,7 +268,7 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from, Copy c
   if (!m.file.ok()) input_error("{}: cannot create the temporary file {} ({})", path, m.tmp, h5_detail());
   if (m.src.ok()) {
     Hid root(H5Gopen2(m.src.get(), "/", H5P_DEFAULT));
-    for (auto& name : child_names(root.get(), copy_from)) m.pending.insert(name);
+    for (auto& name : child_names(root.get(), copy_from, "/")) m.pending.insert(name);
     // The copy must fit: said now, before the caller's work (run computes, then records).
     std::uintmax_t copy = 0;
     for (const auto& name : m.pending) copy += storage_bytes(m.src.get(), name.c_str(), copy_from);
