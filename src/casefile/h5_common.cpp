@@ -196,8 +196,8 @@ herr_t add_name(const char* name, NameList& list) {
 // libhdf5 1.10 copy the links of a group in dense storage into a table sized by the count in the
 // fractal heap's header: when damage makes that count disagree with the B-tree, the copy writes
 // past the table or frees entries it never filled ("double free or corruption", an abort in
-// H5G__dense_iterate; 8 of 2,500 single-byte flips of a tiny case's metadata). The native order
-// walks the B-tree and decodes one link at a time.
+// H5G__dense_iterate; 8 of 1,020 single-byte flips of a tiny case in fuzz/flip_sweep.py). The
+// native order walks the B-tree and decodes one link at a time.
 std::vector<std::string> child_names(hid_t group, const std::string& file, const std::string& path) {
   H5G_info_t info{};
   if (H5Gget_info(group, &info) < 0)
