@@ -100,7 +100,8 @@ bool parse_u64(const std::string& text, std::uint64_t& out) {
 }
 
 bool is_hex64(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // The record's text (the block's bytes before the NUL padding) into r; "" or what is wrong.
@@ -115,10 +116,20 @@ std::string parse_record(const std::string& text, SealRecord& r) {
     const std::string value = body.substr(at + std::strlen(key), end - at - std::strlen(key));
     bool ok = true;
     switch (seen++) {
-      case 0: ok = parse_u64(value, r.block); break;
-      case 1: ok = parse_u64(value, r.size); break;
-      case 2: ok = is_hex64(value); r.quick = value; break;
-      default: ok = is_hex64(value); r.sha256 = value; break;
+      case 0:
+        ok = parse_u64(value, r.block);
+        break;
+      case 1:
+        ok = parse_u64(value, r.size);
+        break;
+      case 2:
+        ok = is_hex64(value);
+        r.quick = value;
+        break;
+      default:
+        ok = is_hex64(value);
+        r.sha256 = value;
+        break;
     }
     if (!ok) return fmt::format("'{}{}' is not valid", key, value);
     at = end + 1;
@@ -145,7 +156,8 @@ bool nul_padded(int fd, std::uint64_t from, std::uint64_t block, const std::stri
 }  // namespace
 
 std::string format_seal(const SealRecord& r) {
-  std::string out = fmt::format("{}block={}\nsize={}\nquick={}\nsha256={}\n", kSealMagic, r.block, r.size, r.quick, r.sha256);
+  std::string out =
+      fmt::format("{}block={}\nsize={}\nquick={}\nsha256={}\n", kSealMagic, r.block, r.size, r.quick, r.sha256);
   if (out.size() > r.block) throw std::logic_error("format_seal: the record does not fit its block");
   out.resize(static_cast<std::size_t>(r.block), '\0');
   return out;
@@ -217,8 +229,9 @@ std::optional<SealCheck> check_seal(const std::string& path, bool full) {
   Fd f = open_file(path, O_RDONLY, path);
   const std::uint64_t size = file_size(f.fd, path);
   if (size != want.size) {
-    c.damage = size < want.size ? fmt::format("it is truncated ({} of the {} bytes it was written with)", size, want.size)
-                                : fmt::format("it has {} bytes, {} more than it was written with", size, size - want.size);
+    c.damage = size < want.size
+                   ? fmt::format("it is truncated ({} of the {} bytes it was written with)", size, want.size)
+                   : fmt::format("it has {} bytes, {} more than it was written with", size, size - want.size);
     return c;
   }
   if (quick_fingerprint(f.fd, size, want.block, path) != want.quick) {

@@ -24,7 +24,8 @@ class DamagedCase : public CliTest {
     model_ = path("m");
     case_ = path("c.h5");
     ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", model_)).code, 0);
-    ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 2 --len 5 --seed 1 -o '{}'", model_, case_)).code, 0);
+    ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 2 --len 5 --seed 1 -o '{}'", model_, case_)).code,
+              0);
     ASSERT_EQ(run(fmt::format("golden '{}'", case_)).code, 0);
   }
   static void flip(const std::string& file, std::uintmax_t at) {

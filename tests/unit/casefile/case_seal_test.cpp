@@ -101,7 +101,8 @@ TEST_F(CaseSeal, EveryKindOfDamageIsNamed) {
   const std::string tail = "; if it was edited on purpose, `tdiff case seal ";
   std::string e = damaged("meta.h5", [](const std::string& f) { flip(f, kSealBlock + 100); });
   EXPECT_NE(e.find("meta.h5: the case file is damaged: its first, last or sampled bytes differ from the record" + tail),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   e = damaged("cut.h5", [&](const std::string& f) { fs::resize_file(f, fs::file_size(good) - 10); });
   EXPECT_NE(e.find("the case file is damaged: it is truncated ("), std::string::npos) << e;
   e = damaged("long.h5", [&](const std::string& f) { std::ofstream(f, std::ios::app) << "x"; });
@@ -146,9 +147,11 @@ TEST_F(CaseSeal, QuickAndFullModes) {
   const std::string f = written("q.h5");
   flip(f, kSealBlock + 300);
   h5::set_case_check(h5::CaseCheck::quick);
-  EXPECT_NE(error_of([&] { h5_exists(f, "/reference"); }).find("first, last or sampled bytes differ"), std::string::npos);
+  EXPECT_NE(error_of([&] { h5_exists(f, "/reference"); }).find("first, last or sampled bytes differ"),
+            std::string::npos);
   h5::set_case_check(h5::CaseCheck::full);
-  EXPECT_NE(error_of([&] { h5_exists(f, "/reference"); }).find("first, last or sampled bytes differ"), std::string::npos);
+  EXPECT_NE(error_of([&] { h5_exists(f, "/reference"); }).find("first, last or sampled bytes differ"),
+            std::string::npos);
   h5::set_case_check(h5::CaseCheck::off);
   EXPECT_EQ(error_of([&] { h5_exists(f, "/reference"); }).find("damaged: "), std::string::npos);
 }
