@@ -1,8 +1,11 @@
 #include "app/case_workflows.h"
 
 #include <chrono>
+#include <filesystem>
 
 #include "backend/executor.h"
+#include "base/file_seal.h"
+#include "casefile/h5_common.h"
 #include "casefile/env_record.h"
 #include "model/pattern.h"
 #include "refcpu/linear.h"
@@ -20,6 +23,31 @@ CaseInfo make_case(const CaseRequest& request, const std::string& out) {
   add_weight_checksums(info);
   create_case(out, info);
   return info;
+}
+
+Sealed seal_case(const std::string& path) {
+  Sealed out;
+  const auto previous = h5::case_check();
+  struct Restore {
+    h5::CaseCheck mode;
+    ~Restore() { h5::set_case_check(mode); }
+  } restore{previous};
+  // The damage the record reports is what the user says was intended: read past it, the way
+  // every command reads a case, so that only a file that still reads as a case is sealed.
+  const auto before = check_seal(path, true);
+  out.was = !before ? "unsealed" : before->damage;
+  h5::set_case_check(h5::CaseCheck::off);
+  (void)read_case(path);
+  (void)h5_list_datasets(path, "/");
+  (void)read_env_records(path);
+  (void)reference_stages(path);
+  H5Writer w(path, path, H5Writer::Copy::bytes);
+  w.commit();
+  h5::set_case_check(h5::CaseCheck::full);
+  (void)read_case(path);  // the new record, checked as the next command will
+  std::error_code ec;
+  out.bytes = std::filesystem::file_size(path, ec);
+  return out;
 }
 
 ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& request) {

@@ -24,6 +24,16 @@ struct CaseRequest {
 // returns what it holds. Prompts are checked against the model's vocabulary (InputError).
 CaseInfo make_case(const CaseRequest& request, const std::string& out);
 
+// `tdiff case seal`: records the current checksum of a case edited outside tdiff (h5py, HDF5
+// tools), after checking that it still reads as a case: read_case, its groups listed, its
+// environment records and reference stages. The new record is written into a copy that replaces
+// the file (a file without a user block, made before the record existed, is rewritten with one).
+struct Sealed {
+  std::string was;      // what the old record said: "" matched, "unsealed", or the damage
+  std::uint64_t bytes = 0;
+};
+Sealed seal_case(const std::string& path);
+
 struct ReferenceRequest {
   std::string stages;                       // store only these (globs; empty: every stage)
   TieRule tie_rule = TieRule::lowest_index;

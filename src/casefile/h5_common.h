@@ -60,11 +60,37 @@ std::vector<std::string> path_parts(const std::string& p);
 // True when every component of `path` exists (H5Lexists needs the parents to exist).
 bool path_exists(hid_t loc, const std::string& path);
 
-// Opens an existing HDF5 file for reading; an InputError says what is wrong with it.
+// Opens an existing HDF5 file for reading; an InputError says what is wrong with it. A file
+// that carries tdiff's integrity record (base/file_seal.h) is checked against it first.
 Hid open_read(const std::string& file);
 
-// Children names of a group, in HDF5's name order.
-std::vector<std::string> child_names(hid_t group);
+// How a file's integrity record is checked before HDF5 reads it. automatic: the whole file is
+// hashed when it is at most kFullCheckBytes, else quick (size, first and last MiB, 16 samples);
+// TDIFF_VERIFY_CASE=quick|full in the environment, or set_case_check (--verify-case), chooses
+// for every file. off: not checked (tdiff case seal, which reads a file to record it anew).
+enum class CaseCheck { automatic, quick, full, off };
+// 1 GiB: hashing it whole takes about 0.65 s on one core with SHA-NI (1.66 GB/s measured on
+// the 2-core EPYC VM; half that on two cores), once per process and file; a real-width case
+// (38 GB) would take half a minute, so it gets the quick check unless asked.
+inline constexpr std::uint64_t kFullCheckBytes = std::uint64_t{1} << 30;
+void set_case_check(CaseCheck c);
+CaseCheck case_check();
+// InputError "<file>: the case file is damaged: <why>; ..." when `file` carries a record that
+// does not match it. A file is checked once per process while its size, times and inode stay
+// the same.
+void check_case_file(const std::string& file);
+// Forgets which files were checked (a fuzz target rewrites one file in place, within the
+// file system's time resolution).
+void forget_checked_files();
+
+// More links or attributes than any file tdiff reads holds (a real-width case has about 2,000
+// stages); a larger count is damage, refused before anything is allocated for it.
+inline constexpr hsize_t kMaxLinks = hsize_t{1} << 20;
+// Children names of a group, sorted by name. InputError naming `file` when the group's links
+// cannot be read (a damaged file); `path` names the group in the message.
+std::vector<std::string> child_names(hid_t group, const std::string& file, const std::string& path);
+// Attribute names of an object, sorted by name (InputError as child_names).
+std::vector<std::string> attribute_names(hid_t obj, const std::string& file, const std::string& path);
 
 // IEEE binary16 (HDF5 has no predefined type for it).
 Hid make_f16_type();

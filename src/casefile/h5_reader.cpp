@@ -85,15 +85,8 @@ std::string read_numeric_attr(hid_t attr, bool integer) {
   return fmt::format("[{}]", fmt::join(items, ", "));
 }
 
-std::map<std::string, std::string> read_attrs(hid_t obj) {
-  std::vector<std::string> names;
-  hsize_t idx = 0;
-  H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx,
-              [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-                static_cast<std::vector<std::string>*>(data)->push_back(name);
-                return 0;
-              },
-              &names);
+std::map<std::string, std::string> read_attrs(hid_t obj, const std::string& file, const std::string& path) {
+  const std::vector<std::string> names = attribute_names(obj, file, path);
   std::map<std::string, std::string> out;
   for (const auto& name : names) {
     Hid a(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
@@ -117,14 +110,18 @@ std::string dtype_attr(hid_t obj) {
   return read_string_attr(a.get(), t.get());
 }
 
-void collect_datasets(hid_t group, const std::string& prefix, std::vector<std::string>& out) {
-  for (const auto& name : child_names(group)) {
+// `depth`: groups nest at most kMaxDepth deep (a damaged file can link a group into itself).
+void collect_datasets(hid_t group, const std::string& file, const std::string& prefix, std::vector<std::string>& out,
+                      int depth = 0) {
+  constexpr int kMaxDepth = 32;
+  if (depth > kMaxDepth) input_error("{}: groups nest more than {} deep under '{}', the file is damaged", file, kMaxDepth, prefix);
+  for (const auto& name : child_names(group, file, prefix)) {
     Hid o(H5Oopen(group, name.c_str(), H5P_DEFAULT));
     if (!o.ok()) continue;  // dangling soft or external link
     const std::string full = prefix == "/" ? "/" + name : prefix + "/" + name;
     const H5I_type_t kind = H5Iget_type(o.get());
     if (kind == H5I_DATASET) out.push_back(full);
-    else if (kind == H5I_GROUP) collect_datasets(o.get(), full, out);
+    else if (kind == H5I_GROUP) collect_datasets(o.get(), file, full, out, depth + 1);
   }
 }
 
@@ -229,7 +226,7 @@ std::vector<std::string> h5_list_datasets(const std::string& file, const std::st
   Hid g = open_object(f.get(), file, group, "group");
   if (H5Iget_type(g.get()) != H5I_GROUP) input_error("{}: '{}' is not a group", file, norm_path(group));
   std::vector<std::string> out;
-  collect_datasets(g.get(), norm_path(group), out);
+  collect_datasets(g.get(), file, norm_path(group), out);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -238,7 +235,7 @@ std::vector<std::string> h5_list_children(const std::string& file, const std::st
   Hid f = open_read(file);
   Hid g = open_object(f.get(), file, group, "group");
   if (H5Iget_type(g.get()) != H5I_GROUP) input_error("{}: '{}' is not a group", file, norm_path(group));
-  return child_names(g.get());
+  return child_names(g.get(), file, norm_path(group));
 }
 
 std::vector<std::string> h5_list_children(const H5File& file, const std::string& group) {
@@ -284,7 +281,9 @@ std::map<std::string, std::string> h5_read_attrs(const std::string& file, const 
 std::map<std::string, std::string> h5_read_attrs(const H5File& file, const std::string& path) {
   Hid o = open_object(file.id(), file.path(), path, "object");
   try {
-    return read_attrs(o.get());
+    return read_attrs(o.get(), file, norm_path(path));
+  } catch (const InputError&) {
+    throw;  // already one line naming the file
   } catch (const std::runtime_error& e) {
     input_error("{}: attributes of '{}' cannot be read ({})", file.path(), norm_path(path), e.what());
   }

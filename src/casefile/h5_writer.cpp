@@ -18,6 +18,7 @@
 
 #include "base/atomic_file.h"
 #include "base/error.h"
+#include "base/file_seal.h"
 #include "casefile/h5_common.h"
 
 namespace tdiff {
@@ -31,14 +32,14 @@ constexpr std::size_t kChunkBytes = std::size_t{1} << 20;  // compress datasets 
 
 // Bytes the datasets under `name` (relative to loc) occupy in their file: what copying the
 // object into another file writes, give or take its headers.
-std::uintmax_t storage_bytes(hid_t loc, const char* name) {
+std::uintmax_t storage_bytes(hid_t loc, const char* name, const std::string& file) {
   Hid obj(H5Oopen(loc, name, H5P_DEFAULT));
   if (!obj.ok()) return 0;
   switch (H5Iget_type(obj.get())) {
     case H5I_DATASET: return H5Dget_storage_size(obj.get());
     case H5I_GROUP: {
       std::uintmax_t sum = 0;
-      for (const auto& child : child_names(obj.get())) sum += storage_bytes(obj.get(), child.c_str());
+      for (const auto& child : child_names(obj.get(), file, name)) sum += storage_bytes(obj.get(), child.c_str(), file);
       return sum;
     }
     default: return 0;
@@ -73,17 +74,10 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
   if (!a.ok() || H5Awrite(a.get(), t.get(), padded.data()) < 0) throw std::runtime_error(h5_detail());
 }
 
-// Copies every attribute of `from` to `to` in its own type (the root group cannot be copied
-// with H5Ocopy).
-void copy_attrs(hid_t from, hid_t to) {
-  std::vector<std::string> names;
-  hsize_t idx = 0;
-  H5Aiterate2(from, H5_INDEX_NAME, H5_ITER_INC, &idx,
-              [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-                static_cast<std::vector<std::string>*>(data)->push_back(name);
-                return 0;
-              },
-              &names);
+// Copies every attribute of the root group `from` to `to` in its own type (the root group
+// cannot be copied with H5Ocopy).
+void copy_attrs(hid_t from, hid_t to, const std::string& file) {
+  const std::vector<std::string> names = attribute_names(from, file, "/");
   for (const auto& name : names) {
     Hid a(H5Aopen(from, name.c_str(), H5P_DEFAULT));
     Hid ft(H5Aget_type(a.get()));
@@ -114,6 +108,14 @@ void refuse_read_only(const std::string& path) {
   if ((st.st_mode & 0222) == 0 || denied)
     input_error("{}: the file is read-only (mode {:04o}); tdiff does not replace a read-only file (make it writable "
                 "to allow it)", path, st.st_mode & 07777);
+}
+
+// The size of the user block of an open file (0: none).
+hsize_t user_block(hid_t file) {
+  Hid fcpl(H5Fget_create_plist(file));
+  hsize_t size = 0;
+  if (!fcpl.ok() || H5Pget_userblock(fcpl.get(), &size) < 0) return 0;
+  return size;
 }
 
 // The bytes of `from` into the (empty) file `to`: in the kernel where it can (no copy through
@@ -215,7 +217,7 @@ struct H5Writer::Impl {
   // pass elements of `pending`, which the erase would free.
   void materialize(std::string top) {
     if (!pending.erase(top)) return;
-    ensure_space(storage_bytes(src.get(), top.c_str()), "rewrite the case file");
+    ensure_space(storage_bytes(src.get(), top.c_str(), source), "rewrite the case file");
     if (H5Ocopy(src.get(), top.c_str(), file.get(), top.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
       input_error("{}: cannot copy '/{}' from {} ({})", path, top, source, h5_detail());
   }
@@ -244,7 +246,10 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from, Copy c
   // The 1.8 file format: compact new-style headers, yet readable by every h5py and h5dump
   // still in use.
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
-  if (m.src.ok() && copy == Copy::bytes) {
+  // A byte copy keeps the source's user block, where the integrity record goes: a source
+  // without one (written before the record existed, or by another tool) is copied object by
+  // object into a new file that has one.
+  if (m.src.ok() && copy == Copy::bytes && user_block(m.src.get()) == kSealBlock) {
     m.src.reset();  // validated above; the copy is made of its bytes
     std::error_code ec;
     m.ensure_space(fs::file_size(copy_from, ec), "rewrite the case file");
@@ -257,18 +262,22 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from, Copy c
     guard.release();
     return;
   }
-  m.file = Hid(H5Fcreate(m.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+  Hid fcpl(H5Pcreate(H5P_FILE_CREATE));
+  H5Pset_userblock(fcpl.get(), kSealBlock);  // the integrity record's place (base/file_seal.h)
+  m.file = Hid(H5Fcreate(m.tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
   if (!m.file.ok()) input_error("{}: cannot create the temporary file {} ({})", path, m.tmp, h5_detail());
   if (m.src.ok()) {
     Hid root(H5Gopen2(m.src.get(), "/", H5P_DEFAULT));
-    for (auto& name : child_names(root.get())) m.pending.insert(name);
+    for (auto& name : child_names(root.get(), copy_from, "/")) m.pending.insert(name);
     // The copy must fit: said now, before the caller's work (run computes, then records).
     std::uintmax_t copy = 0;
-    for (const auto& name : m.pending) copy += storage_bytes(m.src.get(), name.c_str());
+    for (const auto& name : m.pending) copy += storage_bytes(m.src.get(), name.c_str(), copy_from);
     m.ensure_space(copy, "rewrite the case file");
     Hid dst_root(H5Gopen2(m.file.get(), "/", H5P_DEFAULT));
     try {
-      copy_attrs(root.get(), dst_root.get());
+      copy_attrs(root.get(), dst_root.get(), copy_from);
+    } catch (const InputError&) {
+      throw;
     } catch (const std::runtime_error& e) {
       input_error("{}: cannot copy the root attributes ({})", copy_from, e.what());
     }
@@ -385,6 +394,8 @@ void H5Writer::commit() {
   m.src.reset();
   if (H5Fflush(m.file.get(), H5F_SCOPE_GLOBAL) < 0) m.fail("cannot flush the file");
   if (H5Fclose(m.file.release()) < 0) input_error("{}: cannot close the file ({})", m.path, h5_detail());
+  // After HDF5 wrote its last byte, before the rename: the record covers the file as renamed.
+  write_seal(m.tmp, kSealBlock, m.path);
   m.out->commit();
   m.committed = true;
 }

@@ -9,7 +9,9 @@ namespace tdiff {
 
 // An HDF5 file open for writing. Writes go to a temporary file beside `path` (an AtomicFile,
 // base/atomic_file.h); commit() renames it over `path`; destruction without commit() removes
-// the temporary, so an interrupted write never leaves a damaged or half-written file.
+// the temporary, so an interrupted write never leaves a damaged or half-written file. Every
+// file it writes has a 512-byte HDF5 user block holding the integrity record (base/file_seal.h),
+// written by commit() once HDF5 has closed the file; readers check it before HDF5 parses it.
 class H5Writer {
  public:
   // How an update starts from its source file. objects: each top-level object is copied

@@ -35,6 +35,7 @@ void setup_audit(CLI::App& app) {
   cmd->add_option("-o,--out", c->out_dir, "report folder (default reports/<case>/<run-id>)");
   cmd->add_option("--run-id", c->run_id, "run id (default: time-based)");
   cmd->add_flag("--no-reports", c->no_reports, "print the table only; write no report files");
+  add_verify_case_option(cmd);
   cmd->callback([c] { exit_code() = app::run_audit_cmd(*c); });
 }
 

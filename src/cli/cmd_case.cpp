@@ -48,10 +48,16 @@ void run_case_new(const CaseNewOptions& o) {
              o.pad_side, info.model_path);
 }
 
+void run_case_seal(const std::string& file) {
+  const app::Sealed s = app::seal_case(file);
+  const std::string was = s.was.empty() ? "the record already matched" : s.was == "unsealed" ? "it had no record" : s.was;
+  fmt::print("{}: sealed, {} bytes checksummed ({})\n", file, s.bytes, was);
+}
+
 }  // namespace
 
 void setup_case(CLI::App& app) {
-  auto* cmd = app.add_subcommand("case", "Create a case file: a model and fixed inputs");
+  auto* cmd = app.add_subcommand("case", "Create a case file (a model and fixed inputs), or seal one edited outside tdiff");
   cmd->require_subcommand(1);
 
   auto o = std::make_shared<CaseNewOptions>();
@@ -77,6 +83,18 @@ void setup_case(CLI::App& app) {
       "  tdiff case new --model tiny-model --tokens cases/tiny/prompts.txt --seed 1 --pad-to 48 -o tiny.h5\n"
       "  tdiff case new --model tiny-model --random-prompts 4 --len 32 --seed 7 --pad-side left -o rand.h5\n");
   sub->callback([o] { run_case_new(*o); });
+
+  auto file = std::make_shared<std::string>();
+  auto* seal = cmd->add_subcommand(
+      "seal", "Record the checksum of a case file edited outside tdiff (h5py, HDF5 tools), after checking it reads");
+  seal->add_option("file", *file, "case file to seal (replaced atomically)")->required();
+  seal->footer(
+      "tdiff keeps a case's checksum in the file's first 512 bytes and refuses a case that no longer matches it\n"
+      "(\"the case file is damaged\"). A case changed on purpose is sealed again with this command.\n"
+      "Example:\n"
+      "  python3 -c 'import h5py; h5py.File(\"tiny.h5\", \"r+\").attrs[\"note\"] = \"edited\"' && tdiff case seal tiny.h5\n"
+      "Exit code: 0, or 2 when the file does not read as a case (named).");
+  seal->callback([file] { run_case_seal(*file); });
 }
 
 }  // namespace tdiff::cli

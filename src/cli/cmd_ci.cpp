@@ -51,6 +51,7 @@ void setup_ci(CLI::App& app) {
   for (const char* opt : {"--candidate-dumps", "-o", "--run-id", "--repeat", "--backend", "--policy", "--set", "--hip-gemm",
                           "--thresholds", "--threshold"})
     prepare->excludes(cmd->get_option(opt));
+  add_verify_case_option(cmd);
   cmd->callback([c] { exit_code() = app::run_ci(*c); });
 }
 

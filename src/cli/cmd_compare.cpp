@@ -39,6 +39,7 @@ void setup_compare(CLI::App& app) {
   sub->add_option("--run-id", c->run_id, "run id for the report folder (default: time-based)");
   sub->add_flag("--all", c->all_rows, "print every tensor, not only WARN/FAIL, for large runs");
   sub->add_flag("--no-reports", c->no_reports, "print the table only; write no report files");
+  add_verify_case_option(sub);
   sub->callback([c] { exit_code() = app::run_compare(*c); });
 }
 

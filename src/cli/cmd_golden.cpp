@@ -29,6 +29,7 @@ void setup_golden(CLI::App& app) {
   add_options(cmd, o->weights);
   cmd->add_option("--tolerance", o->tolerance, "--verify: largest relative L2 of a float tensor (default 1e-12)")
       ->check(CLI::PositiveNumber);
+  add_verify_case_option(cmd);
   cmd->callback([o] {
     exit_code() = o->verify ? app::verify_golden(*o) : app::run_golden(*o);
   });

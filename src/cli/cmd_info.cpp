@@ -5,6 +5,7 @@
 
 #include "app/info_command.h"
 #include "cli/command.h"
+#include "cli/options.h"
 
 namespace tdiff::cli {
 
@@ -40,6 +41,7 @@ void setup_info(CLI::App& app) {
       "  tdiff info tiny.h5 --stages --json   (what each stored tensor must be, for this case)\n"
       "  tdiff info --knobs\n"
       "  tdiff info --ops\n");
+  add_verify_case_option(cmd);
   cmd->callback([o] {
     if (o->knobs) return app::print_knobs();
     if (o->ops) return app::print_ops();

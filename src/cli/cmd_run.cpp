@@ -49,6 +49,7 @@ void setup_run(CLI::App& app) {
   add_options(cmd, c->weights);
   cmd->add_flag("--no-record", c->no_record,
                 "leave the case file untouched (no /env and /runs record of this run; a read-only case can be run)");
+  add_verify_case_option(cmd);
   cmd->callback([c] { exit_code() = app::run_run(*c); });
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "base/error.h"
 #include "casefile/session.h"
 #include "checks/model_stats.h"
@@ -46,6 +47,7 @@ void setup_stats(CLI::App& app) {
   cmd->add_option("--model", c->model_dir, "model folder (default: the path the case records); sinks and routing bias");
   cmd->add_option("--csv", c->csv, "also write the table as CSV to this file");
   cmd->add_option("--json", c->json, "also write the table as JSON to this file");
+  add_verify_case_option(cmd);
   cmd->callback([c] { run_stats(*c); });
 }
 

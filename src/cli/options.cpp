@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "casefile/h5_common.h"
 #include "exec/backend_registry.h"
 
 namespace tdiff::cli {
@@ -13,6 +14,16 @@ void add_options(CLI::App* cmd, app::CandidateOptions& o) {
   cmd->add_option("--seed", o.seed, "run seed for atomic orders and unstable ties (default: from the run id)");
   cmd->add_option("--model", o.model_dir, "model folder (default: the path the case records)");
   add_hip_gemm_option(cmd, o.hip_gemm);
+}
+
+void add_verify_case_option(CLI::App* cmd) {
+  cmd->add_option_function<std::string>(
+         "--verify-case",
+         [](const std::string& mode) { h5::set_case_check(mode == "full" ? h5::CaseCheck::full : h5::CaseCheck::quick); },
+         "check each case file against the checksum it records before reading it: quick (size, first and last MiB "
+         "and 16 samples) or full (SHA-256 of the whole file); default: full up to 1 GiB, quick above "
+         "(TDIFF_VERIFY_CASE=quick|full sets it too)")
+      ->check(CLI::IsMember({"quick", "full"}));
 }
 
 void add_hip_gemm_option(CLI::App* cmd, std::string& hip_gemm) {

@@ -17,6 +17,9 @@ void add_options(CLI::App* cmd, app::CandidateOptions& o);
 void add_options(CLI::App* cmd, app::ReportOptions& o);
 // --force, --verify-weights.
 void add_options(CLI::App* cmd, app::WeightCheckOptions& o);
+// --verify-case: how the integrity record of every case file the command reads is checked
+// (casefile/h5_common.h CaseCheck).
+void add_verify_case_option(CLI::App* cmd);
 // --backend with the registry's names (and refcpu when `with_reference`).
 void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference);
 // --hip-gemm.
