@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "backend/executor.h"
+#include "base/file_lock.h"
 #include "base/file_seal.h"
 #include "casefile/h5_common.h"
 #include "casefile/env_record.h"
@@ -26,6 +27,7 @@ CaseInfo make_case(const CaseRequest& request, const std::string& out) {
 }
 
 Sealed seal_case(const std::string& path) {
+  FileLock lock(path, "tdiff case seal");  // an update like any other: not while another command makes one
   Sealed out;
   const auto previous = h5::case_check();
   struct Restore {

@@ -241,7 +241,7 @@ std::vector<std::string> h5_list_children(const std::string& file, const std::st
 std::vector<std::string> h5_list_children(const H5File& file, const std::string& group) {
   Hid g = open_object(file.id(), file.path(), group, "group");
   if (H5Iget_type(g.get()) != H5I_GROUP) input_error("{}: '{}' is not a group", file.path(), norm_path(group));
-  return child_names(g.get());
+  return child_names(g.get(), file.path(), norm_path(group));
 }
 
 H5File::H5File(const std::string& path) : path_(path), handle_(std::make_shared<const Hid>(open_read(path))) {}
@@ -281,7 +281,7 @@ std::map<std::string, std::string> h5_read_attrs(const std::string& file, const 
 std::map<std::string, std::string> h5_read_attrs(const H5File& file, const std::string& path) {
   Hid o = open_object(file.id(), file.path(), path, "object");
   try {
-    return read_attrs(o.get(), file, norm_path(path));
+    return read_attrs(o.get(), file.path(), norm_path(path));
   } catch (const InputError&) {
     throw;  // already one line naming the file
   } catch (const std::runtime_error& e) {
