@@ -168,6 +168,18 @@ bool float_layout(hid_t t, std::size_t spos, std::size_t epos, std::size_t esize
 }
 }  // namespace
 
+std::string object_key(hid_t obj) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info{};
+  if (H5Oget_info3(obj, &info, H5O_INFO_BASIC) < 0) return {};
+  return std::to_string(info.fileno) + ":" + std::string(reinterpret_cast<const char*>(&info.token), sizeof info.token);
+#else
+  H5O_info_t info{};
+  if (H5Oget_info2(obj, &info, H5O_INFO_BASIC) < 0) return {};
+  return std::to_string(info.fileno) + ":" + std::to_string(info.addr);
+#endif
+}
+
 Hid make_f16_type() {
   Hid t(H5Tcopy(H5T_IEEE_F32LE));
   // sign bit 15, exponent bits 10..14, mantissa bits 0..9, bias 15: IEEE binary16.

@@ -92,6 +92,10 @@ std::vector<std::string> child_names(hid_t group, const std::string& file, const
 // Attribute names of an object, sorted by name (InputError as child_names).
 std::vector<std::string> attribute_names(hid_t obj, const std::string& file, const std::string& path);
 
+// Where an object lives in its file: two paths reaching one group (a hard link, or a group
+// linked into itself by a crafted file) give the same key, so a walk visits each group once.
+std::string object_key(hid_t obj);
+
 // IEEE binary16 (HDF5 has no predefined type for it).
 Hid make_f16_type();
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -110,18 +111,20 @@ std::string dtype_attr(hid_t obj) {
   return read_string_attr(a.get(), t.get());
 }
 
-// `depth`: groups nest at most kMaxDepth deep (a damaged file can link a group into itself).
+// `depth`: groups nest at most kMaxDepth deep, and each group is walked once (`seen`): a
+// damaged or crafted file can link a group into itself, once or many times.
 void collect_datasets(hid_t group, const std::string& file, const std::string& prefix, std::vector<std::string>& out,
-                      int depth = 0) {
+                      std::set<std::string>& seen, int depth = 0) {
   constexpr int kMaxDepth = 32;
   if (depth > kMaxDepth) input_error("{}: groups nest more than {} deep under '{}', the file is damaged", file, kMaxDepth, prefix);
+  if (!seen.insert(object_key(group)).second) return;
   for (const auto& name : child_names(group, file, prefix)) {
     Hid o(H5Oopen(group, name.c_str(), H5P_DEFAULT));
     if (!o.ok()) continue;  // dangling soft or external link
     const std::string full = prefix == "/" ? "/" + name : prefix + "/" + name;
     const H5I_type_t kind = H5Iget_type(o.get());
     if (kind == H5I_DATASET) out.push_back(full);
-    else if (kind == H5I_GROUP) collect_datasets(o.get(), file, full, out, depth + 1);
+    else if (kind == H5I_GROUP) collect_datasets(o.get(), file, full, out, seen, depth + 1);
   }
 }
 
@@ -226,7 +229,8 @@ std::vector<std::string> h5_list_datasets(const std::string& file, const std::st
   Hid g = open_object(f.get(), file, group, "group");
   if (H5Iget_type(g.get()) != H5I_GROUP) input_error("{}: '{}' is not a group", file, norm_path(group));
   std::vector<std::string> out;
-  collect_datasets(g.get(), file, norm_path(group), out);
+  std::set<std::string> seen;
+  collect_datasets(g.get(), file, norm_path(group), out, seen);
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -31,15 +31,21 @@ namespace {
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;  // compress datasets above 1 MiB
 
 // Bytes the datasets under `name` (relative to loc) occupy in their file: what copying the
-// object into another file writes, give or take its headers.
-std::uintmax_t storage_bytes(hid_t loc, const char* name, const std::string& file) {
+// object into another file writes, give or take its headers (H5Ocopy copies an object reached
+// twice once). As the reader's listing: bounded depth, each group once (a crafted file can
+// link a group into itself).
+std::uintmax_t storage_bytes(hid_t loc, const char* name, const std::string& file, std::set<std::string>& seen,
+                             int depth = 0) {
+  constexpr int kMaxDepth = 32;
+  if (depth > kMaxDepth) input_error("{}: groups nest more than {} deep under '{}', the file is damaged", file, kMaxDepth, name);
   Hid obj(H5Oopen(loc, name, H5P_DEFAULT));
-  if (!obj.ok()) return 0;
+  if (!obj.ok() || !seen.insert(object_key(obj.get())).second) return 0;
   switch (H5Iget_type(obj.get())) {
     case H5I_DATASET: return H5Dget_storage_size(obj.get());
     case H5I_GROUP: {
       std::uintmax_t sum = 0;
-      for (const auto& child : child_names(obj.get(), file, name)) sum += storage_bytes(obj.get(), child.c_str(), file);
+      for (const auto& child : child_names(obj.get(), file, name))
+        sum += storage_bytes(obj.get(), child.c_str(), file, seen, depth + 1);
       return sum;
     }
     default: return 0;
@@ -217,7 +223,8 @@ struct H5Writer::Impl {
   // pass elements of `pending`, which the erase would free.
   void materialize(std::string top) {
     if (!pending.erase(top)) return;
-    ensure_space(storage_bytes(src.get(), top.c_str(), source), "rewrite the case file");
+    std::set<std::string> seen;
+    ensure_space(storage_bytes(src.get(), top.c_str(), source, seen), "rewrite the case file");
     if (H5Ocopy(src.get(), top.c_str(), file.get(), top.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
       input_error("{}: cannot copy '/{}' from {} ({})", path, top, source, h5_detail());
   }
@@ -271,7 +278,8 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from, Copy c
     for (auto& name : child_names(root.get(), copy_from, "/")) m.pending.insert(name);
     // The copy must fit: said now, before the caller's work (run computes, then records).
     std::uintmax_t copy = 0;
-    for (const auto& name : m.pending) copy += storage_bytes(m.src.get(), name.c_str(), copy_from);
+    std::set<std::string> seen;
+    for (const auto& name : m.pending) copy += storage_bytes(m.src.get(), name.c_str(), copy_from, seen);
     m.ensure_space(copy, "rewrite the case file");
     Hid dst_root(H5Gopen2(m.file.get(), "/", H5P_DEFAULT));
     try {

@@ -27,9 +27,13 @@ void setup_run(CLI::App& app) {
                   "the same choices and only top-k faults fail a selection; free: the candidate follows its own")
       ->check(CLI::IsMember({"replay", "free"}))
       ->capture_default_str();
-  cmd->add_flag("--save", c->save,
-                "keep the candidate's tensors (of the --stages compared) under /runs/<run-id> of the case, for tdiff compare");
-  cmd->add_option("--save-to", c->save_to, "keep them under /runs/<run-id> of this HDF5 file instead (created or added to)");
+  auto* save = cmd->add_flag("--save", c->save,
+                             "keep the candidate's tensors (of the --stages compared) under /runs/<run-id> of the case, for "
+                             "tdiff compare");
+  // One file the tensors go to: each is written under its own lock, and two runs holding one
+  // lock while waiting for the other's would wait forever.
+  cmd->add_option("--save-to", c->save_to, "keep them under /runs/<run-id> of this HDF5 file instead (created or added to)")
+      ->excludes(save);
   cmd->add_flag("--stats", c->stats,
                 "also write the model statistics of report.html's section (tdiff stats) as stats.csv and stats.json");
   add_options(cmd, c->cand);

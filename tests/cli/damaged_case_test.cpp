@@ -127,5 +127,27 @@ TEST_F(DamagedCase, CaseWithoutRecordStillReads) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
+// A crafted file that links a group into itself (twice, so a walk without memory would branch
+// 2^depth times): every listing and every update visits it once, and the case still works.
+TEST_F(DamagedCase, GroupsLinkedIntoThemselvesAreWalkedOnce) {
+  {
+    const hid_t f = H5Fopen(case_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t g = H5Gcreate2(f, "/extra", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(g, 0);
+    ASSERT_GE(H5Lcreate_hard(f, "/extra", g, "a", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_hard(f, "/extra", g, "b", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Gclose(g);
+    H5Fclose(f);
+  }
+  ASSERT_EQ(run(fmt::format("case seal '{}'", case_)).code, 0);
+  for (const std::string& cmd : {fmt::format("info '{}'", case_), fmt::format("golden '{}'", case_),
+                                 fmt::format("run '{}' --policy fp32 --no-reports", case_),
+                                 fmt::format("compare '{}' '{}' --no-reports", case_, case_)}) {
+    const CliResult r = run(cmd);
+    EXPECT_LT(r.code, 2) << cmd << "\n" << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace tdiff

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "base/error.h"
 #include "base/file_lock.h"
 
@@ -33,6 +35,11 @@ class FileLockTest : public ::testing::Test {
   std::string target_;
 };
 
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 // A child that waits for a byte on `go`, then takes the lock, writes a line to `log` when it
 // has it, and exits. Forked before the parent locks: a child forked while the parent held the
 // lock would share the lock's open file and so keep it alive itself.
@@ -41,10 +48,13 @@ pid_t lock_in_child(const std::string& target, const std::string& log, int go) {
   if (pid == 0) {
     char byte = 0;
     if (::read(go, &byte, 1) != 1) std::_Exit(3);
+    if (!std::freopen((log + ".err").c_str(), "w", stderr)) std::_Exit(4);  // the waiting line
+    std::setvbuf(stderr, nullptr, _IONBF, 0);
     {
       FileLock lock(target, "child");
       std::ofstream(log, std::ios::app) << "child has it\n";
     }
+    std::fflush(stderr);
     std::_Exit(0);
   }
   return pid;
@@ -68,7 +78,10 @@ TEST_F(FileLockTest, AWaiterProceedsOnlyAfterTheHolderLetsGo) {
   const pid_t child = lock_in_child(target_, log, go[0]);
   auto holder = std::make_unique<FileLock>(target_, "holder");
   ASSERT_EQ(::write(go[1], "x", 1), 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Until the child says it waits (it then blocks in flock), however loaded the machine.
+  for (int i = 0; i < 2000 && read_all(log + ".err").find("waiting for") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(fs::exists(log)) << "the child took a lock that was held";
   std::ofstream(log, std::ios::app) << "holder lets go\n";
   holder.reset();
@@ -81,19 +94,27 @@ TEST_F(FileLockTest, AWaiterProceedsOnlyAfterTheHolderLetsGo) {
   std::getline(in, second);
   EXPECT_EQ(first, "holder lets go");
   EXPECT_EQ(second, "child has it");
+  // It did find the lock held, and said by whom.
+  std::ifstream err(log + ".err");
+  std::string said;
+  std::getline(err, said);
+  EXPECT_NE(said.find(fmt::format("waiting for {}: pid {}: holder is updating it", target_, ::getpid())), std::string::npos)
+      << said;
   EXPECT_FALSE(fs::exists(FileLock::lock_path_for(target_)));
 }
 
 TEST_F(FileLockTest, AKilledHolderDoesNotKeepTheLock) {
+  int held[2];
+  ASSERT_EQ(::pipe(held), 0);
   const pid_t child = ::fork();
   if (child == 0) {
     FileLock lock(target_, "killed");
+    if (::write(held[1], "x", 1) != 1) std::_Exit(3);
     ::pause();
     std::_Exit(0);
   }
-  for (int i = 0; i < 100 && !fs::exists(FileLock::lock_path_for(target_)); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  char byte = 0;
+  ASSERT_EQ(::read(held[0], &byte, 1), 1);  // the child holds the lock now
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   FileLock lock(target_, "after");  // the stale lock file is taken over, not waited on
@@ -127,6 +148,29 @@ TEST_F(FileLockTest, ManyProcessesTakeTurns) {
   std::ifstream(counter) >> n;
   EXPECT_EQ(n, 30);
   EXPECT_FALSE(fs::exists(FileLock::lock_path_for(target_)));
+}
+
+TEST_F(FileLockTest, ALinkToTheCaseTakesTheSameLock) {
+  std::ofstream(target_) << "case";
+  fs::create_symlink(target_, dir_ / "alias.h5");
+  EXPECT_EQ(FileLock::lock_path_for((dir_ / "alias.h5").string()), FileLock::lock_path_for(target_));
+  EXPECT_EQ(FileLock::lock_path_for((dir_ / "." / "c.h5").string()), FileLock::lock_path_for(target_));
+}
+
+TEST_F(FileLockTest, ALinkPlantedAtTheLockFileIsNotFollowed) {
+  const fs::path victim = dir_ / "victim";
+  std::ofstream(victim) << "keep me";
+  fs::create_symlink(victim, FileLock::lock_path_for(target_));
+  try {
+    FileLock lock(target_, "x");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a symbolic link"), std::string::npos) << e.what();
+  }
+  std::ifstream in(victim);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "keep me");
 }
 
 TEST_F(FileLockTest, AFolderThatDoesNotExistIsAnInputError) {
