@@ -90,7 +90,9 @@ bool path_exists(hid_t loc, const std::string& path) {
 namespace {
 
 std::mutex checked_mutex;
-std::set<std::tuple<dev_t, ino_t, off_t, std::int64_t, std::int64_t>> checked;  // what check_case_file passed
+using FileVersion = std::tuple<dev_t, ino_t, off_t, std::int64_t, std::int64_t>;
+std::set<FileVersion> checked;  // what check_case_file passed
+std::set<FileVersion> hashed;   // ... of those, hashed whole
 std::optional<CaseCheck> check_override;
 
 CaseCheck mode_from_environment() {
@@ -110,6 +112,7 @@ void set_case_check(CaseCheck c) {
   std::lock_guard lock(checked_mutex);
   check_override = c;
   checked.clear();  // a stricter check than before reads again
+  hashed.clear();
 }
 
 CaseCheck case_check() {
@@ -123,6 +126,7 @@ CaseCheck case_check() {
 void forget_checked_files() {
   std::lock_guard lock(checked_mutex);
   checked.clear();
+  hashed.clear();
 }
 
 void check_case_file(const std::string& file) {
@@ -130,7 +134,7 @@ void check_case_file(const std::string& file) {
   if (mode == CaseCheck::off) return;
   struct stat st {};
   if (::stat(file.c_str(), &st) != 0) return;  // open_read says why
-  const auto key = std::make_tuple(st.st_dev, st.st_ino, st.st_size, ns(st.st_mtim), ns(st.st_ctim));
+  const FileVersion key = std::make_tuple(st.st_dev, st.st_ino, st.st_size, ns(st.st_mtim), ns(st.st_ctim));
   {
     std::lock_guard lock(checked_mutex);
     if (checked.count(key)) return;
@@ -143,6 +147,20 @@ void check_case_file(const std::string& file) {
                 "checksum", file, c->damage, file);
   std::lock_guard lock(checked_mutex);
   checked.insert(key);
+  if (c && c->hashed) hashed.insert(key);
+}
+
+void check_copy_of_case(const std::string& source, const std::string& copy) {
+  if (case_check() == CaseCheck::off) return;
+  struct stat st {};
+  if (::stat(source.c_str(), &st) == 0) {
+    std::lock_guard lock(checked_mutex);
+    if (hashed.count(std::make_tuple(st.st_dev, st.st_ino, st.st_size, ns(st.st_mtim), ns(st.st_ctim)))) return;
+  }
+  const auto c = check_seal(copy, true);
+  if (c && !c->damage.empty())
+    input_error("{}: the case file is damaged: {}; if it was edited on purpose, `tdiff case seal {}` records its new "
+                "checksum", source, c->damage, source);
 }
 
 Hid open_read(const std::string& file) {

@@ -79,6 +79,12 @@ CaseCheck case_check();
 // does not match it. A file is checked once per process while its size, times and inode stay
 // the same.
 void check_case_file(const std::string& file);
+// The whole-file check of a byte copy of a case that is about to be changed and sealed anew
+// (H5Writer's byte-copy update): the new record would otherwise certify whatever damage the
+// quick check did not see. Nothing when `source` as it is now was already hashed whole in this
+// process, when the check is off, or when it carries no record. InputError as
+// check_case_file's, naming `source`.
+void check_copy_of_case(const std::string& source, const std::string& copy);
 // Forgets which files were checked (a fuzz target rewrites one file in place, within the
 // file system's time resolution).
 void forget_checked_files();

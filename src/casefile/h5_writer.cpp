@@ -265,6 +265,7 @@ H5Writer::H5Writer(const std::string& path, const std::string& copy_from, Copy c
     Impl* impl = &m;
     m.copying = std::async(std::launch::async, [impl, path, copy_from] {
       copy_file_bytes(path, copy_from, impl->tmp, impl->stop_copy);
+      if (!impl->stop_copy) check_copy_of_case(copy_from, impl->tmp);  // before commit seals these bytes anew
     });
     guard.release();
     return;

@@ -149,5 +149,29 @@ TEST_F(DamagedCase, GroupsLinkedIntoThemselvesAreWalkedOnce) {
   }
 }
 
+// The quick check (a large case's default) reads samples; damage between them must not be
+// sealed anew by the next update, which hashes the bytes it copies before its record certifies
+// them.
+TEST_F(DamagedCase, AnUpdateNeverSealsDamageTheQuickCheckMissed) {
+  const std::string big = path("big.h5");  // about 7 MB: more than the quick check's 3 MiB
+  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 2 --len 48 --seed 1 -o '{}'", model_, big)).code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", big)).code, 0);
+  const auto size = fs::file_size(big);
+  std::string bad;
+  for (std::uintmax_t at = size / 2; at < size / 2 + 64 * 4096 && bad.empty(); at += 4096) {
+    const std::string f = path(fmt::format("q-{}.h5", at));
+    fs::copy_file(big, f, fs::copy_options::overwrite_existing);
+    flip(f, at);
+    if (run(fmt::format("info '{}' --verify-case quick", f)).code == 0) bad = f;
+  }
+  ASSERT_FALSE(bad.empty()) << "no offset between the quick check's samples";
+  const auto bytes = fs::file_size(bad);
+  const CliResult r = run(fmt::format("run '{}' --policy fp32 --no-reports --verify-case quick", bad));
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("the case file is damaged: its SHA-256 differs from the record"), std::string::npos) << r.err;
+  EXPECT_EQ(fs::file_size(bad), bytes);
+  EXPECT_EQ(run(fmt::format("info '{}' --verify-case full", bad)).code, 2);  // still damaged, not sealed
+}
+
 }  // namespace
 }  // namespace tdiff
