@@ -68,7 +68,7 @@ TEST_F(CliConcurrency, ARunDuringGoldenNeverDropsGoldensReference) {
   const auto runs = case_runs(c);
   const bool recorded = std::find(runs.begin(), runs.end(), "during") != runs.end();
   if (codes[1] == 0) {
-    EXPECT_TRUE(recorded);  // it read the new reference: recorded beside it
+    EXPECT_TRUE(recorded);  // it recorded beside the reference it read (golden's, or before golden took the lock)
   } else {
     // It read the old one: the verdict is not recorded beside the new reference.
     EXPECT_EQ(codes[1], 2) << err(1);
