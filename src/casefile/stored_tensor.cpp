@@ -34,11 +34,10 @@ void check_stage_tensor(const H5File& file, const std::string& group, const std:
 
 Tensor read_stage_tensor(const H5File& file, const std::string& group, const std::string& key,
                          const TensorContract& contract, StoredBy by) {
-  const std::string dataset = stage_dataset(group, key);
-  const TensorSpec& spec = spec_of(file, dataset, key, contract);
   // The layout before the data: a dataset that declares another shape is never read.
-  const H5DatasetInfo info = h5_dataset_info(file, dataset);
-  TensorContract::check_layout(spec, info.dtype, info.shape, by, file.path(), dataset);
+  check_stage_tensor(file, group, key, contract, by);
+  const std::string dataset = stage_dataset(group, key);
+  const TensorSpec& spec = *contract.find(key);
   Tensor t = h5_read(file, dataset);
   TensorContract::check_values(spec, t, file.path(), dataset);
   return t.shape() == spec.shape() ? t : t.reshaped(spec.shape());
