@@ -86,10 +86,11 @@ std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const Su
 }
 
 void check_dumps_exist(const CiCmd& c, const Suite& suite, const std::vector<const SuiteCase*>& cases) {
-  if (!fs::is_directory(c.dumps_dir)) input_error("--candidate-dumps {}: not a folder", c.dumps_dir);
+  if (std::error_code ec; !fs::is_directory(c.dumps_dir, ec))
+    input_error("--candidate-dumps {}: not a folder{}", c.dumps_dir, ec ? " (" + ec.message() + ")" : "");
   std::vector<std::string> missing;
   for (const SuiteCase* sc : cases)
-    if (!fs::exists(dump_file(c, *sc))) missing.push_back(sc->name + ".h5");
+    if (std::error_code ec; !fs::exists(dump_file(c, *sc), ec)) missing.push_back(sc->name + ".h5");
   if (!missing.empty())
     input_error("--candidate-dumps {}: no dump for {} of {} cases ({}); each case's dump is <folder>/<case>.h5, "
                 "written on the case file `tdiff ci {} --prepare` lists",
@@ -179,44 +180,51 @@ CiRow finish_case(const CiCmd& c, const Suite& suite, const SuiteCase& sc, CiCas
 
 // The report folder of one ci run (-o, or reports/ci/<suite>/<run-id>), created when the run
 // starts judging. If the run stops on an error (a full disk, a case record that cannot be
-// written), what it created is removed again: the folder with the parents it made, or, in a
-// folder that was there, each case's report folder it made.
+// written), what it created is removed again: the folder when it made it, else each case's
+// report folder it made; then the parents it made, while empty. Only what this process's own
+// mkdir made counts, so a run failing beside another one removes none of the other's folders.
 class ReportFolder {
  public:
-  ReportFolder(std::string dir, bool given) : dir_(std::move(dir)) {
-    for (fs::path at; const auto& part : fs::absolute(dir_).lexically_normal()) {
-      at /= part;
-      if (std::error_code ec; !fs::exists(at, ec)) {
-        created_ = at;
-        break;
-      }
-    }
+  ReportFolder(std::string dir, bool given) : dir_(std::move(dir)), given_(given) {
     std::error_code ec;
-    fs::create_directories(dir_, ec);
-    if (ec || !fs::is_directory(dir_))
+    made_ = make_folders(dir_, ec);
+    if (ec || !fs::is_directory(dir_, ec))
       input_error("{}{}: cannot create the report folder ({})", given ? "-o " : "", dir_,
                   ec ? ec.message() : "not a folder");
+    made_dir_ = !made_.empty() && fs::equivalent(made_.back(), dir_, ec);
   }
   ~ReportFolder() {
     if (kept_) return;
     std::error_code ec;
-    if (!created_.empty()) fs::remove_all(created_, ec);
-    for (const auto& d : cases_) fs::remove_all(d, ec);
+    if (made_dir_) {
+      fs::remove_all(made_.back(), ec);
+      made_.pop_back();
+    } else {
+      for (const auto& d : cases_) fs::remove_all(d, ec);
+    }
+    remove_empty_folders(made_);
   }
   ReportFolder(const ReportFolder&) = delete;
   ReportFolder& operator=(const ReportFolder&) = delete;
 
   const std::string& dir() const { return dir_; }
-  // Called before a case's reports are written into <dir>/<name>.
+  // Called before a case's reports are written into <dir>/<name>: makes that folder.
   void add_case(const std::string& name) {
     const fs::path d = fs::path(dir_) / name;
-    if (created_.empty() && !fs::exists(d)) cases_.push_back(d);
+    std::error_code ec;
+    const bool made = fs::create_directory(d, ec);
+    if (ec)
+      input_error("{}{}: cannot create the case's report folder {} ({})", given_ ? "-o " : "", dir_, d.string(),
+                  ec.message());
+    if (made && !made_dir_) cases_.push_back(d);
   }
   void keep() { kept_ = true; }
 
  private:
   std::string dir_;
-  fs::path created_;  // the top-most folder this run created ("" none)
+  bool given_;
+  std::vector<fs::path> made_;  // the folders this run made, top first
+  bool made_dir_ = false;       // the last of them is the folder itself
   std::vector<fs::path> cases_;
   bool kept_ = false;
 };

@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -229,20 +232,32 @@ std::string damaged_part(const std::string& dir, const CachePart& part) {
   return part.check();
 }
 
+// Removes `file` for the cache; InputError naming it when it is there and cannot go.
+void remove_cache_file(const fs::path& file) {
+  std::error_code ec;
+  fs::remove(file, ec);
+  if (ec) input_error("{}: cannot remove it from the cache ({})", file.string(), ec.message());
+}
+
 // Builds the part unless its marker says it is there and it is still whole; then writes the
 // marker. True when it built.
 bool build_once(const std::string& dir, const CachePart& part, const CiProgress& progress) {
-  if (fs::is_regular_file(part.marker)) {
+  if (std::error_code ec; fs::is_regular_file(part.marker, ec)) {
     const std::string why = damaged_part(dir, part);
     if (why.empty()) return false;
     if (progress)
       progress(fmt::format("{} again: the cached copy is damaged ({})", fs::path(part.marker).stem().string(), why));
-    fs::remove(part.marker);
-    fs::remove(fs::path(dir) / "COMPLETE");
+    remove_cache_file(part.marker);
+    remove_cache_file(fs::path(dir) / "COMPLETE");
   }
   part.build();
   std::string text = fmt::format("tdiff {} {}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT);
-  for (const auto& f : part.files()) text += fmt::format("{} {}\n", fs::file_size(f), fs::relative(f, dir).string());
+  for (const auto& f : part.files()) {
+    std::error_code ec;
+    const auto size = fs::file_size(f, ec);
+    if (ec) input_error("{}: cannot read its size for the cache's record ({})", f, ec.message());
+    text += fmt::format("{} {}\n", size, fs::path(f).lexically_relative(dir).string());
+  }
   std::ofstream out(part.marker);
   out << text;
   out.close();
@@ -255,46 +270,73 @@ bool build_once(const std::string& dir, const CachePart& part, const CiProgress&
 }
 
 // Holds the cache folder's lock: one builder at a time (two ci runs on one machine share it).
+// The cache folder is made first, and `made` collects the folders this process made for it. A
+// run that fails removes the cache folder it made, lock file and all, while a second run may be
+// waiting on that file: a lock on a removed file locks nothing, so the waiter makes the folder
+// and the lock file anew and waits again.
 struct CacheLock {
-  int fd;
-  explicit CacheLock(const std::string& root) : fd(::open((root + "/lock").c_str(), O_CREAT | O_RDWR, 0644)) {
-    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
-      if (fd >= 0) ::close(fd);
-      input_error("cannot lock the cache folder {}", root);
+  int fd = -1;
+  CacheLock(const std::string& root, std::vector<fs::path>& made) {
+    const std::string file = root + "/lock";
+    for (int tries = 0;; ++tries) {
+      std::error_code ec;
+      for (auto& p : make_folders(root, ec)) made.push_back(std::move(p));
+      if (ec) {
+        remove_empty_folders(made);  // no undo holds them yet
+        input_error("cannot create the cache folder {} ({})", root, ec.message());
+      }
+      fd = ::open(file.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+      if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
+        const int err = errno;
+        if (fd >= 0) ::close(fd);
+        remove_empty_folders(made);
+        input_error("cannot lock the cache folder {} ({})", root, std::strerror(err));
+      }
+      struct stat held {}, named {};
+      if (::fstat(fd, &held) == 0 && ::stat(file.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+          held.st_ino == named.st_ino)
+        return;
+      ::close(fd);
+      if (tries == 100) input_error("cannot lock the cache folder {} (its lock file keeps being removed)", root);
     }
   }
   ~CacheLock() { ::close(fd); }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
 };
 
 // What one preparation created, removed again when it stops on an error (a full disk, a
-// damaged model): the cache folder or this key's folder when it made them, else the part it
-// was building, so that a failed ci leaves no tree and no half-built part behind.
+// damaged model), so that a failed ci leaves no tree and no half-built part behind: the key's
+// folder when it made it, else the part it was building; then the cache folder and its parents
+// when it made them and nothing but the lock file is in them. Everything is decided from what
+// this process made, after it took the lock, and undone before it lets the lock go (declared
+// after the lock), so no other run's folder is removed.
 struct CacheUndo {
-  fs::path created;   // the top-most folder this call created ("" none)
-  fs::path building;  // the part being built
+  fs::path root;                    // the cache folder
+  std::vector<fs::path> root_made;  // it and its parents, those this call made
+  fs::path key;                     // the key's folder when this call made it ("" none)
+  fs::path building;                // the part being built
   bool done = false;
   ~CacheUndo() {
     if (done) return;
     std::error_code ec;
-    fs::remove_all(created.empty() ? building : created, ec);
+    fs::remove_all(key.empty() ? building : key, ec);
+    if (root_made.empty() || root_made.back() != root) return;
+    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().filename() != "lock") return;  // another run's key: the folder is in use
+    if (ec) return;
+    fs::remove(root / "lock", ec);
+    remove_empty_folders(root_made);
   }
 };
-
-// The first folder of `dir`'s path that does not exist yet ("" when all do).
-fs::path first_missing(const fs::path& dir) {
-  fs::path at;
-  for (const auto& part : fs::absolute(dir).lexically_normal()) {
-    at /= part;
-    if (!fs::exists(at)) return at;
-  }
-  return {};
-}
 
 // The files of the model folder, for its marker.
 std::vector<std::string> folder_files(const std::string& dir) {
   std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_regular_file()) out.push_back(e.path().string());
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (std::error_code type; it->is_regular_file(type)) out.push_back(it->path().string());
+  if (ec) input_error("{}: cannot list the folder ({})", dir, ec.message());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -314,21 +356,55 @@ std::string unreadable_case(const std::string& file) {
 
 }  // namespace
 
+// The folder `dir` as make_folders names what it made: absolute, normal, no trailing '/'.
+fs::path absolute_folder(const fs::path& dir, std::error_code& ec) {
+  fs::path p = fs::absolute(dir, ec).lexically_normal();
+  if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();
+  return p;
+}
+
+std::vector<fs::path> make_folders(const fs::path& dir, std::error_code& ec) {
+  std::vector<fs::path> made;
+  const fs::path target = absolute_folder(dir, ec);
+  if (ec) return made;
+  fs::path at;
+  for (const auto& part : target) {
+    at /= part;
+    if (std::error_code probe; fs::is_directory(at, probe)) continue;  // there already: not ours
+    if (fs::create_directory(at, ec)) {
+      made.push_back(at);
+    } else if (ec) {
+      // mkdir says "File exists" of a file in the way; what is wrong is that it is no folder
+      if (ec == std::errc::file_exists) ec = std::make_error_code(std::errc::not_a_directory);
+      remove_empty_folders(made);
+      return {};
+    }  // else another process made it between the two calls: not ours
+  }
+  return made;
+}
+
+void remove_empty_folders(const std::vector<fs::path>& made) {
+  for (auto it = made.rbegin(); it != made.rend(); ++it)
+    if (std::error_code ec; !fs::remove(*it, ec) && ec) return;  // not empty: its parents are not either
+}
+
 SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool rebuild, const CiProgress& progress,
                                const std::vector<const SuiteCase*>& cases) {
   if (cache_root.empty()) cache_root = suite.dir + "/cache";
   const auto t0 = std::chrono::steady_clock::now();
-  CacheUndo undo;
-  undo.created = first_missing(cache_root);
   std::error_code ec;
-  fs::create_directories(cache_root, ec);
-  if (ec) input_error("cannot create the cache folder {} ({})", cache_root, ec.message());
   SuiteCache cache;
-  cache.dir = fs::absolute(fs::path(cache_root) / suite.hash.substr(0, 16)).lexically_normal().string();
-  const CacheLock lock(cache_root);
-  if (rebuild) fs::remove_all(cache.dir);
-  if (undo.created.empty() && !fs::exists(cache.dir)) undo.created = cache.dir;
-  fs::create_directories(cache.dir, ec);
+  const fs::path root = absolute_folder(cache_root, ec);
+  if (ec) input_error("cannot create the cache folder {} ({})", cache_root, ec.message());
+  cache.dir = (root / suite.hash.substr(0, 16)).string();
+  std::vector<fs::path> root_made;
+  const CacheLock lock(cache_root, root_made);
+  CacheUndo undo;
+  undo.root = root;
+  undo.root_made = root_made;
+  if (rebuild) fs::remove_all(cache.dir, ec);
+  if (ec) input_error("{}: cannot remove the cached copy to build it again ({})", cache.dir, ec.message());
+  if (!make_folders(cache.dir, ec).empty()) undo.key = cache.dir;
   if (ec) input_error("cannot create the cache folder {} ({})", cache.dir, ec.message());
   undo.building = cache.model_dir();
   const CachePart model{cache.dir + "/model.done", [&] { return folder_files(cache.model_dir()); },
@@ -337,7 +413,9 @@ SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool 
                           if (suite.layers > 0) config.truncate_layers(suite.layers);
                           if (progress)
                             progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
-                          fs::remove_all(cache.model_dir());
+                          std::error_code rm;
+                          fs::remove_all(cache.model_dir(), rm);
+                          if (rm) input_error("{}: cannot remove the old model ({})", cache.model_dir(), rm.message());
                           write_synth_model(config, suite.model_seed, cache.model_dir());
                         }};
   const bool model_built = build_once(cache.dir, model, progress);
@@ -355,14 +433,17 @@ SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool 
   }
   undo.done = true;
   bool all = true;
-  for (const auto& c : suite.cases) all = all && fs::is_regular_file(cache.case_file(c) + ".done");
-  if (all && !fs::is_regular_file(cache.dir + "/COMPLETE"))
+  for (const auto& c : suite.cases) all = all && fs::is_regular_file(cache.case_file(c) + ".done", ec);
+  if (all && !fs::is_regular_file(cache.dir + "/COMPLETE", ec))
     std::ofstream(cache.dir + "/COMPLETE") << fmt::format("tdiff {} {}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT);
   cache.built = !cache.built_parts.empty();
-  // Older keys of this suite are stale.
+  // Older keys of this suite are stale (housekeeping: one that cannot go is left).
   if (cache.built)
-    for (const auto& e : fs::directory_iterator(cache_root))
-      if (e.is_directory() && e.path() != fs::path(cache.dir)) fs::remove_all(e.path(), ec);
+    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+      if (std::error_code type; it->is_directory(type) && it->path() != fs::path(cache.dir)) {
+        std::error_code rm;
+        fs::remove_all(it->path(), rm);
+      }
   cache.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return cache;
 }

@@ -26,6 +26,7 @@
 // by a SHA-256 of suite.toml, the token file and the tdiff version and commit; a change to any
 // of them builds a fresh cache.
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -66,14 +67,23 @@ Suite load_suite(const std::string& path);
 
 using CiProgress = std::function<void(const std::string& what)>;
 
+// Creates the folder `dir` with its missing parents, one at a time from the top, and returns the
+// folders this process made (absolute, top first): a folder is ours only when our mkdir made it,
+// so a run that fails removes no folder another run made at the same moment (as an exists()
+// check before creating would). On an error, `ec` says why and what was made is removed again.
+std::vector<std::filesystem::path> make_folders(const std::filesystem::path& dir, std::error_code& ec);
+// Removes the folders make_folders made, the deepest first, each only while it is empty (another
+// run may have put its own folder or file in one since).
+void remove_empty_folders(const std::vector<std::filesystem::path>& made);
+
 // The cache folder of this suite under `cache_root` (default: <suite>/cache): model/ and
 // <case>.h5 with /reference, each built on first use (all anew with `rebuild`) for the `cases`
 // asked for only, each marked done (model.done, listing its files' sizes; <case>.h5.done) when
 // complete, so an interrupted build is redone; a part marked done whose files are missing, of
 // another size (the model), or no longer open as a case with its reference is built again;
 // COMPLETE once every case of the suite is there. Other keys' folders are removed once this key
-// has built something. On an error, what the call created is removed (the cache folder or the
-// key's folder if it made them, else the part it was building).
+// has built something. On an error, what the call created is removed: the key's folder if it
+// made it (else the part it was building), then the folders above it that it made, while empty.
 struct SuiteCache {
   std::string dir;
   bool built = false;               // false: everything reused

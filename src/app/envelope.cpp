@@ -28,6 +28,8 @@ void check_run_id(const std::string& id, const std::string& where) {
         where, id);
 }
 
+std::string shown_run_id(const std::string& id) { return is_safe_run_id(id) ? id : fmt::format("{:?}", id); }
+
 std::string run_id_for(const std::string& given, const std::string& command) {
   if (given.empty()) return make_run_id(command);
   check_run_id(given, "--run-id");

@@ -24,8 +24,13 @@ std::string run_id_for(const std::string& given, const std::string& command);
 // groups ("a/b") or hide a folder (".x").
 bool is_safe_run_id(const std::string& id);
 // InputError unless `id` is safe: `<where> "<id>" is not a plain name (...)`, `where` saying
-// whose it is ("--run-id", "c.h5: the run id under /env").
+// whose it is ("--run-id", "<suite.toml>: name"). Held to it: every id that becomes a path
+// (--run-id, compare's --case, a suite's name).
 void check_run_id(const std::string& id, const std::string& where);
+// An id read back from a case, as a listing shows it: itself when safe, else quoted with its
+// control characters escaped, so that it cannot move the cursor or forge a line. Cases written
+// by earlier tdiff versions may hold such ids ("nightly 1"), so they are shown, not refused.
+std::string shown_run_id(const std::string& id);
 
 // The one seed rule: `given` (a --seed), or, when 0, a hash of the run id, so that repeating a
 // run id repeats its atomic orders and unstable ties.

@@ -3,7 +3,13 @@
 // failure, run ids that are not plain names, --stages globs that match nothing, compare's
 // floors, a release's quantization_config, and ci --prepare with a damaged cache. Each bad
 // input is exit 2 with one line naming the flag, key or file, and leaves nothing behind.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -172,13 +178,69 @@ TEST_F(DefectSuites, CiReportAndCacheFoldersAreUndoneOnFailure) {
   EXPECT_EQ(listing(disk.dir), std::vector<std::string>{}) << "left behind";
 }
 
+// Defect b: a failing ci removed the top-most folder it had seen missing before it made it,
+// though another run may have made its own folder there since (two runs starting together, or
+// one waiting on the cache lock); only folders its own mkdir made go, each while empty.
+TEST_F(DefectSuites, CiFailureKeepsAnotherRunsFolders) {
+  write_suite();
+  const std::string ci =
+      fmt::format("ci '{}' --policy fp32 --repeat 1 --cases right --cache '{}'", dir_.string(), path("cache"));
+  ASSERT_EQ(run(fmt::format("{} -o '{}'", ci, path("r1"))).code, 0);
+  std::string key;
+  for (const auto& e : fs::directory_iterator(path("cache")))
+    if (e.is_directory()) key = e.path().string();
+  ASSERT_FALSE(key.empty());
+  fs::permissions(key + "/right.h5", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+
+  // The cache lock held here: the run makes out/r2, then waits; meanwhile another run's report
+  // lands in out/, made by the waiting run.
+  const int fd = ::open(path("cache/lock").c_str(), O_RDWR | O_CLOEXEC);  // not held by the run itself
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  auto waiting = std::async(std::launch::async, [&] { return run(fmt::format("{} -o '{}'", ci, path("out/r2"))); });
+  for (int i = 0; i < 600 && !fs::exists(path("out/r2")); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(fs::exists(path("out/r2")));
+  fs::create_directories(path("out/other"));
+  std::ofstream(path("out/other/index.html")) << "another run's report\n";
+  ::close(fd);  // lets the lock go
+  const CliResult r = waiting.get();
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("right.h5: the file is read-only"), std::string::npos) << r.err;
+  EXPECT_EQ(listing(path("out")), (std::vector<std::string>{"other", "other/index.html"}));
+}
+
+// Defect b: ci's cache code called the std::filesystem functions that throw, so a path the
+// system refuses (a name too long, a folder in a file's place) was exit 3, "internal error".
+TEST_F(DefectSuites, CiCachePathsTheSystemRefusesAreOneLine) {
+  write_suite();
+  const std::string long_name = path(std::string(300, 'a') + "/cache");
+  expect_refused(run(fmt::format("ci '{}' --prepare --cache '{}'", dir_.string(), long_name)),
+                 "cannot create the cache folder " + long_name + " (File name too long)");
+
+  const std::string prepare = fmt::format("ci '{}' --prepare --cache '{}'", dir_.string(), path("cache"));
+  ASSERT_EQ(run(prepare).code, 0);
+  std::string key;
+  for (const auto& e : fs::directory_iterator(path("cache")))
+    if (e.is_directory()) key = e.path().string();
+  ASSERT_FALSE(key.empty());
+  fs::resize_file(key + "/right.h5", 3000);  // built again, so COMPLETE goes first
+  fs::remove(key + "/COMPLETE");
+  fs::create_directories(key + "/COMPLETE/x");
+  const CliResult r = run(prepare);  // stderr: "building right.h5 again", then the error
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  const auto at = r.err.find("tdiff: error: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.substr(at),
+            "tdiff: error: " + key + "/COMPLETE: cannot remove it from the cache (Directory not empty)\n");
+}
+
 // Defect c: --run-id ../../esc wrote its report outside reports/, and a/b nested groups in the
 // case; every command that takes --run-id refuses such a name before any work, and ids read
-// back from a case are held to the same rule.
+// back from a case are shown escaped: a case an earlier tdiff wrote may hold one ("nightly 1").
 TEST_F(OpenDefects, RunIdsArePlainNames) {
   make_case();
   const std::string c = path("c.h5");
-  for (const char* id : {"../../esc", "a/b", "..", ".hidden"}) {
+  for (const char* id : {"../../esc", "a/b", "..", ".hidden", "nightly 1"}) {
     for (const std::string& cmd :
          {fmt::format("run '{}' --no-record", c), fmt::format("compare '{}' '{}'", c, c),
           fmt::format("determinism '{}' --runs 2", c), fmt::format("bisect '{}'", c), fmt::format("audit '{}'", c)}) {
@@ -194,13 +256,26 @@ TEST_F(OpenDefects, RunIdsArePlainNames) {
   ASSERT_EQ(run_here(fmt::format("run '{}' --no-record --run-id r.1_a-b", c)).code, 0);
   EXPECT_TRUE(fs::exists(path("reports/c/r.1_a-b/report.json")));
 
-  // An id in the case file that is not a plain name (another tool wrote the file).
+  // Ids in the case file that are not plain names (another tool's, an earlier tdiff's): listed
+  // escaped, each with a note, and the case is still read.
   {
     H5Writer w(c, c);
     w.set_attr("/env/.. \x1b[2J", "backend", "x");
+    w.set_attr("/env/nightly 1", "backend", "x");
+    w.set_attr("/runs/nightly 1", "kind", "run");
     w.commit();
   }
-  expect_refused(run(fmt::format("info '{}'", c)), c + ": the run id under /env \".. \\x1b[2J\" is not a plain name");
+  const CliResult info = run(fmt::format("info '{}'", c));
+  ASSERT_EQ(info.code, 0) << info.err;
+  EXPECT_EQ(info.err, "");
+  EXPECT_EQ(info.out.find('\x1b'), std::string::npos) << "a control character reached the terminal";
+  EXPECT_NE(info.out.find(" \".. \\x1b[2J\"  "), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("\"nightly 1\"  0 tensors"), std::string::npos) << info.out;
+  for (const char* shown : {"\".. \\x1b[2J\"", "\"nightly 1\""})
+    EXPECT_NE(info.out.find(fmt::format("note: run id {} is not a plain name; shown escaped\n", shown)),
+              std::string::npos)
+        << info.out;
+  EXPECT_EQ(count_lines(info.out.substr(info.out.find("note: "))), 2u) << "one note per id, /env and /runs alike";
 }
 
 // Defect d: a --stages list with one glob that matches nothing ran on the others without a
@@ -296,7 +371,7 @@ TEST_F(DefectSuites, CiPrepareRebuildsAMissingOrTruncatedCase) {
   const CliResult r = run(prepare);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("right.h5 again: the cached copy is damaged (" + key +
-                       "/right.h5: the case file is damaged: it is truncated (3000 of the"),
+                       "/right.h5: the case file is damaged: it is truncated"),
             std::string::npos)
       << r.err;
   fs::resize_file(key + "/model/model.safetensors", 1000);  // the model's files keep their sizes
