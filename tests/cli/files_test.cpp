@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cli_support.h"
+#include "tmpfs.h"
 #include "casefile/h5io.h"
 #include "formats/safetensors.h"
 
@@ -47,20 +48,7 @@ unsigned mode_of(const std::string& f) {
 
 int sh(const std::string& cmd) { return std::system(cmd.c_str()); }
 
-// A tmpfs of `size` at `dir`, unmounted at the end; ok() is false where mounting is not allowed.
-struct Tmpfs {
-  fs::path dir;
-  bool mounted = false;
-  Tmpfs(const fs::path& d, const std::string& size) : dir(d) {
-    fs::create_directories(dir);
-    mounted = sh(fmt::format("mount -t tmpfs -o size={} tmpfs '{}' 2>/dev/null", size, dir.string())) == 0;
-  }
-  ~Tmpfs() {
-    if (mounted) sh(fmt::format("umount '{}'", dir.string()));
-  }
-  void fill() const { sh(fmt::format("dd if=/dev/zero of='{}/filler' bs=64k >/dev/null 2>&1", dir.string())); }
-  bool read_only() const { return sh(fmt::format("mount -o remount,ro '{}' 2>/dev/null", dir.string())) == 0; }
-};
+using testing::Tmpfs;
 
 class FilesCli : public testing::CliTest {
  protected:

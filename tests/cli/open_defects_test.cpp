@@ -16,6 +16,7 @@
 #include "casefile/case_file.h"
 #include "casefile/h5io.h"
 #include "cli_support.h"
+#include "tmpfs.h"
 #include "mini_suite.h"
 
 namespace tdiff {
@@ -45,19 +46,7 @@ std::vector<std::string> listing(const fs::path& dir) {
   return names;
 }
 
-// A tmpfs of `size` at `dir`, unmounted at the end; `mounted` is false where mounting is not
-// allowed (the tests that need one skip).
-struct Tmpfs {
-  fs::path dir;
-  bool mounted = false;
-  Tmpfs(const fs::path& d, const std::string& size) : dir(d) {
-    fs::create_directories(dir);
-    mounted = sh(fmt::format("mount -t tmpfs -o size={} tmpfs '{}' 2>/dev/null", size, dir.string())) == 0;
-  }
-  ~Tmpfs() {
-    if (mounted) sh(fmt::format("umount '{}'", dir.string()));
-  }
-};
+using testing::Tmpfs;
 
 class DefectSuites : public testing::MiniSuite {};
 
