@@ -55,10 +55,11 @@ int open_lock_file(const std::string& target, const std::string& path) {
   return fd;
 }
 
-// Blocks until `fd` is locked; says once who holds it.
-void lock_waiting(int fd, const std::string& target, const std::string& path) {
+// Blocks until `fd` is locked; with `say`, says who holds it (once per command: not again on a
+// retry).
+void lock_waiting(int fd, const std::string& target, const std::string& path, bool say) {
   if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;
-  fmt::print(stderr, "waiting for {}: {} is updating it\n", target, holder_of(fd));
+  if (say) fmt::print(stderr, "waiting for {}: {} is updating it\n", target, holder_of(fd));
   int rc;
   while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
   }
@@ -82,14 +83,9 @@ std::string FileLock::lock_path_for(const std::string& target) {
 
 FileLock::FileLock(const std::string& target, const std::string& command)
     : target_(target), lock_path_(lock_path_for(target)) {
-  for (bool told = false;; told = true) {
+  for (bool retry = false;; retry = true) {
     const int fd = open_lock_file(target, lock_path_);
-    if (told) {
-      while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-      }
-    } else {
-      lock_waiting(fd, target, lock_path_);
-    }
+    lock_waiting(fd, target, lock_path_, !retry);
     if (still_at(fd, lock_path_)) {
       fd_ = fd;
       break;
