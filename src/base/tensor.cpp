@@ -199,4 +199,11 @@ Tensor Tensor::rows(std::int64_t r0, std::int64_t r1) const {
   return view(dtype_, std::move(s), data_ + static_cast<std::size_t>(r0) * row_bytes, keepalive_);
 }
 
+Shape squeezed(const Shape& s) {
+  Shape out;
+  for (auto d : s)
+    if (d != 1) out.push_back(d);
+  return out;
+}
+
 }  // namespace tdiff

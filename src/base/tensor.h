@@ -21,6 +21,8 @@ std::int64_t shape_numel(const Shape& s);
 // Whether no value is NaN or Inf (vectorised; for checking converted weights).
 bool all_finite(const double* v, std::int64_t n);
 std::string shape_str(const Shape& s);  // "[2,40,64]"
+// The shape without its size-1 dimensions: [1,200] and [200] hold the same tensor.
+Shape squeezed(const Shape& s);
 
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<double>() { return DType::f64; }

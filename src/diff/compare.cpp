@@ -106,12 +106,6 @@ std::vector<std::string> list_keys(const std::string& file, const std::string& g
   return keys;
 }
 
-Shape squeezed(const Shape& s) {
-  Shape out;
-  for (auto n : s)
-    if (n != 1) out.push_back(n);
-  return out;
-}
 
 namespace {
 

@@ -75,8 +75,6 @@ std::pair<std::string, std::string> split_key(const std::string& key);
 // layers by number, head), by name inside each part.
 std::vector<std::string> order_keys(std::vector<std::string> keys, const std::vector<std::string>& stage_order);
 
-// The shape without its size-1 dimensions: [1,200] and [200] hold the same tensor.
-Shape squeezed(const Shape& s);
 
 // Dataset paths under `group`, relative to it ("L03.attn.core/o"), as compare_files pairs them.
 std::vector<std::string> list_keys(const std::string& file, const std::string& group);

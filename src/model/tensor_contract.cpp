@@ -130,13 +130,6 @@ struct Builder {
   }
 };
 
-Shape squeezed(const Shape& s) {
-  Shape out;
-  for (auto d : s)
-    if (d != 1) out.push_back(d);
-  return out;
-}
-
 bool dtype_allowed(ValueClass v, DType t, StoredBy by) {
   const bool integer = t == DType::i64 || t == DType::i32 || t == DType::u8;
   if (by == StoredBy::reference)

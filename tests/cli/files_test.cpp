@@ -27,14 +27,7 @@ namespace fs = std::filesystem;
 using testing::CliResult;
 using testing::count_lines;
 
-std::vector<std::string> listing(const fs::path& dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    names.push_back(fs::relative(it->path(), dir).string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using testing::listing;
 
 std::string bytes_of(const std::string& f) {
   std::ifstream in(f, std::ios::binary);

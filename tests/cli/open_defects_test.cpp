@@ -36,15 +36,7 @@ void expect_refused(const CliResult& r, const std::string& what, const std::stri
   EXPECT_NE(r.err.find(what), std::string::npos) << args << "\n" << r.err;
 }
 
-// Every name under `dir`, recursively, sorted.
-std::vector<std::string> listing(const fs::path& dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    names.push_back(fs::relative(it->path(), dir).string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using testing::listing;
 
 using testing::Tmpfs;
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,16 @@ inline std::string slurp(const std::string& path) {
 }
 
 inline std::size_t count_lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+// Every name under `dir`, recursively, sorted (what a command left behind).
+inline std::vector<std::string> listing(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(std::filesystem::relative(it->path(), dir).string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 // A fixture with a scratch folder and `run("golden case.h5")`.
 class CliTest : public ::testing::Test {
