@@ -52,6 +52,24 @@ Sealed seal_case(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// The stage's conditioning at the reference's values, probed on its inputs in `env` (the
+// executor calls on_stage before it drops them).
+void store_conditioning(const Stage& s, const std::vector<Tensor>& out, const TensorMap& env, Backend& ref,
+                        RunContext& ctx, int probes, CaseUpdate& update, ReferenceWritten& written) {
+  if (probes <= 0 || !op_info(s.kind).compute()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<const Tensor*> inputs;
+  for (const auto& in : s.inputs) inputs.push_back(&env.at(in.key()));
+  const auto cond = probe_conditioning(s, inputs, out, ref, ctx, probes);
+  for (std::size_t k = 0; k < cond.size(); ++k)
+    if (cond[k]) update.put_conditioning(s.name, s.outputs[k], *cond[k]), ++written.conditioned;
+  written.conditioning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
 ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& request) {
   RunContext ctx = session.context(request.tie_rule);
   refcpu::RefCpuBackend ref;
@@ -66,6 +84,7 @@ ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& r
     if (request.progress) request.progress(i, s);
     if (!pattern_matches(request.stages, s.name)) return;
     for (std::size_t k = 0; k < out.size(); ++k, ++written.tensors) update.put_reference(s.name, s.outputs[k], out[k]);
+    store_conditioning(s, out, env, ref, ctx, request.conditioning_probes, update, written);
   };
   const auto t0 = std::chrono::steady_clock::now();
   execute(session.stages, [&](const Stage&) -> Backend& { return ref; }, ctx, env, hooks);

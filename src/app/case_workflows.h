@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "casefile/case_file.h"
 #include "casefile/session.h"
+#include "exec/conditioning.h"
 
 namespace tdiff::app {
 
@@ -37,6 +38,9 @@ Sealed seal_case(const std::string& path);
 struct ReferenceRequest {
   std::string stages;                       // store only these (globs; empty: every stage)
   TieRule tie_rule = TieRule::lowest_index;
+  // Probes of each stage's conditioning stored beside it (exec/conditioning.h; 0: none, and the
+  // tolerance model then takes every stage as well conditioned).
+  int conditioning_probes = kConditioningProbes;
   std::function<void(std::size_t index, const Stage&)> progress;
   std::string weights_note;                 // the weight check's note for the record ("" none)
   // Called on the update before it is committed (tdiff golden --force records the new weights).
@@ -46,6 +50,8 @@ struct ReferenceRequest {
 struct ReferenceWritten {
   std::size_t stages = 0, tensors = 0;
   double seconds = 0;  // computing the stages
+  double conditioning_seconds = 0;  // of which probing their conditioning
+  std::size_t conditioned = 0;      // float outputs with a conditioning stored
   std::string run_id;  // of the reference's environment record
 };
 

@@ -68,6 +68,7 @@ int run_golden(const GoldenOptions& o) {
   app::ReferenceRequest request;
   request.stages = o.stages;
   request.tie_rule = parse_tie_rule(o.tie_rule);
+  request.conditioning_probes = o.conditioning_probes;
   request.progress = [&](std::size_t i, const Stage& s) { progress.step(i + 1, s.name); };
   request.weights_note = o.weights.note(checked);
   request.before_commit = [&](CaseUpdate& update) {
@@ -80,8 +81,10 @@ int run_golden(const GoldenOptions& o) {
     update.put_weight_records(now);
   };
   const app::ReferenceWritten written = app::write_reference(session, request);
-  progress.finish(fmt::format("golden: {} stages computed in {:.2f} s, {} tensors stored under /reference of {}",
-                              written.stages, written.seconds, written.tensors, o.case_path));
+  progress.finish(fmt::format("golden: {} stages computed in {:.2f} s ({:.2f} s of them probing the conditioning of {} "
+                              "tensors), {} tensors stored under /reference of {}",
+                              written.stages, written.seconds, written.conditioning_seconds, written.conditioned,
+                              written.tensors, o.case_path));
   return 0;
 }
 

@@ -18,6 +18,7 @@ struct GoldenOptions {
   std::string tie_rule = "lowest-index";
   bool verify = false;
   double tolerance = 1e-12;
+  int conditioning_probes = 4;  // exec/conditioning.h kConditioningProbes
   WeightCheckOptions weights;
 };
 

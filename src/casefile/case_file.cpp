@@ -350,10 +350,19 @@ void CaseUpdate::check(const std::string& path) {
   H5Writer::check_update(path);
 }
 
-void CaseUpdate::clear_reference() { writer_.remove("/reference"); }
+void CaseUpdate::clear_reference() {
+  writer_.remove("/reference");
+  writer_.remove("/conditioning");  // of that reference: the two are written together
+}
 
 void CaseUpdate::put_reference(const std::string& stage, const std::string& tensor, const Tensor& t) {
   writer_.write("/reference/" + stage + "/" + tensor, t);
+}
+
+void CaseUpdate::put_conditioning(const std::string& stage, const std::string& tensor, const StoredConditioning& c) {
+  const std::string path = "/conditioning/" + stage + "/" + tensor;
+  writer_.write(path, c.row_gain);
+  writer_.set_attr(path, "gain_l2", fmt::format("{:.17g}", c.gain_l2));
 }
 
 void CaseUpdate::put_env(const std::string& run_id, const EnvRecord& env) {

@@ -25,6 +25,7 @@
 #include "model/config.h"
 #include "casefile/env_record.h"
 #include "casefile/h5io.h"
+#include "casefile/stored_tensor.h"
 
 namespace tdiff {
 
@@ -127,6 +128,7 @@ class CaseUpdate {
   void require_reference(const std::string& id_read) const;
   void clear_reference();
   void put_reference(const std::string& stage, const std::string& tensor, const Tensor& t);
+  void put_conditioning(const std::string& stage, const std::string& tensor, const StoredConditioning& c);
   void put_env(const std::string& run_id, const EnvRecord& env);
   // New "stat:<file>" records (weight file name -> record; formats/weight_files.h).
   void put_file_stats(const std::map<std::string, std::string>& stats);

@@ -92,4 +92,10 @@ bool ReferenceStore::has(const std::string& stage, const std::string& tensor) co
   return h5_exists(file_, "/reference/" + stage + "/" + tensor);
 }
 
+std::optional<StoredConditioning> ReferenceStore::conditioning(const std::string& key) {
+  auto it = conditioning_.find(key);
+  if (it == conditioning_.end()) it = conditioning_.emplace(key, read_conditioning(file_, key, *contract_)).first;
+  return it->second;
+}
+
 }  // namespace tdiff

@@ -18,6 +18,7 @@
 
 #include "base/tensor.h"
 #include "casefile/h5_reader.h"
+#include "casefile/stored_tensor.h"
 #include "model/tensor_contract.h"
 
 namespace tdiff {
@@ -40,6 +41,8 @@ class ReferenceStore {
   // The stages under /reference (reference_stages()), listed once. Listing checks every stored
   // tensor's dtype and shape against the contract (InputError), so commands, which list first,
   // refuse a bad reference before they compute; selection ranges are checked as they are read.
+  // /conditioning/<stage>/<tensor> (read_conditioning: checked), kept once read.
+  std::optional<StoredConditioning> conditioning(const std::string& key);
   const std::vector<std::string>& stages();
   bool has_stage(const std::string& stage);
   bool has(const std::string& stage, const std::string& tensor) const;
@@ -59,6 +62,7 @@ class ReferenceStore {
   std::list<std::pair<std::string, Tensor>> lru_;  // most recently used first
   std::map<std::string, std::list<std::pair<std::string, Tensor>>::iterator> kept_;
   std::set<std::string> seen_;  // read once: kept when read again
+  std::map<std::string, std::optional<StoredConditioning>> conditioning_;
   std::size_t kept_bytes_ = 0, reads_ = 0, hits_ = 0;
   bool listed_ = false;
   std::vector<std::string> stages_;

@@ -26,6 +26,10 @@ void setup_golden(CLI::App& app) {
   cmd->add_flag("--verify", o->verify,
                  "recompute every stage from the stored reference's inputs and report how far this build is from it "
                  "(the case is not changed; exit 1 beyond --tolerance)");
+  cmd->add_option("--conditioning-probes", o->conditioning_probes,
+                  "probes of each stage's conditioning stored beside the reference, which the expected errors are "
+                  "amplified by (docs/design/tolerance-model.md; 0: none, every stage taken as well conditioned)")
+      ->check(CLI::Range(0, 64));
   add_options(cmd, o->weights);
   cmd->add_option("--tolerance", o->tolerance, "--verify: largest relative L2 of a float tensor (default 1e-12)")
       ->check(CLI::PositiveNumber);

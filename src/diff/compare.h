@@ -14,6 +14,7 @@
 
 #include "model/stage_names.h"
 #include "base/tensor.h"
+#include "diff/conditioned_error.h"
 #include "diff/metrics.h"
 #include "diff/thresholds.h"
 
@@ -39,6 +40,9 @@ struct TensorDiff {
   // The error the candidate's formats explain (set_expected, diff/expected.h) and, set by
   // judge(), how many times it the row's error is (expected_ratio; NaN without one).
   std::optional<ExpectedError> expected;
+  // The rows of the reference's conditioning that can decide the element ratio (pairing of a
+  // case's reference that stores one; diff/conditioned_error.h).
+  std::optional<RowConditioning> conditioning;
   double tolerance_ratio = std::numeric_limits<double>::quiet_NaN();
 
   std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }

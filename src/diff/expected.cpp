@@ -90,6 +90,25 @@ double read_rounding(const TensorRef& in, const ExpectedSetup& setup, const std:
   return unit_roundoff(store == OutStore::stream ? port.stream : store == OutStore::storage ? port.storage : DType::f32);
 }
 
+// The row's expected error: e as the formats give it, its inherited part amplified by the
+// reference's conditioning where the case stores one (diff/conditioned_error.h).
+ExpectedError row_expected(ExpectedError e, const TensorDiff& row) {
+  const double tail = std::sqrt(2.0 * std::log(static_cast<double>(std::max<std::int64_t>(2, row.metrics.compared))));
+  if (row.conditioning) {
+    const RowConditioning& c = *row.conditioning;
+    e.gain_l2 = c.gain_l2;
+    e.rel = std::sqrt(e.local * e.local + c.gain_l2 * c.gain_l2 * e.inherited * e.inherited);
+    const ConditionedWorst w = worst_conditioned(c, e.local, e.inherited);
+    e.gain_at = w.row.gain;
+    e.elem_at = w.row.at;
+    e.elem = std::sqrt(e.local * e.local + w.row.gain * w.row.gain * e.inherited * e.inherited) * tail;
+    e.elem_ratio = w.ratio / tail;
+    return e;
+  }
+  e.elem = e.rel * tail;
+  return e;
+}
+
 }  // namespace
 
 double unit_roundoff(DType t) {
@@ -124,7 +143,10 @@ void set_expected(CompareResult& r, const ExpectedSetup& setup) {
   std::map<std::string, double> measured, modelled;
   for (auto& row : r.rows) {
     rows[row.key()] = &row;
-    if (row.kind == TensorKind::values || row.kind == TensorKind::logits) measured[row.key()] = row.metrics.rel_l2;
+    // An input's error as the stage sees it: relative to the tensor (rel_l2) or, where its
+    // largest elements are exact and the rest rounded, relative to each element (rel_elem).
+    if (row.kind == TensorKind::values || row.kind == TensorKind::logits)
+      measured[row.key()] = std::max(row.metrics.rel_l2, row.metrics.rel_elem);
   }
   const auto& stages = setup.session->stages;
   const PortFormats port = port_formats(stages, *setup.policy);
@@ -147,14 +169,15 @@ void set_expected(CompareResult& r, const ExpectedSetup& setup) {
     e.rel = std::sqrt(e.local * e.local + in2);
     for (const auto& out : s.outputs) {
       const std::string key = s.name + "/" + out;
-      modelled[key] = e.rel;
       auto it = rows.find(key);
-      if (it == rows.end() || !(it->second->kind == TensorKind::values || it->second->kind == TensorKind::logits))
+      const bool judged =
+          it != rows.end() && (it->second->kind == TensorKind::values || it->second->kind == TensorKind::logits);
+      if (!judged) {
+        modelled[key] = e.rel;
         continue;
-      ExpectedError row_e = e;
-      const double n = static_cast<double>(std::max<std::int64_t>(2, it->second->metrics.compared));
-      row_e.elem = e.rel * std::sqrt(2.0 * std::log(n));
-      it->second->expected = row_e;
+      }
+      it->second->expected = row_expected(e, *it->second);
+      modelled[key] = it->second->expected->rel;
     }
   }
 }

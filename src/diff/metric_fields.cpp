@@ -13,13 +13,14 @@ constexpr unsigned kFiles = kShowFiles, kLead = kShowFiles | kShowLead | kShowTa
 
 // cosine, max_abs, rmse and rel_l2 lead report.csv (stable for users' scripts); the CSV lists
 // the lead fields first, then the verdict, then the others in this order.
-constexpr std::array<MetricField<T>, 24> kTensor{{
+constexpr std::array<MetricField<T>, 25> kTensor{{
     {"cosine", "cosine", &T::cosine, kLead},
     {"max_abs", "max_abs", &T::max_abs, kLead},
     {"max_abs_scaled", "max_abs_scaled", &T::max_abs_scaled, kFiles},
     {"err_rel", "err_rel", &T::err_rel, kTable},
     {"rmse", "rmse", &T::rmse, kLead},
     {"rel_l2", "rel_l2", &T::rel_l2, kLead},
+    {"rel_elem", "rel_elem", &T::rel_elem, kFiles},
     {"max_rel", "max_rel", &T::max_rel, kFiles},
     {"ref_rms", "ref_rms", &T::ref_rms, kTable},
     {"max_abs_ref", "max_abs_ref", &T::max_abs_ref, kFiles},

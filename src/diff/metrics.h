@@ -55,6 +55,12 @@ struct TensorMetrics {
   double ref_at_err = 0.0, cand_at_err = 0.0;  // r and c there
   double rmse = 0.0;
   double rel_l2 = 0.0;
+  // The typical error of an element relative to itself: sqrt(median (d_i / r_i)² / 0.455) over
+  // the elements with r_i != 0 (a sample of at most 2^20 at a fixed stride), which is σ for
+  // d_i = σ r_i ξ_i with Gaussian ξ; robust to near-zero r_i. Where a tensor's largest values
+  // are exact (bf16-exact massive activations) and the rest rounded, rel_l2 sees only the
+  // former; the tolerance model propagates the larger of the two (diff/expected.h).
+  double rel_elem = 0.0;
   double max_rel = 0.0;
   double ref_rms = 0.0;            // scale of the reference, to read max_abs against
   double max_abs_ref = 0.0;

@@ -19,6 +19,19 @@ std::optional<PhaseTimes::Scope> measure(const PairingRule& rule) {
   return std::optional<PhaseTimes::Scope>(std::in_place, *rule.times, kPairingPhase);
 }
 
+// The element errors against the reference's conditioning, viewed as the tensors are (a dump's
+// real rows).
+void add_conditioning(TensorDiff& row, const Stage& s, const TensorSide& ref, const PairingRule& rule, const Tensor& a,
+                      const Tensor& b) {
+  if (!ref.conditioning || !(row.kind == TensorKind::values || row.kind == TensorKind::logits)) return;
+  if (a.shape() != b.shape()) return;
+  std::optional<StoredConditioning> c = ref.conditioning(row.key());
+  if (!c) return;
+  c->row_gain = viewed(rule, s, c->row_gain);
+  if (c->row_gain.numel() <= 0 || a.numel() % c->row_gain.numel() != 0) return;
+  row.conditioning = conditioned_rows(a, b, row.metrics.ref_rms, *c);
+}
+
 }  // namespace
 
 void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, const PairingRule& rule, CompareResult& r) {
@@ -44,6 +57,7 @@ void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, c
     auto t = measure(rule);
     r.rows.push_back(diff_tensor(key, a, b, rule.opt, scores.ref.defined() ? &scores.ref : nullptr,
                                  scores.cand.defined() ? &scores.cand : nullptr));
+    add_conditioning(r.rows.back(), s, ref, rule, a, b);
   }
 }
 

@@ -23,6 +23,9 @@ struct TensorSide {
   // The tensor, or an undefined one where this side has none. `like`: the other side's tensor of
   // that key when known (a dump's tensors take its shape, size-1 dimensions aside).
   std::function<Tensor(const std::string& key, const Tensor* like)> read;
+  // A case's reference: the conditioning it stores for a key (casefile/stored_tensor.h), which
+  // the expected errors are amplified by; unset or nullopt: none.
+  std::function<std::optional<StoredConditioning>(const std::string& key)> conditioning;
 };
 
 struct PairingRule {

@@ -85,9 +85,15 @@ void judge_expected(Verdicts& v, const TensorMetrics& m, const ExpectedError& e,
   const Verdict level = ratio > t.expected_fail ? Verdict::fail : ratio > t.expected_warn ? Verdict::warn : Verdict::pass;
   if (level == Verdict::pass) return;
   const double limit = level == Verdict::fail ? t.expected_fail : t.expected_warn;
-  if (m.rel_l2 / e.rel >= m.err_rel / e.elem)
-    v.add(level, fmt::format("rel_l2 {:.3g} = {:.3g}x the {:.3g} expected ({}) > {:g}x", m.rel_l2, ratio, e.rel,
-                             e.format, limit));
+  const double elem = e.conditioned() ? e.elem_ratio : m.err_rel / e.elem;
+  if (m.rel_l2 / e.rel >= elem)
+    v.add(level, fmt::format("rel_l2 {:.3g} = {:.3g}x the {:.3g} expected ({}{}) > {:g}x", m.rel_l2, ratio, e.rel,
+                             e.format, e.gain_l2 > 1.005 ? fmt::format(", conditioning {:.3g}x", e.gain_l2) : "",
+                             limit));
+  else if (e.conditioned())
+    v.add(level, fmt::format("err_rel {:.3g} at element {} = {:.3g}x the {:.3g} expected ({}{}) > {:g}x",
+                             e.elem_ratio * e.elem, e.elem_at, ratio, e.elem, e.format,
+                             e.gain_at > 1.005 ? fmt::format(", conditioning {:.3g}x there", e.gain_at) : "", limit));
   else
     v.add(level, fmt::format("err_rel {:.3g} at element {} = {:.3g}x the {:.3g} expected ({}) > {:g}x", m.err_rel,
                              m.argmax_err_rel, ratio, e.elem, e.format, limit));
@@ -98,7 +104,7 @@ void judge_expected(Verdicts& v, const TensorMetrics& m, const ExpectedError& e,
 double expected_ratio(const TensorMetrics& m, const ExpectedError& e) {
   // Both parts of E are > 0 by construction (no format is exact); a zero stays harmless.
   const double a = e.rel > 0 ? m.rel_l2 / e.rel : (m.rel_l2 > 0 ? kOff : 0.0);
-  const double b = e.elem > 0 ? m.err_rel / e.elem : (m.err_rel > 0 ? kOff : 0.0);
+  const double b = e.conditioned() ? e.elem_ratio : e.elem > 0 ? m.err_rel / e.elem : (m.err_rel > 0 ? kOff : 0.0);
   return std::max(a, b);
 }
 

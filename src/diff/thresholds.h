@@ -31,6 +31,9 @@
 // Routing tensors of a run that replayed the selections FAIL on their unexplained share
 // instead (RoutingMetrics::judged_share): explained flips changed nothing downstream.
 // "off" values are the ones that can never trigger (cosine -1, the others +inf).
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -116,6 +119,14 @@ struct ExpectedError {
   std::int64_t n_acc = 0;  // the accumulation length the local part counts
   std::string format;      // where the output is rounded ("bf16", "f32 stream", ...)
   std::string source;      // "formats" (a candidate stage) or "reference" (float64, mixed runs)
+  // The reference's conditioning (diff/conditioned_error.h), where the case stores it: G, by which
+  // `rel`'s inherited part was amplified; the element ratio the rows' gains give, the gain of the
+  // row that reached it and its element (elem is the expected err_rel there). NaN / -1: none.
+  double gain_l2 = 1.0;
+  double elem_ratio = std::numeric_limits<double>::quiet_NaN();
+  double gain_at = 1.0;
+  std::int64_t elem_at = -1;
+  bool conditioned() const { return !std::isnan(elem_ratio); }
 };
 // max(rel_l2 / E.rel, err_rel / E.elem): how many times the explained error the tensor carries.
 double expected_ratio(const TensorMetrics& m, const ExpectedError& e);

@@ -122,7 +122,8 @@ class MixedRun {
                          [&](const std::string& key, const Tensor*) {
                            const auto [stage, tensor] = split_key(key);
                            return have_ref(stage) ? read_ref(stage, tensor, true) : Tensor();
-                         }};
+                         },
+                         [&](const std::string& key) { return refs_.conditioning(key); }};
     const TensorSide cand{candidate_.name(), candidate_.name() + " ", [&](const std::string& key, const Tensor*) {
                             for (std::size_t k = 0; k < out.size(); ++k)
                               if (key == s.name + "/" + s.outputs[k]) return out[k];

@@ -58,6 +58,8 @@ TensorSide stored_side(const H5File& file, const std::string& group, std::shared
   side.read = [file, g, contract, by](const std::string& key, const Tensor*) {
     return read_stage_tensor(file, g, key, *contract, by);
   };
+  if (by == StoredBy::reference)
+    side.conditioning = [file, contract](const std::string& key) { return read_conditioning(file, key, *contract); };
   return side;
 }
 
