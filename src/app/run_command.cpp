@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "exec/measured_floor.h"
 #include "exec/candidate_dump.h"
 #include "exec/mixed_run.h"
 #include "app/envelope.h"
@@ -139,7 +140,13 @@ void print_local_ranking(const CompareResult& diff) {
 // An external implementation has no tdiff policy: --dump-policy names the formats it stores
 // in (a bf16 port: fixed), so its tensors get the tolerances from precision a backend's get;
 // without it they are judged by the scaled rule, as compare judges two dumps.
-void set_dump_expected(const RunCmd& c, const std::optional<CaseSession>& session, const CandidateDump& dump,
+void print_floor(const FloorRun& f) {
+  fmt::print("floor: emu under {} in {:.2f} s, the measured floor of {} tensors (a verdict needs both rules: "
+             "--measured-floor off for the a-priori one alone)\n",
+             f.label, f.seconds, f.rows);
+}
+
+void set_dump_expected(const RunCmd& c, std::optional<CaseSession>& session, const CandidateDump& dump,
                        CompareResult& diff) {
   if (c.dump_policy.empty()) {
     fmt::print("note: no --dump-policy, so no expected errors: judged by the scaled rule (tdiff compare's); "
@@ -150,6 +157,13 @@ void set_dump_expected(const RunCmd& c, const std::optional<CaseSession>& sessio
   Policy policy = Policy::load(c.dump_policy);
   policy.validate(session->stages);
   set_expected(diff, {&*session, &policy, dump.mode == "isolated" ? StageInputs::reference : StageInputs::run, nullptr});
+  // An isolated dump's stages read the reference's inputs, which a whole-model floor run does not.
+  if (c.measured_floor == "on" && dump.mode != "isolated") {
+    MixedRunOptions mo;
+    mo.compare = c.stages;
+    mo.replay_selections = dump.mode == "replay";
+    print_floor(attach_measured_floor(*session, policy, mo, diff));
+  }
 }
 
 int run_dump(RunCmd c) {
@@ -288,6 +302,10 @@ int run_run(RunCmd c) {
                "candidate's own choices there\n",
                r.not_replayed.size(), r.not_replayed.size() + r.replayed, r.not_replayed.front(),
                r.not_replayed.size() > 1 ? ", ..." : "");
+  if (c.measured_floor == "on") {
+    auto flooring = times.measure("measured floor");
+    print_floor(attach_measured_floor(session, policy, mo, r.diff));
+  }
   auto judging = times.measure("judge");
   judge(r.diff, thresholds);
   judging.stop();
@@ -300,7 +318,8 @@ int run_run(RunCmd c) {
                            r.replayed ? ", selections replayed from the reference" : "");
   info.command = fmt::format("tdiff run {}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), c.report.flags()) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
-                 " --run-id " + shell_quote(run_id) + (checked.changed.empty() ? "" : " --force");
+                 " --run-id " + shell_quote(run_id) + (checked.changed.empty() ? "" : " --force") +
+                 (c.measured_floor == "on" ? "" : " --measured-floor off");
   EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, candidate.get());
   auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
   add_run_facts(env, c.case_path, session.info.checksums, c.cand.seed, case_hash.get());

@@ -24,6 +24,8 @@ struct RunCmd {
   ReportOptions report;
   WeightCheckOptions weights;
   bool no_record = false;
+  // emu in the candidate's formats beside the run (exec/measured_floor.h): "on" or "off".
+  std::string measured_floor = "on";
 };
 
 // The command's work; returns its exit code (0 pass, 1 a FAIL verdict).

@@ -49,6 +49,12 @@ void setup_run(CLI::App& app) {
   for (const char* name :
        {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to", "--stats"})
     if (auto* o = cmd->get_option_no_throw(name)) dump->excludes(o);
+  cmd->add_option("--measured-floor", c->measured_floor,
+                  "on: also run emu in the candidate's storage and stream formats (every other knob correct) and hold "
+                  "each tensor to both rules, the a-priori expected error and the ratio to that floor (a dump: with "
+                  "--dump-policy); off: the a-priori rule alone (docs/design/tolerance-model.md)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   add_options(cmd, c->report);
   add_options(cmd, c->weights);
   cmd->add_flag("--no-record", c->no_record,

@@ -208,6 +208,7 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
       row.floor_rmse = it->second->metrics.rmse;
     }
     in.expected = row.expected ? &*row.expected : nullptr;
+    in.measured = row.measured_floor ? &*row.measured_floor : nullptr;
     row.tolerance_ratio = in.expected && !in.exact ? expected_ratio(row.metrics, *in.expected)
                                                    : std::numeric_limits<double>::quiet_NaN();
     row.thresholds = policy.for_tensor(row.stage, row.tensor);
@@ -216,6 +217,8 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
                                        : judge_tensor(in, row.thresholds);
     row.verdict = j.verdict;
     row.reason = j.reason;
+    row.decided_by = j.decided_by;
+    row.floor_ratio = j.floor_ratio;
     r.verdict = worst(r.verdict, j.verdict);
     if (j.verdict == Verdict::fail && r.first_fail < 0) r.first_fail = static_cast<int>(i);
   }

@@ -44,6 +44,12 @@ struct TensorDiff {
   // case's reference that stores one; diff/conditioned_error.h).
   std::optional<RowConditioning> conditioning;
   double tolerance_ratio = std::numeric_limits<double>::quiet_NaN();
+  // The measured floor's errors for this tensor (exec/measured_floor.h), and set by judge():
+  // the row's ratio to them and which rule decided its verdict ("a priori", "measured floor";
+  // empty without a tolerance verdict).
+  std::optional<MeasuredFloor> measured_floor;
+  double floor_ratio = std::numeric_limits<double>::quiet_NaN();
+  std::string decided_by;
 
   std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }
 };

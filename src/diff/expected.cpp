@@ -13,11 +13,8 @@ namespace tdiff {
 
 namespace {
 
-// The formats the port stores in: the storage format most of its stages use and the stream
-// format most of its stream stages use (the coarser one on a tie).
-struct PortFormats {
-  DType storage = DType::f32, stream = DType::f32;
-};
+}  // namespace
+
 PortFormats port_formats(const std::vector<Stage>& stages, const Policy& policy) {
   std::map<DType, int> storage, stream;
   for (const Stage& s : stages) {
@@ -36,6 +33,8 @@ PortFormats port_formats(const std::vector<Stage>& stages, const Policy& policy)
   };
   return {most(storage), most(stream)};
 }
+
+namespace {
 
 bool reduces_over_weights(const OpInfo& op) {
   return op.gemm || op.kind == OpKind::router || op.kind == OpKind::lm_head || op.kind == OpKind::hc_mix ||

@@ -26,6 +26,12 @@
 //   elem(t)    = E(t) sqrt(2 ln n_t): the largest of n_t errors of rms E (Gaussian tail), which
 //              err_rel (metrics.h) is judged against
 //
+// Conditioning: where the case stores the reference's (exec/conditioning.h, written by golden),
+// the inherited part is amplified by how sensitive the stage is at the reference's values:
+// E(t)^2 = local^2 + G^2 sum E_in^2 for rel_l2, and each row's g for its elements
+// (diff/conditioned_error.h). E_in is the larger of an input's rel_l2 and its typical element
+// error rel_elem (metrics.h), the error the probes perturb with.
+//
 // Only the formats the port stores values in enter: the storage format most of its stages
 // use and the stream format most of its stream stages use (a preset's, or a policy's global
 // setting). They are the port's design; a stage whose override stores differently from the
@@ -61,6 +67,12 @@ struct ExpectedSetup {
 };
 
 double unit_roundoff(DType t);
+// The formats the port stores in: the storage format most of its stages use and the stream
+// format most of its stream stages use (the coarser one on a tie).
+struct PortFormats {
+  DType storage = DType::f32, stream = DType::f32;
+};
+PortFormats port_formats(const std::vector<Stage>& stages, const Policy& policy);
 // The number of terms the stage's longest chain of sums adds: the reduction lengths of its
 // weights (a GEMM's K, summed over its GEMMs; a norm's width), attention's head width plus
 // the keys, the indexer's heads x head width, a pooling window; 1 for elementwise kinds.

@@ -45,6 +45,8 @@ constexpr std::array kFields{
     Field{"tolerance", &Thresholds::tolerance, 0, 1, false},
     Field{"expected_warn", &Thresholds::expected_warn},
     Field{"expected_fail", &Thresholds::expected_fail},
+    Field{"measured_warn", &Thresholds::measured_warn},
+    Field{"measured_fail", &Thresholds::measured_fail},
 };
 
 // Collects the reasons of the most severe level reached.
@@ -79,27 +81,50 @@ void judge_max_abs(Verdicts& v, Verdict level, const TensorMetrics& m, const Thr
                              m.max_abs_scaled * m.ref_at_max_abs_scaled, m.ref_at_max_abs_scaled, threshold));
 }
 
-// The tolerance rule: the error against what the candidate's formats explain.
-void judge_expected(Verdicts& v, const TensorMetrics& m, const ExpectedError& e, const Thresholds& t) {
+Verdict level_of(double ratio, double warn, double fail) {
+  return ratio > fail ? Verdict::fail : ratio > warn ? Verdict::warn : Verdict::pass;
+}
+
+// The tolerance rule: the error against what the candidate's formats explain and, with a
+// measured floor, against what emu in the same formats carries: a level needs both.
+void judge_expected(Verdicts& v, Judgement& j, const TensorMetrics& m, const ExpectedError& e, const MeasuredFloor* f,
+                    const Thresholds& t) {
   const double ratio = expected_ratio(m, e);
-  const Verdict level = ratio > t.expected_fail ? Verdict::fail : ratio > t.expected_warn ? Verdict::warn : Verdict::pass;
+  const Verdict a_priori = level_of(ratio, t.expected_warn, t.expected_fail);
+  Verdict level = a_priori;
+  j.decided_by = "a priori";
+  if (f) {
+    j.floor_ratio = measured_ratio(m, *f, e);
+    const Verdict measured = level_of(j.floor_ratio, t.measured_warn, t.measured_fail);
+    if (measured < a_priori) level = measured, j.decided_by = "measured floor";
+  }
   if (level == Verdict::pass) return;
   const double limit = level == Verdict::fail ? t.expected_fail : t.expected_warn;
+  const std::string floor =
+      f ? fmt::format("; {:.3g}x the measured floor ({}) > {:g}x", j.floor_ratio, f->label,
+                      level == Verdict::fail ? t.measured_fail : t.measured_warn)
+        : "";
   const double elem = e.conditioned() ? e.elem_ratio : m.err_rel / e.elem;
   if (m.rel_l2 / e.rel >= elem)
-    v.add(level, fmt::format("rel_l2 {:.3g} = {:.3g}x the {:.3g} expected ({}{}) > {:g}x", m.rel_l2, ratio, e.rel,
+    v.add(level, fmt::format("rel_l2 {:.3g} = {:.3g}x the {:.3g} expected ({}{}) > {:g}x{}", m.rel_l2, ratio, e.rel,
                              e.format, e.gain_l2 > 1.005 ? fmt::format(", conditioning {:.3g}x", e.gain_l2) : "",
-                             limit));
+                             limit, floor));
   else if (e.conditioned())
-    v.add(level, fmt::format("err_rel {:.3g} at element {} = {:.3g}x the {:.3g} expected ({}{}) > {:g}x",
+    v.add(level, fmt::format("err_rel {:.3g} at element {} = {:.3g}x the {:.3g} expected ({}{}) > {:g}x{}",
                              e.elem_ratio * e.elem, e.elem_at, ratio, e.elem, e.format,
-                             e.gain_at > 1.005 ? fmt::format(", conditioning {:.3g}x there", e.gain_at) : "", limit));
+                             e.gain_at > 1.005 ? fmt::format(", conditioning {:.3g}x there", e.gain_at) : "", limit,
+                             floor));
   else
-    v.add(level, fmt::format("err_rel {:.3g} at element {} = {:.3g}x the {:.3g} expected ({}) > {:g}x", m.err_rel,
-                             m.argmax_err_rel, ratio, e.elem, e.format, limit));
+    v.add(level, fmt::format("err_rel {:.3g} at element {} = {:.3g}x the {:.3g} expected ({}) > {:g}x{}", m.err_rel,
+                             m.argmax_err_rel, ratio, e.elem, e.format, limit, floor));
 }
 
 }  // namespace
+
+double measured_ratio(const TensorMetrics& m, const MeasuredFloor& f, const ExpectedError& e) {
+  const double a = m.rel_l2 / std::max(f.rel_l2, e.local), b = m.err_rel / std::max(f.err_rel, e.local);
+  return std::max(std::isnan(a) ? 0.0 : a, std::isnan(b) ? 0.0 : b);
+}
 
 double expected_ratio(const TensorMetrics& m, const ExpectedError& e) {
   // Both parts of E are > 0 by construction (no format is exact); a zero stays harmless.
@@ -207,6 +232,7 @@ static void judge_routing(Verdicts& v, const RoutingMetrics& routing, const Thre
 
 Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   Verdicts v;
+  Judgement j;
   const TensorMetrics& m = *in.metrics;
   if (in.exact) {
     if (in.routing) {
@@ -221,7 +247,7 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   if (m.new_nonfinite > 0) v.add(Verdict::fail, fmt::format("{} NaN/Inf not in the reference", m.new_nonfinite));
   if (m.cosine < t.cosine_fail) v.add(Verdict::fail, fmt::format("cosine {:.6g} < {:g}", m.cosine, t.cosine_fail));
   const bool tolerance = t.tolerance != 0.0 && in.expected;
-  if (tolerance) judge_expected(v, m, *in.expected, t);
+  if (tolerance) judge_expected(v, j, m, *in.expected, in.measured, t);
   else judge_max_abs(v, Verdict::fail, m, t, t.max_abs_fail);
   if (m.rel_l2 >= t.rel_l2_fail) v.add(Verdict::fail, fmt::format("rel_l2 {:.3g} >= {:g}", m.rel_l2, t.rel_l2_fail));
   if (in.logits) {
@@ -238,7 +264,10 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   if (m.cosine < t.cosine_warn) v.add(Verdict::warn, fmt::format("cosine {:.6g} < {:g}", m.cosine, t.cosine_warn));
   if (!tolerance) judge_max_abs(v, Verdict::warn, m, t, t.max_abs_warn);
   if (m.rel_l2 >= t.rel_l2_warn) v.add(Verdict::warn, fmt::format("rel_l2 {:.3g} >= {:g}", m.rel_l2, t.rel_l2_warn));
-  return v.result();
+  const Judgement out = v.result();
+  j.verdict = out.verdict;
+  j.reason = out.reason;
+  return j;
 }
 
 }  // namespace tdiff

@@ -64,6 +64,8 @@ struct Thresholds {
   double tolerance = 1.0;      // a switch: 1 judge against the expected error where known, 0 never
   double expected_warn = 4.0;  // ratio to the expected error
   double expected_fail = 8.0;
+  double measured_warn = 2.0;  // ratio to the measured floor (flash-attention's tests use 2)
+  double measured_fail = 4.0;
   Thresholds();
 };
 
@@ -131,10 +133,27 @@ struct ExpectedError {
 // max(rel_l2 / E.rel, err_rel / E.elem): how many times the explained error the tensor carries.
 double expected_ratio(const TensorMetrics& m, const ExpectedError& e);
 
-// The verdict of one tensor, with a short reason naming the rules that fired.
+// The measured floor (flash-attention's test rule): tdiff's emu in the candidate's own storage
+// and stream formats with every other knob correct, run on the same inputs and judged against
+// the same reference (exec/measured_floor.h). With one, a tolerance verdict needs both rules:
+// the error beyond the a-priori limit (expected_warn / expected_fail) and beyond
+// measured_warn / measured_fail times what the floor itself carries.
+struct MeasuredFloor {
+  double rel_l2 = 0.0, err_rel = 0.0;
+  std::string label;  // the floor's policy, e.g. "fixed + *:storage=bf16 + *:stream=fp32"
+};
+// max(rel_l2 / floor rel_l2, err_rel / floor err_rel), each floor no lower than the stage's own
+// a-priori rounding (a bit-exact floor would make every difference infinite).
+double measured_ratio(const TensorMetrics& m, const MeasuredFloor& f, const ExpectedError& e);
+
+// The verdict of one tensor, with a short reason naming the rules that fired; for a tolerance
+// verdict, which rule decided it ("a priori", or "measured floor" where the floor lowered it)
+// and the ratio to the floor (NaN without one).
 struct Judgement {
   Verdict verdict = Verdict::pass;
   std::string reason;
+  std::string decided_by;
+  double floor_ratio = std::numeric_limits<double>::quiet_NaN();
 };
 struct JudgeInput {
   const TensorMetrics* metrics = nullptr;
@@ -143,6 +162,7 @@ struct JudgeInput {
   bool exact = false;                        // integer/boolean tensors
   const TensorMetrics* floor = nullptr;      // the noise-floor run's metrics, if any
   const ExpectedError* expected = nullptr;   // the error the candidate's formats explain, if known
+  const MeasuredFloor* measured = nullptr;   // the measured floor, if run
 };
 Judgement judge_tensor(const JudgeInput& in, const Thresholds& t);
 

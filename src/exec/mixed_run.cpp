@@ -129,7 +129,8 @@ class MixedRun {
                               if (key == s.name + "/" + s.outputs[k]) return out[k];
                             const auto it = cand_scores_.find(key);
                             return it == cand_scores_.end() ? Tensor() : it->second;
-                          }};
+                          },
+                          nullptr};
     pair_stage(s, ref, cand, rule_, result_.diff);
   }
 

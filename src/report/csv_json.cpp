@@ -61,6 +61,16 @@ void add_expected_columns(std::vector<Column>& c) {
   c.push_back({"expected_elem", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? full(e(d)->elem) : ""; }});
   c.push_back({"expected_ratio", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? full(d.tolerance_ratio) : ""; }});
   c.push_back({"expected_format", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? csv_field(e(d)->format) : ""; }});
+  // The reference's conditioning (G, and the gain of the row that decided the element ratio)
+  // and the measured floor: its ratio and which rule decided the verdict.
+  c.push_back({"conditioning", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? full(e(d)->gain_l2) : ""; }});
+  c.push_back({"conditioning_at_err", [e](const TensorDiff& d, const CompareResult&) {
+                 return e(d) && e(d)->conditioned() ? full(e(d)->gain_at) : "";
+               }});
+  c.push_back({"floor_ratio", [](const TensorDiff& d, const CompareResult&) {
+                 return std::isnan(d.floor_ratio) ? "" : full(d.floor_ratio);
+               }});
+  c.push_back({"decided_by", [](const TensorDiff& d, const CompareResult&) { return csv_field(d.decided_by); }});
   c.push_back({"err_at", [](const TensorDiff& d, const CompareResult& r) {
                  return csv_field(location_text(d.stage, d.shape, report::where_text(r, d).empty() ? -1 : d.metrics.argmax_err_rel, r.seq));
                }});
@@ -127,7 +137,14 @@ nlohmann::json expected_json(const TensorDiff& d) {
   const ExpectedError& e = *d.expected;
   return {{"rel", number(e.rel)}, {"elem", number(e.elem)}, {"local", number(e.local)},
           {"inherited", number(e.inherited)}, {"n_acc", e.n_acc}, {"format", e.format}, {"source", e.source},
-          {"ratio", number(d.tolerance_ratio)}};
+          {"ratio", number(d.tolerance_ratio)}, {"conditioning", number(e.gain_l2)},
+          {"conditioning_at_err", e.conditioned() ? number(e.gain_at) : nlohmann::json()},
+          {"measured_floor", d.measured_floor ? nlohmann::json{{"rel_l2", number(d.measured_floor->rel_l2)},
+                                                               {"err_rel", number(d.measured_floor->err_rel)},
+                                                               {"policy", d.measured_floor->label},
+                                                               {"ratio", number(d.floor_ratio)}}
+                                              : nlohmann::json()},
+          {"decided_by", d.decided_by}};
 }
 
 // The largest error's element: flat index, named position and both values.

@@ -451,5 +451,24 @@ TEST(DiffMetricFields, EveryFieldHasARow) {
   }
 }
 
+// rel_elem: where a tensor's largest values are exact and the rest carry a relative error,
+// rel_l2 sees almost none of it and rel_elem all of it (the trained profile's massive
+// activations, bf16-exact, beside rounded ordinary channels).
+TEST(DiffMetrics, RelElemSeesTheErrorOfOrdinaryElementsBesideExactMassiveOnes) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> z;
+  const std::int64_t n = 4096;
+  Tensor r(DType::f64, {n}), c(DType::f64, {n});
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool massive = i % 64 == 0;
+    r.data<double>()[i] = massive ? 1024.0 : z(rng);
+    c.data<double>()[i] = massive ? 1024.0 : r.data<double>()[i] * (1.0 + 1e-3 * z(rng));
+  }
+  const TensorMetrics m = tensor_metrics(r, c);
+  EXPECT_LT(m.rel_l2, 1e-4);
+  EXPECT_NEAR(m.rel_elem, 1e-3, 0.15e-3);
+  EXPECT_EQ(tensor_metrics(r, r).rel_elem, 0.0);
+}
+
 }  // namespace
 }  // namespace tdiff

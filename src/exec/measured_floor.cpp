@@ -1,0 +1,59 @@
+#include "exec/measured_floor.h"
+
+#include <map>
+
+#include "diff/expected.h"
+#include "emu/emu_backend.h"
+#include "refcpu/refcpu_backend.h"
+
+namespace tdiff {
+
+namespace {
+
+std::string knob_value(DType t) {
+  switch (t) {
+    case DType::bf16: return "bf16";
+    case DType::f16: return "fp16";
+    case DType::f8_e4m3: return "fp8";
+    default: return "fp32";
+  }
+}
+
+}  // namespace
+
+Policy floor_policy(const std::vector<Stage>& stages, const Policy& candidate) {
+  const PortFormats port = port_formats(stages, candidate);
+  Policy p = Policy::preset("fixed");
+  p.add_set("storage=" + knob_value(port.storage));
+  p.add_set("stream=" + knob_value(port.stream));
+  return p;
+}
+
+FloorRun attach_measured_floor(CaseSession& session, const Policy& candidate, const MixedRunOptions& mo,
+                               CompareResult& diff) {
+  const Policy policy = floor_policy(session.stages, candidate);
+  emu::EmuBackend floor(policy, 0);
+  refcpu::RefCpuBackend reference;
+  MixedRunOptions o;
+  o.compare = mo.compare;
+  o.diff = mo.diff;
+  o.replay_selections = mo.replay_selections;
+  RunContext ctx = session.context();
+  const std::vector<bool> all(session.stages.size(), true);
+  const MixedRunResult r = run_mixed(session, floor, reference, all, ctx, o);
+  std::map<std::string, const TensorDiff*> by_key;
+  for (const auto& row : r.diff.rows) by_key[row.key()] = &row;
+  FloorRun out;
+  out.label = policy.describe();
+  out.seconds = r.seconds;
+  for (auto& row : diff.rows) {
+    if (!(row.kind == TensorKind::values || row.kind == TensorKind::logits)) continue;
+    const auto it = by_key.find(row.key());
+    if (it == by_key.end()) continue;
+    row.measured_floor = MeasuredFloor{it->second->metrics.rel_l2, it->second->metrics.err_rel, out.label};
+    ++out.rows;
+  }
+  return out;
+}
+
+}  // namespace tdiff
