@@ -18,10 +18,16 @@ struct CaseRequest {
   std::int64_t pad_to = 0;  // 0: the longest prompt
   bool pad_left = false;
   std::uint64_t seed = 0;   // recorded: where the prompts came from
+  bool replace = false;     // an existing file at `out` is replaced (case new --force; ci's own cache)
 };
 
+// A case file written over an existing one takes its reference and recorded runs with it (a
+// 7 MB case became 5 KB): InputError naming `out` when something is there, unless `replace`.
+void check_case_target(const std::string& out, bool replace);
+
 // Writes the case file `out` (the model's config and weight checksums, the padded inputs) and
-// returns what it holds. Prompts are checked against the model's vocabulary (InputError).
+// returns what it holds. Prompts are checked against the model's vocabulary (InputError); an
+// existing `out` is refused unless request.replace (check_case_target).
 CaseInfo make_case(const CaseRequest& request, const std::string& out);
 
 // `tdiff case seal`: records the current checksum of a case edited outside tdiff (h5py, HDF5
@@ -36,6 +42,9 @@ Sealed seal_case(const std::string& path);
 
 struct ReferenceRequest {
   std::string stages;                       // store only these (globs; empty: every stage)
+  // With `stages`: the stored stages they do not match stay as they are (false: /reference
+  // holds these stages only, golden --force over a reference of another tie rule or weights).
+  bool keep_others = true;
   TieRule tie_rule = TieRule::lowest_index;
   std::function<void(std::size_t index, const Stage&)> progress;
   std::string weights_note;                 // the weight check's note for the record ("" none)
@@ -45,12 +54,14 @@ struct ReferenceRequest {
 
 struct ReferenceWritten {
   std::size_t stages = 0, tensors = 0;
+  std::size_t kept = 0;  // stored stages left as they were (ReferenceRequest::keep_others)
   double seconds = 0;  // computing the stages
   std::string run_id;  // of the reference's environment record
 };
 
 // Runs every stage on refcpu and stores the chosen ones under /reference of the session's case
-// (replacing what was there), with the reference's environment record.
+// (replacing those stages, and the others unless keep_others), with the reference's
+// environment record.
 ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& request);
 
 }  // namespace tdiff::app
