@@ -162,7 +162,13 @@ TEST_F(CliVerdicts, PaddingIsCountedAlikeForBackendsAndDumps) {
       if (!row.contains(stat)) continue;
       ++per_token;
       ASSERT_TRUE(by_key.count(key)) << key;
-      EXPECT_EQ(row.at(stat), by_key[key].at(stat)) << key << " " << stat;
+      // The worst tokens' indices are among all tokens for a backend (its locations) and among
+      // the real ones for a dump (compacted); the statistics themselves are the same.
+      nlohmann::json a = row.at(stat), b = by_key[key].at(stat);
+      for (auto* j : {&a, &b})
+        if (j->contains("worst_tokens"))
+          for (auto& t : j->at("worst_tokens")) t.erase("token");
+      EXPECT_EQ(a, b) << key << " " << stat;
       EXPECT_EQ(row.at(stat).at("tokens"), 66) << key;
     }
   }
