@@ -161,7 +161,7 @@ TEST_F(CliHygiene, TerminalSummaryPrintsLogitsAgreement) {
   const auto row = csv_rows(path("rep/report.csv")).at("lm_head/logits");
   const std::string lines = fmt::format(
       "\nlogits      lm_head/logits: KL mean {:.3g}, p99 {:.3g}, max {:.3g}\n"
-      "            top-1 agreement {:.2f}% of 96 tokens, top-10 overlap {:.2f}%\n",
+      "            top-1 agreement {:.2f}% of 88 real tokens (8 padding tokens left out), top-10 overlap {:.2f}%\n",
       std::stod(row.at("kl_mean")), std::stod(row.at("kl_p99")), std::stod(row.at("kl_max")),
       100 * std::stod(row.at("top1_agree")), 100 * std::stod(row.at("topk_overlap_mean")));
   EXPECT_NE(r.out.find(lines), std::string::npos) << lines << r.out;
