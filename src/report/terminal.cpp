@@ -131,9 +131,12 @@ void print_terminal(std::FILE* out, const CompareResult& r, const RunInfo& info,
   }
   flush_hidden();
 
-  // The verdict word coloured, the rest as verdict_line words it.
+  // The verdict word coloured, the rest as verdict_line words it; the one-sided counts on a
+  // line of their own, to stay within 100 columns.
   const std::string line = report::verdict_line(r), name = verdict_name(r.verdict);
-  fmt::print(out, "\nverdict {}{}\n", p.verdict(r.verdict), line.substr(name.size()));
+  const std::size_t one_sided = line.find("; ");
+  fmt::print(out, "\nverdict {}{}\n", p.verdict(r.verdict), line.substr(name.size(), one_sided - name.size()));
+  if (one_sided != std::string::npos) fmt::print(out, "{:12}{}\n", "", line.substr(one_sided + 2));
   for (const auto& d : r.rows)
     if (d.logits)
       fmt::print(out, "logits      {}: KL mean {}, p99 {}, max {}\n{:12}top-1 agreement {:.2f}% of {} {}tokens{}, top-10 overlap {:.2f}%{}\n",
