@@ -3,8 +3,11 @@
 #include <chrono>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "backend/executor.h"
 #include "base/file_lock.h"
+#include "base/error.h"
 #include "base/file_seal.h"
 #include "casefile/h5_common.h"
 #include "casefile/env_record.h"
@@ -14,7 +17,16 @@
 
 namespace tdiff::app {
 
+void check_case_target(const std::string& out, bool replace) {
+  std::error_code ec;
+  if (replace || !std::filesystem::exists(std::filesystem::symlink_status(out, ec))) return;
+  input_error("{}: already exists (a case's reference and recorded runs would be lost); pass --force to replace it, "
+              "or choose another -o",
+              out);
+}
+
 CaseInfo make_case(const CaseRequest& request, const std::string& out) {
+  check_case_target(out, request.replace);
   CaseInfo info = case_for_model(request.model_dir);
   info.batch = pad_prompts(request.prompts, request.pad_to, request.pad_left, info.config.vocab_size);
   info.seed = request.seed;
@@ -76,9 +88,20 @@ ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& r
   TensorMap env;
   put_inputs(session.info.batch, env);
   CaseUpdate update(session.path);
-  update.clear_reference();
   ReferenceWritten written;
   written.stages = session.stages.size();
+  if (request.stages.empty() || !request.keep_others) {
+    update.clear_reference();
+  } else {
+    for (const auto& stage : reference_stages(session.path)) {
+      if (pattern_matches(request.stages, stage)) {
+        update.writer().remove("/reference/" + stage);
+        update.writer().remove("/conditioning/" + stage);  // rewritten with the stage
+      } else {
+        ++written.kept;
+      }
+    }
+  }
   ExecutorHooks hooks;
   hooks.on_stage = [&](const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
     if (request.progress) request.progress(i, s);
@@ -95,6 +118,7 @@ ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& r
   rec.extra["tie_rule"] = rule;
   rec.extra["blas"] = refcpu::blas_core();
   rec.extra["stages"] = request.stages.empty() ? "*" : request.stages;
+  if (written.kept) rec.extra["kept"] = fmt::format("{} stored stages of {}", written.kept, update.reference_id());
   add_case_facts(rec, session.path, session.info.checksums);
   if (!request.weights_note.empty()) rec.extra["weights"] = request.weights_note;
   update.put_env(written.run_id, rec);

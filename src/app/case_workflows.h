@@ -19,10 +19,16 @@ struct CaseRequest {
   std::int64_t pad_to = 0;  // 0: the longest prompt
   bool pad_left = false;
   std::uint64_t seed = 0;   // recorded: where the prompts came from
+  bool replace = false;     // an existing file at `out` is replaced (case new --force; ci's own cache)
 };
 
+// A case file written over an existing one takes its reference and recorded runs with it (a
+// 7 MB case became 5 KB): InputError naming `out` when something is there, unless `replace`.
+void check_case_target(const std::string& out, bool replace);
+
 // Writes the case file `out` (the model's config and weight checksums, the padded inputs) and
-// returns what it holds. Prompts are checked against the model's vocabulary (InputError).
+// returns what it holds. Prompts are checked against the model's vocabulary (InputError); an
+// existing `out` is refused unless request.replace (check_case_target).
 CaseInfo make_case(const CaseRequest& request, const std::string& out);
 
 // `tdiff case seal`: records the current checksum of a case edited outside tdiff (h5py, HDF5
@@ -37,6 +43,9 @@ Sealed seal_case(const std::string& path);
 
 struct ReferenceRequest {
   std::string stages;                       // store only these (globs; empty: every stage)
+  // With `stages`: the stored stages they do not match stay as they are (false: /reference
+  // holds these stages only, golden --force over a reference of another tie rule or weights).
+  bool keep_others = true;
   TieRule tie_rule = TieRule::lowest_index;
   // Probes of each stage's conditioning stored beside it (exec/conditioning.h; 0: none, and the
   // tolerance model then takes every stage as well conditioned).
@@ -49,6 +58,7 @@ struct ReferenceRequest {
 
 struct ReferenceWritten {
   std::size_t stages = 0, tensors = 0;
+  std::size_t kept = 0;  // stored stages left as they were (ReferenceRequest::keep_others)
   double seconds = 0;  // computing the stages
   double conditioning_seconds = 0;  // of which probing their conditioning
   std::size_t conditioned = 0;      // float outputs with a conditioning stored
@@ -56,7 +66,8 @@ struct ReferenceWritten {
 };
 
 // Runs every stage on refcpu and stores the chosen ones under /reference of the session's case
-// (replacing what was there), with the reference's environment record.
+// (replacing those stages, and the others unless keep_others), with the reference's
+// environment record.
 ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& request);
 
 }  // namespace tdiff::app

@@ -193,6 +193,7 @@ void build_case(const Suite& suite, const SuiteCase& c, const std::string& model
   request.pad_to = c.pad_to;
   request.pad_left = c.pad_side == "left";
   request.seed = c.seed;
+  request.replace = true;  // the cache's own file, rebuilt when it is not marked done
   app::make_case(request, out);
   CaseSession session = open_session(out);
   app::write_reference(session, {});

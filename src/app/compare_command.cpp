@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/envelope.h"
+#include "app/report_options.h"
 #include "app/shell.h"
 #include "model/config.h"
 #include "casefile/env_record.h"
@@ -19,6 +20,7 @@
 #include "formats/safetensors.h"
 #include "model/stage_graph.h"
 #include "diff/compare.h"
+#include "exec/candidate_dump.h"
 #include "exec/saved_run.h"
 #include "diff/thresholds.h"
 #include "report/report.h"
@@ -32,21 +34,23 @@ std::string default_group(const std::string& file) {
   return h5_exists(file, "/reference") ? "/reference" : "/";
 }
 
-// Model order from the case file's model config; empty when neither file has one.
-std::vector<std::string> stage_order_of(const std::vector<std::string>& files) {
+// The stages of the model of the first file with a model config (a case file); none when neither has one.
+std::optional<std::vector<Stage>> known_stages(const std::vector<std::string>& files) {
   for (const auto& f : files) {
     try {
-      const auto attrs = h5_read_attrs(f, "/");
-      auto it = attrs.find("model_config");
-      if (it == attrs.end()) continue;
-      std::vector<std::string> names;
-      for (const auto& s : build_stages(parse_config_text(it->second, f + ":/model_config"))) names.push_back(s.name);
-      return names;
+      if (auto stages = case_stages(f)) return stages;
     } catch (const std::exception&) {
       // Not a case file, or an unreadable config: fall back to the order by name.
     }
   }
-  return {};
+  return std::nullopt;
+}
+
+std::vector<std::string> stage_order_of(const std::optional<std::vector<Stage>>& stages) {
+  std::vector<std::string> names;
+  if (stages)
+    for (const auto& s : *stages) names.push_back(s.name);
+  return names;
 }
 
 // The weight checksums a case file records ("sha256:<file>" root attributes); none in other dumps.
@@ -142,6 +146,28 @@ EnvRecord compare_env(const CompareCmd& c) {
   return env;
 }
 
+// A saved run is compared as the run judged it: its --stages and thresholds, unless the
+// command gives its own (then the verdicts are the command's, not the run's).
+void adopt_run_settings(CompareCmd& c, const SavedRun& run) {
+  if (c.stages.empty() && !run.stages.empty()) {
+    c.stages = run.stages;
+    fmt::print("stages      the run's --stages '{}' (pass --stages for others)\n", run.stages);
+  }
+  if (!c.thresholds.empty() || !c.overrides.empty() || (run.thresholds.empty() && run.threshold_overrides.empty()))
+    return;
+  if (!run.thresholds.empty() && !named_thresholds(run.thresholds) && !std::filesystem::is_regular_file(run.thresholds)) {
+    fmt::print("note: the run's thresholds file {} is gone: judged by the default thresholds, which the run was not\n",
+               run.thresholds);
+    return;
+  }
+  c.thresholds = run.thresholds;
+  c.overrides = run.threshold_overrides;
+  ReportOptions shown;
+  shown.thresholds = c.thresholds;
+  shown.overrides = c.overrides;
+  fmt::print("thresholds  the run's:{} (pass --thresholds or --threshold for others)\n", shown.flags());
+}
+
 }  // namespace
 
 // The command that reproduces this comparison, every default spelled out.
@@ -163,6 +189,8 @@ int run_compare(CompareCmd c) {
     if (!std::filesystem::is_regular_file(*f)) input_error("file not found: {}", *f);
   if (c.group_a.empty()) c.group_a = default_group(c.file_a);
   if (c.group_b.empty()) c.group_b = default_group(c.file_b);
+  const std::optional<SavedRun> saved = read_saved_run(c.file_b, c.group_b);
+  if (saved) adopt_run_settings(c, *saved);
 
   ThresholdPolicy policy = c.thresholds.empty() ? ThresholdPolicy{} : load_thresholds(c.thresholds);
   for (const auto& o : c.overrides) add_threshold_override(policy, o);
@@ -170,11 +198,16 @@ int run_compare(CompareCmd c) {
 
   CompareOptions opt;
   opt.stages = c.stages;
-  opt.stage_order = stage_order_of({c.file_a, c.file_b});
+  const std::optional<std::vector<Stage>> model = known_stages({c.file_a, c.file_b});
+  opt.stage_order = stage_order_of(model);
+  if (model) {  // a stage B names is there whole, where A holds it (a dump lacking lm_head/logits is no PASS)
+    const std::vector<std::string> a_keys = list_keys(c.file_a, c.group_a);
+    const std::set<std::string> in_a(a_keys.begin(), a_keys.end());
+    check_named_stages(H5File(c.file_b), c.group_b, *model, [&](const std::string& key) { return in_a.count(key) > 0; });
+  }
   if (c.rel_floor) opt.metrics.rel_floor = *c.rel_floor;
   // Tensors a run saved (tdiff run --save) against its case: paired stage by stage and judged as
   // that run judged them (its selection mode, its policy's expected errors, the routing bias).
-  const std::optional<SavedRun> saved = read_saved_run(c.file_b, c.group_b);
   const std::optional<std::vector<Stage>> stages = saved ? case_stages(c.file_a) : std::nullopt;
   std::optional<CaseSession> session;
   if (stages) {

@@ -20,6 +20,31 @@ namespace tdiff::app {
 
 namespace {
 
+// A golden of some stages keeps the stored stages it does not recompute. Kept beside stages of
+// another tie rule or other weights they would make one reference of two: then they are
+// dropped, which takes --force (a real-width reference costs minutes and tens of GB).
+bool keep_other_stages(const GoldenOptions& o, const WeightCheck& checked) {
+  if (o.stages.empty()) return true;  // every stage recomputed: nothing to keep or drop
+  std::size_t others = 0;
+  for (const auto& stage : reference_stages(o.case_path)) others += !pattern_matches(o.stages, stage);
+  if (!others) return true;
+  const auto attrs = h5_read_attrs(o.case_path, "/reference");
+  const auto tie = attrs.find("tie_rule");
+  std::string why;
+  if (tie != attrs.end() && tie->second != o.tie_rule)
+    why = fmt::format("stored under tie rule {}, recomputed under {}", tie->second, o.tie_rule);
+  else if (!checked.changed.empty())
+    why = "stored from the weights the case recorded, which changed";
+  if (why.empty()) return true;
+  if (!o.weights.force)
+    input_error("{}: golden --stages '{}' would drop the {} stored stages it does not recompute ({}); pass --force to "
+                "keep only the recomputed ones, or run golden without --stages",
+                o.case_path, o.stages, others, why);
+  fmt::print(stderr, "tdiff: warning: {}: dropping the {} stored stages golden does not recompute ({}; --force)\n",
+             o.case_path, others, why);
+  return false;
+}
+
 }  // namespace
 
 // --verify: recompute every stage from the stored inputs and report how far this build's
@@ -67,6 +92,7 @@ int run_golden(const GoldenOptions& o) {
   Progress progress("golden", session.stages.size());
   app::ReferenceRequest request;
   request.stages = o.stages;
+  request.keep_others = keep_other_stages(o, checked);
   request.tie_rule = parse_tie_rule(o.tie_rule);
   request.conditioning_probes = o.conditioning_probes;
   request.progress = [&](std::size_t i, const Stage& s) { progress.step(i + 1, s.name); };
@@ -82,9 +108,10 @@ int run_golden(const GoldenOptions& o) {
   };
   const app::ReferenceWritten written = app::write_reference(session, request);
   progress.finish(fmt::format("golden: {} stages computed in {:.2f} s ({:.2f} s of them probing the conditioning of {} "
-                              "tensors), {} tensors stored under /reference of {}",
+                              "tensors), {} tensors stored under /reference of {}{}",
                               written.stages, written.seconds, written.conditioning_seconds, written.conditioned,
-                              written.tensors, o.case_path));
+                              written.tensors, o.case_path,
+                              written.kept ? fmt::format(" ({} stored stages kept)", written.kept) : ""));
   return 0;
 }
 

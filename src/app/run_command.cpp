@@ -12,6 +12,7 @@
 #include "exec/measured_floor.h"
 #include "exec/candidate_dump.h"
 #include "exec/mixed_run.h"
+#include "exec/saved_run.h"
 #include "app/envelope.h"
 #include "app/candidate.h"
 #include "app/progress.h"
@@ -331,10 +332,13 @@ int run_run(RunCmd c) {
   stats.stop();
   c.report.print(r.diff, info);
   auto saving = times.measure("save");
+  // What the run was judged under, for a compare of its saved tensors (exec/saved_run.h).
+  SavedRun judged{c.cand.backend, policy.describe(), c.selections, c.stages, {}, c.report.overrides};
+  if (!c.report.thresholds.empty())
+    judged.thresholds = named_thresholds(c.report.thresholds) ? c.report.thresholds : absolute_path(c.report.thresholds);
   if (save_file.writer) {
-    for (const auto& [k, v] : std::map<std::string, std::string>{{"case", absolute_path(c.case_path)}, {"backend", c.cand.backend},
-                                                                 {"policy", policy.describe()}, {"selections", c.selections}})
-      save_file.writer->set_attr("/runs/" + run_id, k, v);
+    save_file.writer->set_attr("/runs/" + run_id, "case", absolute_path(c.case_path));
+    for (const auto& [k, v] : judged.attrs()) save_file.writer->set_attr("/runs/" + run_id, k, v);
     save_file.writer->commit();
     save_file.lock.reset();
   }
@@ -345,8 +349,7 @@ int run_run(RunCmd c) {
   c.report.write(r.diff, info);  // before the record: a report that cannot be written leaves the case as it was
   reports.stop();
   auto recording_end = times.measure("record");
-  record.commit(run_id, env, {{"backend", c.cand.backend}, {"policy", policy.describe()}, {"selections", c.selections}},
-                r.diff, !c.save, &checked);
+  record.commit(run_id, env, judged.attrs(), r.diff, !c.save, &checked);
   if (sink) fmt::print("saved       candidate tensors under {}:/runs/{}\n", c.save_to.empty() ? c.case_path : c.save_to, run_id);
   recording_end.stop();
 

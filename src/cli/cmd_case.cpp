@@ -21,10 +21,12 @@ struct CaseNewOptions {
   std::int64_t pad_to = 0;
   std::string pad_side = "right";
   std::string output;
+  bool force = false;
 };
 
 void run_case_new(const CaseNewOptions& o) {
   if (o.tokens.empty() && o.random_prompts == 0) throw CLI::RequiredError("--tokens or --random-prompts");
+  app::check_case_target(o.output, o.force);  // before the weights are hashed
   // Config and prompts first: their errors are cheap to find, hashing the weights is not.
   CaseInfo info = case_for_model(o.model);
   const auto vocab = info.config.vocab_size;
@@ -43,6 +45,7 @@ void run_case_new(const CaseNewOptions& o) {
   request.pad_to = o.pad_to;
   request.pad_left = o.pad_side == "left";
   request.seed = o.seed;
+  request.replace = o.force;
   info = app::make_case(request, o.output);
   fmt::print("{}: {} prompts x {} tokens ({} padding), model {}\n", o.output, info.batch.rows(), info.batch.seq(),
              o.pad_side, info.model_path);
@@ -77,7 +80,9 @@ void setup_case(CLI::App& app) {
   sub->add_option("--pad-side", o->pad_side, "Where padding goes")
       ->check(CLI::IsMember({"right", "left"}))
       ->capture_default_str();
-  sub->add_option("-o,--output", o->output, "Case file to write (atomically)")->required();
+  sub->add_option("-o,--output", o->output, "Case file to write (atomically); an existing file is kept unless --force")
+      ->required();
+  sub->add_flag("--force", o->force, "replace an existing file at --output (its reference and recorded runs are lost)");
   sub->footer(
       "Examples:\n"
       "  tdiff case new --model tiny-model --tokens cases/tiny/prompts.txt --seed 1 --pad-to 48 -o tiny.h5\n"

@@ -15,12 +15,13 @@ void setup_golden(CLI::App& app) {
   cmd->footer(
       "Example:\n"
       "  tdiff golden case.h5\n"
-      "  tdiff golden case.h5 --stages 'L0[2-4].attn.*,lm_head'\n"
+      "  tdiff golden case.h5 --stages 'L0[2-4].attn.*,lm_head'   # the other stored stages stay\n"
       "  tdiff golden case.h5 --tie-rule torch-cpu   # break top-k ties as torch does on the CPU\n"
       "  tdiff golden case.h5 --verify   # a reference made elsewhere: each stage's own difference from this build");
   cmd->add_option("case", o->case_path, "case file (tdiff case new)")->required();
   cmd->add_option("--model", o->model_dir, "model folder (default: the path the case records)");
-  cmd->add_option("--stages", o->stages, "store only stages matching these globs (comma-separated)");
+  cmd->add_option("--stages", o->stages,
+                  "recompute only stages matching these globs (comma-separated); the other stored stages are kept");
   cmd->add_option("--tie-rule", o->tie_rule, "top-k tie rule: lowest-index (default) or torch-cpu")
       ->check(CLI::IsMember({"lowest-index", "torch-cpu"}));
   cmd->add_flag("--verify", o->verify,
@@ -31,6 +32,9 @@ void setup_golden(CLI::App& app) {
                   "amplified by (docs/design/tolerance-model.md; 0: none, every stage taken as well conditioned)")
       ->check(CLI::Range(0, 64));
   add_options(cmd, o->weights);
+  cmd->get_option("--force")->description(
+      "go on when the model's weight files differ from what the case records, and let --stages drop the stored "
+      "stages it does not recompute where they cannot be kept (another tie rule, other weights)");
   cmd->add_option("--tolerance", o->tolerance, "--verify: largest relative L2 of a float tensor (default 1e-12)")
       ->check(CLI::PositiveNumber);
   add_verify_case_option(cmd);

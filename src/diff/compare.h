@@ -64,6 +64,9 @@ struct CompareResult {
   int first_fail = -1;
   Thresholds thresholds;  // the policy's defaults (each row carries its own)
   std::int64_t seq = 0;   // the case's tokens per batch row, to locate elements (diff/location.h); 0: unknown
+  // Padding tokens of the case's batch that the per-token statistics (logits, selections) left
+  // out, for the reports to say so (diff/pairing.h token_view); 0: none, or not known.
+  std::int64_t padding_tokens = 0;
 };
 
 struct CompareOptions {

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "diff/metrics.h"
 #include "diff/selection_scores.h"
 #include "diff/thresholds.h"
 
@@ -32,6 +33,31 @@ void add_conditioning(TensorDiff& row, const Stage& s, const TensorSide& ref, co
   row.conditioning = conditioned_rows(a, b, row.metrics.ref_rms, *c);
 }
 
+// A row's per-token statistics on the tokens `rule.token_view` keeps; the rest of the row as
+// computed on all of them. The worst tokens keep their index among all tokens, for locations.
+void count_tokens(const PairingRule& rule, const Tensor& ref, const Tensor& cand, const ChoiceScores& scores,
+                  TensorDiff& row) {
+  if (!rule.token_view || row.shape_cand || (!row.logits && !row.routing)) return;
+  const auto real = [&](const Tensor& t) { return keep_real_rows(t, rule.token_view(t)); };
+  const Tensor c = cand.shape() == ref.shape() ? cand : cand.reshaped(ref.shape());
+  if (row.logits) {
+    const RealRows rows = rule.token_view(ref);
+    std::vector<std::int64_t> index;  // real token -> its row among all
+    for (std::int64_t i = 0; i < rows.rows; ++i)
+      if (rows.real[static_cast<std::size_t>(i)]) index.push_back(i);
+    row.logits = logits_metrics(keep_real_rows(ref, rows), keep_real_rows(c, rows), rule.opt.metrics);
+    for (auto& t : row.logits->worst) t.token = index[static_cast<std::size_t>(t.token)];
+  }
+  if (row.routing) {
+    const Tensor ref_scores = scores.ref.defined() ? real(scores.ref) : Tensor();
+    const Tensor cand_scores = scores.cand.defined() && ref_scores.defined() ? real(scores.cand) : Tensor();
+    const bool replayed = row.routing->replayed;
+    row.routing = routing_metrics(real(ref), real(c), ref_scores.defined() ? &ref_scores : nullptr,
+                                  cand_scores.defined() ? &cand_scores : nullptr);
+    row.routing->replayed = replayed;
+  }
+}
+
 }  // namespace
 
 void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, const PairingRule& rule, CompareResult& r) {
@@ -58,6 +84,7 @@ void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, c
     r.rows.push_back(diff_tensor(key, a, b, rule.opt, scores.ref.defined() ? &scores.ref : nullptr,
                                  scores.cand.defined() ? &scores.cand : nullptr));
     add_conditioning(r.rows.back(), s, ref, rule, a, b);
+    count_tokens(rule, a, b, scores, r.rows.back());
   }
 }
 

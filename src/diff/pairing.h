@@ -11,6 +11,7 @@
 #include "base/tensor.h"
 #include "base/timing.h"
 #include "diff/compare.h"
+#include "diff/real_rows.h"
 #include "formats/weights.h"
 #include "model/stage_graph.h"
 
@@ -33,6 +34,10 @@ struct PairingRule {
   WeightStore* weights = nullptr;  // the routing bias (null: router flips stay unexplained)
   // The part of a stage's tensor that is judged (a dump's real rows); null: all of it.
   std::function<Tensor(const Stage&, const Tensor&)> view;
+  // The rows the per-token statistics count (logits' top-1 and KL, a selection's flips): a
+  // padded batch's real tokens, so that a backend's report counts tokens as a dump's does
+  // (diff/real_rows.h). The other metrics keep `view`'s rows. Null: those of `view`.
+  std::function<RealRows(const Tensor&)> token_view;
   PhaseTimes* times = nullptr;  // the comparison's seconds go to kPairingPhase when set
 };
 inline constexpr const char* kPairingPhase = "compare";

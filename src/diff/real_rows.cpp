@@ -61,4 +61,10 @@ Tensor keep_real_rows(const Tensor& t, const RealRows& rows) {
   return out;
 }
 
+std::int64_t padding_tokens(const Batch& b) {
+  std::int64_t n = 0;
+  for (auto m : b.mask.span<const std::uint8_t>()) n += m == 0;
+  return n;
+}
+
 }  // namespace tdiff

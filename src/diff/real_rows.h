@@ -28,4 +28,8 @@ RealRows real_rows(const Tensor& t, const Batch& b, std::int64_t rate);
 // The real rows of `t` only, as [real rows, inner...] (same dtype; `t` itself when all are real).
 Tensor keep_real_rows(const Tensor& t, const RealRows& rows);
 
+// The batch's padding tokens (mask 0), which per-token statistics leave out for backends and
+// dumps alike (pairing.h's token_view).
+std::int64_t padding_tokens(const Batch& b);
+
 }  // namespace tdiff

@@ -68,6 +68,31 @@ void check_keys(CandidateDump& d, const std::string& case_path, const std::vecto
 
 }  // namespace
 
+void check_named_stages(const H5File& file, const std::string& group, const std::vector<Stage>& stages,
+                        const std::function<bool(const std::string& key)>& required) {
+  if (!h5_exists(file, group)) return;
+  std::set<std::string> held, named;
+  for (const auto& key : list_keys(file.path(), group)) {
+    held.insert(key);
+    named.insert(split_key(key).first);
+  }
+  for (const auto& child : h5_list_children(file, group)) named.insert(child);  // an empty stage group names it too
+  for (const auto& s : stages) {
+    if (!named.count(s.name)) continue;
+    std::vector<std::string> has;
+    for (const auto& k : held)
+      if (split_key(k).first == s.name) has.push_back(k);
+    for (const auto& t : s.outputs) {
+      const std::string key = s.name + "/" + t;
+      if (held.count(key) || !required(key)) continue;
+      input_error("{}: stage {} lacks {} ({}); a stage a dump names is compared whole, every output of it (`tdiff "
+                  "info CASE --stages`)",
+                  group == "/" || group.empty() ? file.path() : file.path() + ":" + group, s.name, key,
+                  has.empty() ? "its group holds no tensor" : fmt::format("it holds {}", fmt::join(has, ", ")));
+    }
+  }
+}
+
 void check_dump_case(const CandidateDump& dump, const H5File& case_file, const Batch& batch) {
   const std::string& on = dump.written_on;
   if (on.empty()) return;
@@ -105,6 +130,8 @@ CandidateDump open_candidate_dump(const std::string& case_path, const std::vecto
   d.keys = list_keys(path, d.group);
   if (d.keys.empty()) input_error("{}: no tensors under {}", path, d.group);
   check_keys(d, case_path, stages);
+  check_named_stages(*d.file, d.group, stages,
+                     [&](const std::string& key) { return h5_exists(*d.case_file, "/reference/" + key); });
   return d;
 }
 
@@ -127,9 +154,8 @@ CompareResult compare_candidate_dump(const std::string& case_path, const std::ve
                                 stored_side(case_file, "/reference", dump.contract, StoredBy::reference), cand, rule);
   // Locations split flat token rows by the case's tokens per row; a padded batch's tensors are
   // compacted to their real rows, where that split no longer holds (seq 0: rows as they are).
-  bool padded = false;
-  for (auto m : info.batch.mask.span<const std::uint8_t>()) padded = padded || m == 0;
-  r.seq = padded ? 0 : info.batch.seq();
+  r.padding_tokens = padding_tokens(info.batch);
+  r.seq = r.padding_tokens ? 0 : info.batch.seq();
   return r;
 }
 

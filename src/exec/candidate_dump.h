@@ -16,8 +16,11 @@
 //     dimensions are dropped ([1,200] is [200]);
 //   - its dtype can hold what the contract says: floats for values, integers for selection
 //     indices, bool or integer for masks.
+//   - a stage it names (a tensor or a group under the stage's name) it holds whole: every
+//     output of that stage (check_named_stages; an lm_head without logits was skipped, exit 0).
 // Its selections are checked against their range when they are read (casefile/stored_tensor.h).
 // Stages the dump lacks are listed, not errors: hooks rarely reach every stage.
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,6 +57,13 @@ struct CandidateDump {
 // (the cases of a golden set share them). Without it (the dump travelled) the file names must
 // agree. InputError naming the dump and both files otherwise.
 void check_dump_case(const CandidateDump& dump, const H5File& case_file, const Batch& batch);
+
+// A stage that `group` of `file` names (holds a tensor of, or a group for) is there whole: an
+// InputError naming the first output of it missing, among those `required` accepts ("stage/
+// tensor"). Stages of `stages` only: other names are the caller's to judge. `tdiff run
+// --candidate-dump`, `ci --candidate-dumps` and `compare` where the model is known.
+void check_named_stages(const H5File& file, const std::string& group, const std::vector<Stage>& stages,
+                        const std::function<bool(const std::string& key)>& required);
 
 // Reads the dump's names, shapes and dtypes (no tensor data) and checks them against
 // `stages` and the case's /reference.

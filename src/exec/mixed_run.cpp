@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "diff/expected.h"
 #include "diff/pairing.h"
+#include "diff/real_rows.h"
 #include "diff/selection_scores.h"
 #include "exec/stage_cache.h"
 #include "model/pattern.h"
@@ -37,6 +38,9 @@ class MixedRun {
     result_.diff.label_ref = session.path + ":/reference";
     result_.diff.label_cand = candidate.name();
     result_.diff.seq = session.info.batch.seq();
+    // Logits and selections counted on real tokens, as a dump's are (diff/real_rows.h).
+    if ((result_.diff.padding_tokens = padding_tokens(session.info.batch)))
+      rule_.token_view = [&batch = session.info.batch](const Tensor& t) { return real_rows(t, batch, 0); };
     for (const auto& s : stages)
       if (const std::string k = selection_scores_key(s).key; !k.empty()) score_keys_.insert(k);
   }

@@ -2,10 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "casefile/case_file.h"
 #include "casefile/h5io.h"
 #include "diff/expected.h"
 #include "diff/pairing.h"
+#include "diff/real_rows.h"
 
 namespace tdiff {
 
@@ -26,7 +28,26 @@ std::optional<SavedRun> read_saved_run(const std::string& file, const std::strin
   const auto attrs = h5_read_attrs(file, group);
   const auto backend = attrs.find("backend"), policy = attrs.find("policy"), selections = attrs.find("selections");
   if (backend == attrs.end() || policy == attrs.end() || selections == attrs.end()) return std::nullopt;
-  return SavedRun{backend->second, policy->second, selections->second};
+  SavedRun run{backend->second, policy->second, selections->second, {}, {}, {}};
+  if (const auto it = attrs.find("stages"); it != attrs.end()) run.stages = it->second;
+  if (const auto it = attrs.find("thresholds"); it != attrs.end()) {
+    try {
+      const auto j = nlohmann::json::parse(it->second);
+      run.thresholds = j.at("file").get<std::string>();
+      run.threshold_overrides = j.at("overrides").get<std::vector<std::string>>();
+    } catch (const nlohmann::json::exception&) {
+      input_error("{}:{}: attribute thresholds is not the JSON tdiff run writes", file, group);
+    }
+  }
+  return run;
+}
+
+std::vector<std::pair<std::string, std::string>> SavedRun::attrs() const {
+  std::vector<std::pair<std::string, std::string>> a = {{"backend", backend}, {"policy", policy}, {"selections", selections}};
+  if (!stages.empty()) a.emplace_back("stages", stages);
+  if (!thresholds.empty() || !threshold_overrides.empty())
+    a.emplace_back("thresholds", nlohmann::json{{"file", thresholds}, {"overrides", threshold_overrides}}.dump());
+  return a;
 }
 
 Policy saved_run_policy(const SavedRun& run) {
@@ -83,6 +104,9 @@ CompareResult compare_saved_run(const std::string& case_path, const std::string&
   // The session's open case when there is one: the reference it judges against.
   const H5File case_file = session ? session->reference().file() : H5File(case_path);
   const CaseInfo info = read_case(case_file);
+  // Per-token statistics on real tokens, as the run counted them.
+  const std::int64_t padding = padding_tokens(info.batch);
+  if (padding) rule.token_view = [&info](const Tensor& t) { return real_rows(t, info.batch, 0); };
   const auto contract = std::make_shared<const TensorContract>(stages, info.config, info.batch.rows(), info.batch.seq());
   const H5File run_file = file == case_path ? case_file : H5File(file);
   const StoredBy ref_by = group_stored_by(ref_group);
@@ -90,6 +114,7 @@ CompareResult compare_saved_run(const std::string& case_path, const std::string&
                                 stored_side(case_file, ref_group, contract, ref_by),
                                 stored_side(run_file, group, contract, StoredBy::saved_run), rule);
   r.seq = info.batch.seq();
+  r.padding_tokens = padding;
   if (session && policy) set_expected(r, {session, policy, StageInputs::run});
   return r;
 }

@@ -19,6 +19,13 @@ struct SavedRun {
   std::string backend;
   std::string policy;      // Policy::describe() of the run's policy
   std::string selections;  // "replay" | "free"
+  // What else the run was judged under, so that a compare of it judges the same tensors the
+  // same way: its --stages ("" all) and its thresholds file and overrides (none: defaults).
+  std::string stages;
+  std::string thresholds;
+  std::vector<std::string> threshold_overrides;
+  // The group attributes that record it (`tdiff run` writes them; read_saved_run reads them).
+  std::vector<std::pair<std::string, std::string>> attrs() const;
 };
 
 // The run's attributes on `group` of `file`; nullopt when the group is not a saved run.

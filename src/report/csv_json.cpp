@@ -237,7 +237,11 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
       {"reference", r.label_ref},
       {"candidate", r.label_cand},
       {"verdict", verdict_name(r.verdict)},
-      {"counts", {{"pass", counts.pass}, {"warn", counts.warn}, {"fail", counts.fail}}},
+      {"verdict_cause", report::verdict_cause(r)},
+      {"verdict_line", report::verdict_line(r)},
+      {"counts", {{"pass", counts.pass}, {"warn", counts.warn}, {"fail", counts.fail},
+                  {"only_ref", r.only_ref.size()}, {"only_cand", r.only_cand.size()}}},
+      {"padding_tokens", r.padding_tokens},
       {"first_fail", r.first_fail >= 0 ? nlohmann::json(r.rows[static_cast<std::size_t>(r.first_fail)].key())
                                        : nlohmann::json()},
       {"thresholds", thr},

@@ -426,9 +426,10 @@ std::string logits_section(const CompareResult& r) {
     const LogitsMetrics& l = *d.logits;
     if (o.empty()) o = "<h2>Logits</h2>\n";
     o += fmt::format(
-        "<h3><code>{}</code> {}</h3>\n<p>{} tokens, vocabulary {}: top-1 agreement <b>{:.2f}%</b>, top-10 overlap "
+        "<h3><code>{}</code> {}</h3>\n<p>{} {}tokens{}, vocabulary {}: top-1 agreement <b>{:.2f}%</b>, top-10 overlap "
         "mean {:.2f}% (lowest {:.0f}%), KL(ref&#8214;cand) mean {} &middot; p99 {} &middot; max {}{}.</p>\n",
-        html_escape(d.key()), badge(d.verdict), l.tokens, l.vocab, 100 * l.top1_agree, 100 * l.topk_overlap_mean,
+        html_escape(d.key()), badge(d.verdict), l.tokens, r.padding_tokens ? "real " : "", report::padding_note(r),
+        l.vocab, 100 * l.top1_agree, 100 * l.topk_overlap_mean,
         100 * l.topk_overlap_min, num(l.kl_mean), num(l.kl_p99), num(l.kl_max),
         l.nonfinite_tokens ? fmt::format(", {} tokens with NaN/Inf left out", l.nonfinite_tokens) : "");
     if (l.worst.empty()) continue;
@@ -471,10 +472,12 @@ std::string render_html(const CompareResult& r, const RunInfo& info) {
                   "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   o += fmt::format("<title>{} - {}</title>\n<style>{}</style></head>\n<body><main>\n", html_escape(title),
                    verdict_name(r.verdict), report::kHtmlStyle);
-  o += fmt::format("<div class=\"head\">{}<div><h1>{}</h1><p class=\"sub\">reference <code>{}</code> &middot; "
+  o += fmt::format("<div class=\"head\">{}<div><h1>{}</h1><p class=\"verdict-line\">{}</p>"
+                   "<p class=\"sub\">reference <code>{}</code> &middot; "
                    "candidate <code>{}</code></p><p class=\"sub\">case <b>{}</b> &middot; run <code>{}</code> &middot; "
                    "tdiff {}</p></div></div>\n",
-                   badge(r.verdict, true), html_escape(title), html_escape(r.label_ref), html_escape(r.label_cand),
+                   badge(r.verdict, true), html_escape(title), html_escape(report::verdict_line(r)),
+                   html_escape(r.label_ref), html_escape(r.label_cand),
                    html_escape(info.case_name), html_escape(info.run_id), TDIFF_VERSION);
   o += summary_cards(r);
   o += info.stats_html;

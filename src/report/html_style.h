@@ -14,6 +14,7 @@ h2 { font-size: 16px; margin: 28px 0 8px; padding-bottom: 4px; border-bottom: 1p
 h3 { font-size: 14px; margin: 16px 0 6px; }
 code, pre, .mono, td.num { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12.5px; }
 .sub { color: var(--mute); margin: 0; }
+.verdict-line { margin: 0 0 .2em; font-weight: 600; }
 .badge { display: inline-block; min-width: 48px; text-align: center; padding: 1px 8px; border-radius: 10px;
          font-weight: 700; font-size: 12px; letter-spacing: .03em; }
 .badge.big { font-size: 18px; padding: 4px 16px; border-radius: 14px; }

@@ -35,6 +35,7 @@ std::string render_junit(const CompareResult& r, const RunInfo& info) {
   out += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\">\n", suite,
                      stages.size() + missing, failures, missing);
   out += "    <properties>\n";
+  out += fmt::format("      <property name=\"verdict\" value=\"{}\"/>\n", xml_escape(report::verdict_line(r)));
   out += fmt::format("      <property name=\"command\" value=\"{}\"/>\n", xml_escape(info.command));
   out += fmt::format("      <property name=\"reference\" value=\"{}\"/>\n", xml_escape(r.label_ref));
   out += fmt::format("      <property name=\"candidate\" value=\"{}\"/>\n", xml_escape(r.label_cand));

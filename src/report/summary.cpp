@@ -92,6 +92,31 @@ Counts count_verdicts(const CompareResult& r) {
   return c;
 }
 
+std::string verdict_cause(const CompareResult& r) {
+  const Counts c = count_verdicts(r);
+  const std::size_t one_side = r.only_ref.size() + r.only_cand.size();
+  const auto tensors = [](std::size_t n) { return n == 1 ? "tensor" : "tensors"; };
+  if (r.verdict == Verdict::fail)
+    return fmt::format("{} {} FAIL", c.fail, tensors(static_cast<std::size_t>(c.fail)));
+  if (r.verdict == Verdict::pass) return r.rows.empty() ? "no tensor compared" : "every tensor PASS";
+  if (c.warn == 0) return fmt::format("{} {} on one side only", one_side, tensors(one_side));
+  const std::string warn = fmt::format("{} {} WARN", c.warn, tensors(static_cast<std::size_t>(c.warn)));
+  return one_side ? fmt::format("{}, {} on one side only", warn, one_side) : warn;
+}
+
+std::string verdict_line(const CompareResult& r) {
+  const Counts c = count_verdicts(r);
+  std::string s = fmt::format("{} ({}): {} FAIL, {} WARN, {} PASS of {} tensors", verdict_name(r.verdict),
+                              verdict_cause(r), c.fail, c.warn, c.pass, r.rows.size());
+  if (!r.only_ref.empty() || !r.only_cand.empty())
+    s += fmt::format("; {} only in the reference, {} only in the candidate", r.only_ref.size(), r.only_cand.size());
+  return s;
+}
+
+std::string padding_note(const CompareResult& r) {
+  return r.padding_tokens ? fmt::format(" ({} padding tokens left out)", r.padding_tokens) : "";
+}
+
 std::string group_name(const std::string& stage) {
   switch (stage_part(stage)) {
     case ModelPart::layers: return fmt::format("L{:02d}", stage_layer(stage));

@@ -45,6 +45,16 @@ struct Counts {
 };
 Counts count_verdicts(const CompareResult& r);
 
+// What made the run's verdict, so that no report's counts read as a contradiction ("WARN: 0
+// WARN" when the WARN came from tensors on one side only): "2 tensors FAIL", "1 tensor WARN,
+// 3 on one side only", "3 tensors on one side only", "every tensor PASS".
+std::string verdict_cause(const CompareResult& r);
+// The verdict line of every report: "WARN (3 tensors on one side only): 0 FAIL, 0 WARN, 5 PASS
+// of 5 tensors; 3 only in the reference, 0 only in the candidate".
+std::string verdict_line(const CompareResult& r);
+// " (30 padding tokens left out)" when the per-token statistics left some out, else "".
+std::string padding_note(const CompareResult& r);
+
 // "L03" for layer stages, otherwise "prologue" or "head" (the stage's part, stage_part).
 std::string group_name(const std::string& stage);
 

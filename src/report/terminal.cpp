@@ -131,18 +131,19 @@ void print_terminal(std::FILE* out, const CompareResult& r, const RunInfo& info,
   }
   flush_hidden();
 
-  const auto c = report::count_verdicts(r);
-  fmt::print(out, "\n{} {}: {} FAIL, {} WARN, {} PASS of {} tensors", "verdict", p.verdict(r.verdict), c.fail, c.warn,
-             c.pass, r.rows.size());
-  if (!r.only_ref.empty() || !r.only_cand.empty())
-    fmt::print(out, "; {} only in the reference, {} only in the candidate", r.only_ref.size(), r.only_cand.size());
-  fmt::print(out, "\n");
+  // The verdict word coloured, the rest as verdict_line words it; the one-sided counts on a
+  // line of their own, to stay within 100 columns.
+  const std::string line = report::verdict_line(r), name = verdict_name(r.verdict);
+  const std::size_t one_sided = line.find("; ");
+  fmt::print(out, "\nverdict {}{}\n", p.verdict(r.verdict), line.substr(name.size(), one_sided - name.size()));
+  if (one_sided != std::string::npos) fmt::print(out, "{:12}{}\n", "", line.substr(one_sided + 2));
   for (const auto& d : r.rows)
     if (d.logits)
-      fmt::print(out, "logits      {}: KL mean {}, p99 {}, max {}\n{:12}top-1 agreement {:.2f}% of {} tokens, top-10 overlap {:.2f}%{}\n",
+      fmt::print(out, "logits      {}: KL mean {}, p99 {}, max {}\n{:12}top-1 agreement {:.2f}% of {} {}tokens{}, top-10 overlap {:.2f}%{}\n",
                  d.key(),
                  report::num(d.logits->kl_mean), report::num(d.logits->kl_p99), report::num(d.logits->kl_max), "",
-                 100 * d.logits->top1_agree, d.logits->tokens, 100 * d.logits->topk_overlap_mean,
+                 100 * d.logits->top1_agree, d.logits->tokens, r.padding_tokens ? "real " : "",
+                 report::padding_note(r), 100 * d.logits->topk_overlap_mean,
                  d.logits->nonfinite_tokens ? fmt::format(" ({} tokens with NaN/Inf left out)", d.logits->nonfinite_tokens) : "");
   if (r.first_fail >= 0) {
     const TensorDiff& f = r.rows[static_cast<std::size_t>(r.first_fail)];

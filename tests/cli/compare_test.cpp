@@ -137,7 +137,7 @@ TEST_F(CompareCli, ShapeMismatchIsOneFailRow) {
   std::string out;
   EXPECT_EQ(tdiff("compare " + ref_ + " " + good_ + " -o " + out_, &out), 1) << out;
   EXPECT_NE(out.find("shape mismatch: reference [4,16] vs candidate [16,4]"), std::string::npos) << out;
-  EXPECT_NE(out.find("verdict FAIL: 1 FAIL, 0 WARN, 2 PASS of 3 tensors"), std::string::npos) << out;
+  EXPECT_NE(out.find("verdict FAIL (1 tensor FAIL): 1 FAIL, 0 WARN, 2 PASS of 3 tensors"), std::string::npos) << out;
   std::ifstream csv(std::filesystem::path(out_) / "report.csv");
   std::string line, rows;
   while (std::getline(csv, line)) rows += line + "\n";
