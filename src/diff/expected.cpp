@@ -8,12 +8,9 @@
 #include <fmt/format.h>
 
 #include "base/dtype.h"
+#include "diff/selection_scores.h"
 
 namespace tdiff {
-
-namespace {
-
-}  // namespace
 
 PortFormats port_formats(const std::vector<Stage>& stages, const Policy& policy) {
   std::map<DType, int> storage, stream;
@@ -137,6 +134,26 @@ std::int64_t accumulation_length(const Stage& s, const CaseSession& session) {
   return std::max<std::int64_t>(1, n);
 }
 
+namespace {
+
+// A selection's flips within the expected error of the scores it was chosen on: the margin
+// the swap had to bridge is at most what two scores' errors of err_rel up to `elem` explain.
+void count_flips_within_margin(CompareResult& r, const std::map<std::string, TensorDiff*>& rows) {
+  for (auto& row : r.rows) {
+    if (!row.routing) continue;
+    const std::string sk = selection_scores_key(row.stage).key;
+    const auto it = sk.empty() ? rows.end() : rows.find(sk);
+    RoutingMetrics& m = *row.routing;
+    m.within_margin_tokens = m.within_margin_unexplained = 0;
+    if (it == rows.end() || !it->second->expected) continue;
+    const double elem = it->second->expected->elem;
+    for (const auto& f : m.flip_margins)
+      if (f.margin <= elem) ++m.within_margin_tokens, m.within_margin_unexplained += !f.explained;
+  }
+}
+
+}  // namespace
+
 void set_expected(CompareResult& r, const ExpectedSetup& setup) {
   std::map<std::string, TensorDiff*> rows;
   std::map<std::string, double> measured, modelled;
@@ -179,6 +196,7 @@ void set_expected(CompareResult& r, const ExpectedSetup& setup) {
       modelled[key] = it->second->expected->rel;
     }
   }
+  count_flips_within_margin(r, rows);
 }
 
 }  // namespace tdiff

@@ -120,7 +120,24 @@ struct RoutingMetrics {
   bool replayed = false;
   // What the verdict reads: a flip that later stages follow changes the model's output
   // whatever caused it, so without replay every untied flip counts.
-  double judged_share() const { return replayed ? unexplained_share : mismatch_share; }
+  // Margins (the conditioning of a selection): per differing, untied token with reference
+  // scores, the gap the swap had to bridge, max(given up) - min(taken) on the reference's
+  // scores, over |those two| + 2 rms(scores), the scale err_rel measures a score's error in;
+  // and whether its own scores explain it. set_expected (expected.h) counts the flips whose
+  // margin lies within the scores' expected element error: a near-tie that the formats'
+  // error may flip, judged as a tie (within_margin_*).
+  struct FlipMargin {
+    double margin = 0.0;
+    bool explained = false;
+  };
+  std::vector<FlipMargin> flip_margins;
+  std::int64_t within_margin_tokens = 0;       // of the differing, untied tokens
+  std::int64_t within_margin_unexplained = 0;  // of those, the ones their own scores do not explain
+  double judged_share() const {
+    const double n = tokens ? static_cast<double>(tokens) : 1.0;
+    return replayed ? unexplained_share - static_cast<double>(within_margin_unexplained) / n
+                    : mismatch_share - static_cast<double>(within_margin_tokens) / n;
+  }
 };
 RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tensor* ref_scores = nullptr,
                                const Tensor* cand_scores = nullptr);

@@ -214,20 +214,24 @@ static void judge_routing(Verdicts& v, const RoutingMetrics& routing, const Thre
   const std::int64_t unexplained = differ - r.explained_tokens;
   const std::string right =
       r.explained_tokens == differ ? "all" : fmt::format("{} of {}", r.explained_tokens, differ);
+  const std::string near = r.within_margin_tokens
+                               ? fmt::format("; {} within the scores' expected error of the reference's margin",
+                                             r.within_margin_tokens)
+                               : "";
   if (r.judged_share() <= t.mismatch_fail) {
     // Under the tolerance rule, replayed flips that the candidate's own scores explain are
     // what its formats explain (the scores are judged at their own stage): a note, not a WARN.
     const bool expected = t.tolerance != 0.0 && r.replayed && unexplained == 0;
     if (r.mismatch_share > t.mismatch_warn)
       v.add(expected ? Verdict::pass : Verdict::warn,
-            fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{})",
-                        100 * r.mismatch_share, right, r.replayed ? ", replayed" : ""));
+            fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{}{})",
+                        100 * r.mismatch_share, right, r.replayed ? ", replayed" : "", near));
   } else if (r.replayed)
-    v.add(Verdict::fail, fmt::format("{:.3g}% tokens chose ids their own scores rank lower ({} of {} differing)",
-                                     100 * r.unexplained_share, unexplained, differ));
+    v.add(Verdict::fail, fmt::format("{:.3g}% tokens chose ids their own scores rank lower ({} of {} differing{})",
+                                     100 * r.unexplained_share, unexplained, differ, near));
   else
-    v.add(Verdict::fail, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores)",
-                                     100 * r.mismatch_share, right));
+    v.add(Verdict::fail, fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{})",
+                                     100 * r.mismatch_share, right, near));
 }
 
 Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {

@@ -180,6 +180,14 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
       input_error("routing metrics: candidate scores {} do not match the reference's {}", shape_str(cand_scores->shape()),
                   shape_str(ref_scores->shape()));
   }
+  double scores_rms = 0;
+  if (ref_scores) {
+    double ss = 0;
+    std::int64_t finite = 0;
+    for (std::int64_t i = 0; i < ref_scores->numel(); ++i)
+      if (const double v = ref_scores->value(i); std::isfinite(v)) ss += v * v, ++finite;
+    scores_rms = finite ? std::sqrt(ss / static_cast<double>(finite)) : 0.0;
+  }
   std::vector<std::int64_t> a, b, only_a, only_b;
   std::vector<double> sa, sb;
   for (std::int64_t t = 0; t < m.tokens; ++t) {
@@ -213,6 +221,8 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
       ++m.tie_tokens;
       continue;
     }
+    const double given_up = sa.back(), taken = sb.front();
+    m.flip_margins.push_back({(given_up - taken) / (std::fabs(given_up) + std::fabs(taken) + 2 * scores_rms), false});
     if (!cand_scores) continue;
     // Right on its own scores: a top-k of them. Every id it took (the -1 padding of the
     // indexer aside, each once) scores at least as high as every id it did not take; a NaN or
@@ -235,7 +245,7 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
     }
     for (std::size_t e = 0; valid && e < own.size(); ++e)
       if (!taken[e] && (std::isnan(own[e]) || own[e] > lowest_taken)) valid = false;
-    if (valid) ++m.explained_tokens;
+    if (valid) ++m.explained_tokens, m.flip_margins.back().explained = true;
   }
   const auto tokens = static_cast<double>(m.tokens);
   m.equal_share = static_cast<double>(m.equal_tokens) / tokens;
