@@ -141,6 +141,14 @@ void print_local_ranking(const CompareResult& diff) {
 // An external implementation has no tdiff policy: --dump-policy names the formats it stores
 // in (a bf16 port: fixed), so its tensors get the tolerances from precision a backend's get;
 // without it they are judged by the scaled rule, as compare judges two dumps.
+void print_not_replayed(const MixedRunResult& r) {
+  if (r.not_replayed.empty()) return;
+  fmt::print("selections: {} of {} selection stages not replayed (no stored reference: {}{}); later stages follow the "
+             "candidate's own choices there\n",
+             r.not_replayed.size(), r.not_replayed.size() + r.replayed, r.not_replayed.front(),
+             r.not_replayed.size() > 1 ? ", ..." : "");
+}
+
 void print_floor(const FloorRun& f) {
   fmt::print("floor: emu under {} in {:.2f} s, the measured floor of {} tensors (a verdict needs both rules: "
              "--measured-floor off for the a-priori one alone)\n",
@@ -298,11 +306,7 @@ int run_run(RunCmd c) {
   MixedRunResult r = run_mixed(session, *candidate, reference, all, ctx, mo);
   times.add(r.times);
   progress.finish(fmt::format("run: {} stages on {} in {:.2f} s", r.on_candidate, c.cand.backend, r.seconds));
-  if (mo.replay_selections && !r.not_replayed.empty())
-    fmt::print("selections: {} of {} selection stages not replayed (no stored reference: {}{}); later stages follow the "
-               "candidate's own choices there\n",
-               r.not_replayed.size(), r.not_replayed.size() + r.replayed, r.not_replayed.front(),
-               r.not_replayed.size() > 1 ? ", ..." : "");
+  if (mo.replay_selections) print_not_replayed(r);
   if (c.measured_floor == "on") {
     auto flooring = times.measure("measured floor");
     print_floor(attach_measured_floor(session, policy, mo, r.diff));
