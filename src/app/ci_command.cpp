@@ -42,6 +42,7 @@ std::string command_line(const CiCmd& c, const Suite& s) {
     cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(policy_arg(c.policy)));
     for (const auto& x : c.sets) cmd += " --set " + shell_quote(x);
   }
+  if (c.measured_floor != "on") cmd += " --measured-floor off";
   if (!c.cache_dir.empty()) cmd += " --cache " + shell_quote(absolute_path(c.cache_dir));
   if (!c.thresholds.empty()) cmd += " --thresholds " + shell_quote(absolute_path(c.thresholds));
   for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
@@ -70,6 +71,7 @@ std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc
   }
   if (!thresholds.empty()) cmd += " --thresholds " + shell_quote(thresholds);
   for (const auto& o : c.overrides) cmd += " --threshold " + shell_quote(o);
+  if (c.measured_floor != "on") cmd += " --measured-floor off";
   return cmd;
 }
 
@@ -301,6 +303,7 @@ int run_ci(CiCmd c) {
   opt.make = [&](std::uint64_t seed) { return make_candidate(c.backend, policy, seed, c.hip_gemm); };
   opt.policy = policy;
   opt.thresholds = thresholds;
+  opt.measured_floor = c.measured_floor == "on";
   EnvRecord env = dumps ? capture_env("dump", c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy, process_command_line())
                         : candidate_env(c.backend, policy, stages, nullptr, c.hip_gemm);
   env.extra["suite"] = suite.name;
@@ -312,7 +315,8 @@ int run_ci(CiCmd c) {
     const std::string case_file = cache.case_file(sc);
     Progress progress(fmt::format("ci {}", sc.name), 0);
     opt.progress = [&](const Stage& s, std::size_t k, int run) { progress.step(k + 1, fmt::format("run {}: {}", run, s.name)); };
-    CiCaseResult r = dumps ? judge_ci_dump(sc, case_file, dump_files[i], dump_policy ? &*dump_policy : nullptr, thresholds)
+    CiCaseResult r = dumps ? judge_ci_dump(sc, case_file, dump_files[i], dump_policy ? &*dump_policy : nullptr, thresholds,
+                                         opt.measured_floor)
                            : run_ci_case(suite, sc, case_file, opt);
     r.run_id = run_id;
     progress.finish(fmt::format("ci {}: {} in {:.1f} s", sc.name, verdict_name(r.verdict), r.seconds));

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "app/ci_suite.h"
+#include "exec/measured_floor.h"
 #include "exec/mixed_run.h"
 #include "casefile/session.h"
 #include "diff/expected.h"
@@ -42,6 +43,7 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
   RunContext ctx = session.context();
   auto candidate = opt.make(c.seed);
   MixedRunResult m = run_mixed(session, *candidate, reference, std::vector<bool>(session.stages.size(), true), ctx, mo);
+  if (opt.measured_floor) (void)attach_measured_floor(session, opt.policy, mo, m.diff);
   judge(m.diff, opt.thresholds);
   r.diff = std::move(m.diff);
   r.verdict = r.diff.verdict;
@@ -76,7 +78,7 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
 }
 
 CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, const CandidateDump& dump,
-                           const Policy* dump_policy, const ThresholdPolicy& thresholds) {
+                           const Policy* dump_policy, const ThresholdPolicy& thresholds, bool measured_floor) {
   const auto t0 = std::chrono::steady_clock::now();
   CiCaseResult r;
   r.name = c.name;
@@ -91,6 +93,11 @@ CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, con
   if (dump_policy) {
     dump_policy->validate(session.stages);
     set_expected(r.diff, {&session, dump_policy, dump.mode == "isolated" ? StageInputs::reference : StageInputs::run});
+    if (measured_floor && dump.mode != "isolated") {  // as `tdiff run --candidate-dump` judges it
+      MixedRunOptions mo;
+      mo.replay_selections = dump.mode == "replay";
+      (void)attach_measured_floor(session, *dump_policy, mo, r.diff);
+    }
   }
   judge(r.diff, thresholds);
   r.verdict = r.diff.verdict;

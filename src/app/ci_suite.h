@@ -115,6 +115,7 @@ struct CiOptions {
   BackendFactory make;  // the candidate, by run seed
   Policy policy = Policy::preset("fixed");
   ThresholdPolicy thresholds;
+  bool measured_floor = true;  // judge with the measured floor as `tdiff run` does (exec/measured_floor.h)
   std::function<void(const Stage&, std::size_t index, int run)> progress;
 };
 
@@ -129,7 +130,7 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
 // one run, so there is no determinism gate (runs = 1). Tensors the dump lacks make it WARN, the
 // reason counting them and naming the first.
 CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, const CandidateDump& dump,
-                           const Policy* dump_policy, const ThresholdPolicy& thresholds);
+                           const Policy* dump_policy, const ThresholdPolicy& thresholds, bool measured_floor = true);
 
 // The logits row of a result ("lm_head/logits"), or null.
 const TensorDiff* logits_row(const CompareResult& r);

@@ -338,6 +338,7 @@ int run_run(RunCmd c) {
   auto saving = times.measure("save");
   // What the run was judged under, for a compare of its saved tensors (exec/saved_run.h).
   SavedRun judged{c.cand.backend, policy.describe(), c.selections, c.stages, {}, c.report.overrides};
+  judged.measured_floor = c.measured_floor == "on";
   if (!c.report.thresholds.empty())
     judged.thresholds = named_thresholds(c.report.thresholds) ? c.report.thresholds : absolute_path(c.report.thresholds);
   if (save_file.writer) {

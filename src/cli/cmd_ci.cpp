@@ -44,6 +44,12 @@ void setup_ci(CLI::App& app) {
                   "the formats the dumps store in (fixed: a bf16 port with float32 sums), which gives their tensors "
                   "the tolerances from precision (default: none, the scaled rule)")
       ->needs(dumps);
+  cmd->add_option("--measured-floor", c->measured_floor,
+                  "on: hold each tensor to both rules, the expected error and the ratio to emu run in the candidate's "
+                  "storage and stream formats, as tdiff run does (dumps: with --dump-policy); off: the expected error "
+                  "alone")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   auto* prepare = cmd->add_flag("--prepare", c->prepare,
                                 "build the model and the references only, and print each case's name, case file and "
                                 "model folder (tab-separated) for the implementation to run on");

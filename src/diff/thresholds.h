@@ -140,7 +140,7 @@ double expected_ratio(const TensorMetrics& m, const ExpectedError& e);
 // measured_warn / measured_fail times what the floor itself carries.
 struct MeasuredFloor {
   double rel_l2 = 0.0, err_rel = 0.0;
-  std::string label;  // the floor's policy, e.g. "fixed + *:storage=bf16 + *:stream=fp32"
+  std::string label;  // the floor's policy, e.g. "fp32 + *:storage=bf16 + *:stream=fp32 + *:matmul_input=bf16"
 };
 // max(rel_l2 / floor rel_l2, err_rel / floor err_rel), each floor no lower than the stage's own
 // a-priori rounding (a bit-exact floor would make every difference infinite).

@@ -23,9 +23,12 @@ std::string knob_value(DType t) {
 
 Policy floor_policy(const std::vector<Stage>& stages, const Policy& candidate) {
   const PortFormats port = port_formats(stages, candidate);
-  Policy p = Policy::preset("fixed");
+  // fp32 with the port's formats: its storage and stream, and GEMM operands in its storage
+  // format (the tolerance model's u_w); on a bf16 port this is the fixed preset.
+  Policy p = Policy::preset("fp32");
   p.add_set("storage=" + knob_value(port.storage));
   p.add_set("stream=" + knob_value(port.stream));
+  p.add_set("matmul_input=" + knob_value(port.storage));
   return p;
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 // The measured floor beside the tolerance model (flash-attention's test rule: an output's error
 // at most k times a straightforward implementation's in the same precision). tdiff's emu runs
-// the case in the candidate's own storage and stream formats with every other knob at its
-// correct setting (the `fixed` preset with those two formats), on the same inputs, the same
+// the case in the candidate's own storage and stream formats, GEMM operands in the storage
+// format, every other knob at float32 (on a bf16 port: the fixed preset), on the same inputs, the same
 // selection mode and the same compared stages, and each tensor keeps that run's rel_l2 and
 // err_rel (diff/thresholds.h MeasuredFloor). A tolerance verdict then needs both rules: what the
 // formats explain a priori, conditioning included, and what emu in those formats measurably
@@ -16,7 +16,7 @@
 
 namespace tdiff {
 
-// "fixed + *:storage=bf16 + *:stream=fp32" for a bf16 port with float32 streams.
+// "fp32 + *:storage=bf16 + *:stream=fp32 + *:matmul_input=bf16" for a bf16 port with float32 streams.
 Policy floor_policy(const std::vector<Stage>& stages, const Policy& candidate);
 
 struct FloorRun {

@@ -7,6 +7,7 @@
 #include "casefile/h5io.h"
 #include "diff/expected.h"
 #include "diff/pairing.h"
+#include "exec/measured_floor.h"
 #include "diff/real_rows.h"
 
 namespace tdiff {
@@ -30,6 +31,7 @@ std::optional<SavedRun> read_saved_run(const std::string& file, const std::strin
   if (backend == attrs.end() || policy == attrs.end() || selections == attrs.end()) return std::nullopt;
   SavedRun run{backend->second, policy->second, selections->second, {}, {}, {}};
   if (const auto it = attrs.find("stages"); it != attrs.end()) run.stages = it->second;
+  if (const auto it = attrs.find("measured_floor"); it != attrs.end()) run.measured_floor = it->second == "on";
   if (const auto it = attrs.find("thresholds"); it != attrs.end()) {
     try {
       const auto j = nlohmann::json::parse(it->second);
@@ -45,6 +47,7 @@ std::optional<SavedRun> read_saved_run(const std::string& file, const std::strin
 std::vector<std::pair<std::string, std::string>> SavedRun::attrs() const {
   std::vector<std::pair<std::string, std::string>> a = {{"backend", backend}, {"policy", policy}, {"selections", selections}};
   if (!stages.empty()) a.emplace_back("stages", stages);
+  a.emplace_back("measured_floor", measured_floor ? "on" : "off");
   if (!thresholds.empty() || !threshold_overrides.empty())
     a.emplace_back("thresholds", nlohmann::json{{"file", thresholds}, {"overrides", threshold_overrides}}.dump());
   return a;
@@ -115,7 +118,15 @@ CompareResult compare_saved_run(const std::string& case_path, const std::string&
                                 stored_side(run_file, group, contract, StoredBy::saved_run), rule);
   r.seq = info.batch.seq();
   r.padding_tokens = padding;
-  if (session && policy) set_expected(r, {session, policy, StageInputs::run});
+  if (session && policy) {
+    set_expected(r, {session, policy, StageInputs::run});
+    if (run.measured_floor) {  // judged as the run was: its floor, on its stages and selection mode
+      MixedRunOptions mo;
+      mo.compare = rule.opt.stages;
+      mo.replay_selections = rule.opt.replayed_selections;
+      (void)attach_measured_floor(*session, *policy, mo, r);
+    }
+  }
   return r;
 }
 

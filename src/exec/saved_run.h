@@ -24,6 +24,9 @@ struct SavedRun {
   std::string stages;
   std::string thresholds;
   std::vector<std::string> threshold_overrides;
+  // Whether the run was judged with the measured floor (exec/measured_floor.h); runs saved
+  // before it existed were not.
+  bool measured_floor = false;
   // The group attributes that record it (`tdiff run` writes them; read_saved_run reads them).
   std::vector<std::pair<std::string, std::string>> attrs() const;
 };

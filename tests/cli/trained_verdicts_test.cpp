@@ -64,7 +64,7 @@ TEST_F(TrainedVerdicts, TheMeasuredFloorDecidesWhereTheModelHasNoConditioning) {
   const auto both = judge("--policy fixed");
   EXPECT_EQ(both.code, 0) << both.out;
   EXPECT_NE(both.out.find("0 FAIL, 0 WARN"), std::string::npos) << both.out;
-  EXPECT_NE(both.out.find("floor: emu under fixed + *:storage=bf16 + *:stream=fp32"), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find("floor: emu under fp32 + *:storage=bf16 + *:stream=fp32 + *:matmul_input=bf16"), std::string::npos) << both.out;
   const std::string csv = testing::slurp(path("out") + "/report.csv");
   EXPECT_NE(csv.find(",measured floor"), std::string::npos) << "a row whose verdict the floor lowered";
   EXPECT_NE(csv.find("floor_ratio"), std::string::npos);
