@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "casefile/env_record.h"
 #include "base/error.h"
+#include "casefile/case_file.h"
 #include "casefile/h5io.h"
 #include "formats/safetensors.h"
 #include "model/stage_graph.h"
@@ -47,6 +48,20 @@ std::vector<std::string> stage_order_of(const std::vector<std::string>& files) {
     }
   }
   return {};
+}
+
+// The contract of a case's /reference, whose axes slice its tensors for the systematic fits
+// (diff/systematic.h); nothing for another file or group.
+std::optional<TensorContract> reference_contract(const std::string& file, const std::string& group) {
+  if (group != "/reference" && group != "/reference/") return std::nullopt;
+  try {
+    const std::optional<std::vector<Stage>> stages = case_stages(file);
+    if (!stages) return std::nullopt;
+    const CaseInfo info = read_case(file);
+    return TensorContract(*stages, info.config, info.batch.rows(), info.batch.seq());
+  } catch (const InputError&) {
+    return std::nullopt;  // not a case: the dumps are compared by name alone
+  }
 }
 
 // The weight checksums a case file records ("sha256:<file>" root attributes); none in other dumps.
@@ -172,6 +187,8 @@ int run_compare(CompareCmd c) {
   opt.stages = c.stages;
   opt.stage_order = stage_order_of({c.file_a, c.file_b});
   if (c.rel_floor) opt.metrics.rel_floor = *c.rel_floor;
+  const std::optional<TensorContract> contract = reference_contract(c.file_a, c.group_a);
+  opt.contract = contract ? &*contract : nullptr;
   // Tensors a run saved (tdiff run --save) against its case: paired stage by stage and judged as
   // that run judged them (its selection mode, its policy's expected errors, the routing bias).
   const std::optional<SavedRun> saved = read_saved_run(c.file_b, c.group_b);

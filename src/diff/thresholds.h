@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "diff/metrics.h"
+#include "diff/systematic.h"
 
 namespace tdiff {
 
@@ -61,6 +62,9 @@ struct Thresholds {
   double tolerance = 1.0;      // a switch: 1 judge against the expected error where known, 0 never
   double expected_warn = 4.0;  // ratio to the expected error
   double expected_fail = 8.0;
+  // Systematic errors (diff/systematic.h): FAIL when a slice's score (in standard errors, against
+  // its own noise and its family's spread) is above this; 0 turns the rule off.
+  double systematic = 10.0;
   Thresholds();
 };
 
@@ -132,6 +136,7 @@ struct JudgeInput {
   bool exact = false;                        // integer/boolean tensors
   const TensorMetrics* floor = nullptr;      // the noise-floor run's metrics, if any
   const ExpectedError* expected = nullptr;   // the error the candidate's formats explain, if known
+  const SystematicFit* systematic = nullptr; // per-slice fits, where the tensor's layout is known
 };
 Judgement judge_tensor(const JudgeInput& in, const Thresholds& t);
 
