@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "casefile/env_record.h"
 #include "base/error.h"
+#include "casefile/case_file.h"
 #include "casefile/h5io.h"
 #include "formats/safetensors.h"
 #include "model/stage_graph.h"
@@ -51,6 +52,20 @@ std::vector<std::string> stage_order_of(const std::optional<std::vector<Stage>>&
   if (stages)
     for (const auto& s : *stages) names.push_back(s.name);
   return names;
+}
+
+// The contract of a case's /reference, whose axes slice its tensors for the systematic fits
+// (diff/systematic.h); nothing for another file or group.
+std::optional<TensorContract> reference_contract(const std::string& file, const std::string& group) {
+  if (group != "/reference" && group != "/reference/") return std::nullopt;
+  try {
+    const std::optional<std::vector<Stage>> stages = case_stages(file);
+    if (!stages) return std::nullopt;
+    const CaseInfo info = read_case(file);
+    return TensorContract(*stages, info.config, info.batch.rows(), info.batch.seq());
+  } catch (const InputError&) {
+    return std::nullopt;  // not a case: the dumps are compared by name alone
+  }
 }
 
 // The weight checksums a case file records ("sha256:<file>" root attributes); none in other dumps.
@@ -206,6 +221,8 @@ int run_compare(CompareCmd c) {
     check_named_stages(H5File(c.file_b), c.group_b, *model, [&](const std::string& key) { return in_a.count(key) > 0; });
   }
   if (c.rel_floor) opt.metrics.rel_floor = *c.rel_floor;
+  const std::optional<TensorContract> contract = reference_contract(c.file_a, c.group_a);
+  opt.contract = contract ? &*contract : nullptr;
   // Tensors a run saved (tdiff run --save) against its case: paired stage by stage and judged as
   // that run judged them (its selection mode, its policy's expected errors, the routing bias).
   const std::optional<std::vector<Stage>> stages = saved ? case_stages(c.file_a) : std::nullopt;

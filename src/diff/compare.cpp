@@ -1,6 +1,7 @@
 #include "diff/compare.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -10,6 +11,7 @@
 
 #include "base/error.h"
 #include "casefile/h5io.h"
+#include "diff/expected.h"
 #include "diff/selection_scores.h"
 
 namespace tdiff {
@@ -146,6 +148,56 @@ TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& 
   return d;
 }
 
+namespace {
+
+// The case's tokens per batch row: the S of its [B,S,...] tensors (0 when none has one).
+std::int64_t contract_seq(const TensorContract& contract) {
+  for (const auto& spec : contract.specs())
+    if (spec.axes.size() >= 2 && spec.axes[0].name == "B" && spec.axes[1].name == "S") return spec.axes[1].size;
+  return 0;
+}
+
+// What one rounding can do to every element of a slice alike: the unit roundoff of the format
+// the candidate's output is rounded to (the expected error's, "bf16", "f32 stream", else the
+// candidate's stored dtype). A RoPE table's float32 angle p·w moves cos and sin by up to u·S
+// alike for every row of a position: there the expected error's local part, which holds it.
+double output_unit(const TensorDiff& row) {
+  if (row.expected) {
+    const auto name = parse_stage_name(row.stage);
+    if (name && name->kind == OpKind::rope_table) return std::sqrt(3.0) * row.expected->local;
+    const std::string format = row.expected->format.substr(0, row.expected->format.find(' '));
+    for (DType t : {DType::bf16, DType::f16, DType::f32, DType::f64, DType::f8_e4m3})
+      if (format == dtype_name(t)) return unit_roundoff(t);
+    if (format == "float64") return unit_roundoff(DType::f64);
+  }
+  return is_float(row.dtype_cand) ? unit_roundoff(row.dtype_cand) : unit_roundoff(DType::f64);
+}
+
+}  // namespace
+
+std::string expert_choice_key(const std::string& stage, const TensorContract& contract) {
+  const auto name = parse_stage_name(stage);
+  if (!name || name->kind != OpKind::moe_experts) return "";
+  for (const auto& spec : contract.specs())
+    if (spec.kind == OpKind::moe_select && stage_layer(spec.stage) == name->layer) return spec.key();
+  return "";
+}
+
+void fit_systematic(TensorDiff& row, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
+                    const Tensor* choices) {
+  if (!opt.contract || row.shape_cand || (row.kind != TensorKind::values && row.kind != TensorKind::logits)) return;
+  const TensorSpec* spec = opt.contract->find(row.key());
+  if (!spec || spec->value != ValueClass::floating) return;
+  std::optional<SliceLayout> layout = slice_layout(*spec, ref.shape(), contract_seq(*opt.contract));
+  if (!layout) return;
+  const TensorSpec* chosen = choices ? opt.contract->find(expert_choice_key(row.stage, *opt.contract)) : nullptr;
+  if (chosen && chosen->range && choices->defined() && choices->numel() == layout->rows * chosen->axes.back().size) {
+    layout->groups = *choices;
+    layout->n_groups = chosen->range->hi;
+  }
+  row.systematic = fit_slices(row.key(), ref, cand, *layout);
+}
+
 CompareResult compare_maps(const NamedTensors& ref, const NamedTensors& cand, const CompareOptions& opt) {
   CompareResult r;
   r.label_ref = "reference";
@@ -181,6 +233,9 @@ CompareResult compare_files(const std::string& file_ref, const std::string& grou
     try {
       r.rows.push_back(diff_tensor(key, a, b, opt, scores.defined() ? &scores : nullptr,
                                    cand_scores.defined() ? &cand_scores : nullptr));
+      const std::string ck = opt.contract ? expert_choice_key(split_key(key).first, *opt.contract) : "";
+      const Tensor choices = !ck.empty() && ref_keys.count(ck) ? h5_read(file_ref, join_path(group_ref, ck)) : Tensor();
+      fit_systematic(r.rows.back(), a, b, opt, choices.defined() ? &choices : nullptr);
     } catch (const InputError& e) {
       input_error("{} vs {}: {}", file_ref, file_cand, e.what());
     }
@@ -209,6 +264,8 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
     }
     in.expected = row.expected ? &*row.expected : nullptr;
     in.measured = row.measured_floor ? &*row.measured_floor : nullptr;
+    if (row.systematic) row.systematic->unit = output_unit(row);
+    in.systematic = row.systematic ? &*row.systematic : nullptr;
     row.tolerance_ratio = in.expected && !in.exact ? expected_ratio(row.metrics, *in.expected)
                                                    : std::numeric_limits<double>::quiet_NaN();
     row.thresholds = policy.for_tensor(row.stage, row.tensor);

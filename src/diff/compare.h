@@ -16,6 +16,7 @@
 #include "base/tensor.h"
 #include "diff/conditioned_error.h"
 #include "diff/metrics.h"
+#include "diff/systematic.h"
 #include "diff/thresholds.h"
 
 namespace tdiff {
@@ -50,6 +51,9 @@ struct TensorDiff {
   std::optional<MeasuredFloor> measured_floor;
   double floor_ratio = std::numeric_limits<double>::quiet_NaN();
   std::string decided_by;
+  // Per-slice fits of the candidate against the reference (diff/systematic.h), where the
+  // tensor's layout is known (a case's contract); judge() FAILs what rounding cannot produce.
+  std::optional<SystematicFit> systematic;
 
   std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }
 };
@@ -80,6 +84,9 @@ struct CompareOptions {
   // The run handed the reference's selections to later stages (MixedRunOptions::
   // replay_selections): routing verdicts count only unexplained flips (metrics.h).
   bool replayed_selections = false;
+  // The case's tensor contract, which names each stage output's axes: with it, floating-point
+  // tensors get per-slice fits (diff/systematic.h); null: none. Outlives the comparison.
+  const TensorContract* contract = nullptr;
 };
 
 // "L03.attn.core/o" -> {"L03.attn.core", "o"}; a key without '/' is a stage of its own.
@@ -97,6 +104,12 @@ std::vector<std::string> list_keys(const std::string& file, const std::string& g
 // `cand_scores`: the candidate's, to count flips its own score error explains.
 TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
                        const Tensor* ref_scores = nullptr, const Tensor* cand_scores = nullptr);
+// Per-slice fits of a floating-point row whose key the contract of `opt` knows (nothing
+// otherwise). `choices`: for moe.experts, the reference's expert ids of the same rows.
+void fit_systematic(TensorDiff& row, const Tensor& ref, const Tensor& cand, const CompareOptions& opt,
+                    const Tensor* choices = nullptr);
+// The key of the reference's expert choice that slices `stage`'s tensors by expert ("" none).
+std::string expert_choice_key(const std::string& stage, const TensorContract& contract);
 // Name-only pairings (dumps without a model; the stage driver is diff/pairing.h): a selection's
 // scores by selection_scores_key of its name.
 CompareResult compare_maps(const NamedTensors& ref, const NamedTensors& cand, const CompareOptions& opt = {});

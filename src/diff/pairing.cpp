@@ -58,6 +58,16 @@ void count_tokens(const PairingRule& rule, const Tensor& ref, const Tensor& cand
   }
 }
 
+// The reference's expert ids of a moe.experts stage (the rows of its tensors), which slice its
+// outputs by expert for the systematic fits; undefined for other stages.
+Tensor expert_choices(const Stage& s, const TensorSide& ref, const PairingRule& rule) {
+  if (!rule.opt.contract || s.kind != OpKind::moe_experts) return {};
+  for (const auto& in : s.inputs)
+    if (const auto name = parse_stage_name(in.stage); name && name->kind == OpKind::moe_select)
+      return viewed(rule, s, ref.read(in.key(), nullptr));
+  return {};
+}
+
 }  // namespace
 
 void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, const PairingRule& rule, CompareResult& r) {
@@ -80,11 +90,13 @@ void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, c
       continue;
     }
     const Tensor a = viewed(rule, s, full_ref), b = viewed(rule, s, full_cand);
+    const Tensor choices = expert_choices(s, ref, rule);
     auto t = measure(rule);
     r.rows.push_back(diff_tensor(key, a, b, rule.opt, scores.ref.defined() ? &scores.ref : nullptr,
                                  scores.cand.defined() ? &scores.cand : nullptr));
     add_conditioning(r.rows.back(), s, ref, rule, a, b);
     count_tokens(rule, a, b, scores, r.rows.back());
+    fit_systematic(r.rows.back(), a, b, rule.opt, choices.defined() ? &choices : nullptr);
   }
 }
 

@@ -47,6 +47,7 @@ constexpr std::array kFields{
     Field{"expected_fail", &Thresholds::expected_fail},
     Field{"measured_warn", &Thresholds::measured_warn},
     Field{"measured_fail", &Thresholds::measured_fail},
+    Field{"systematic", &Thresholds::systematic},
 };
 
 // Collects the reasons of the most severe level reached.
@@ -117,6 +118,15 @@ void judge_expected(Verdicts& v, Judgement& j, const TensorMetrics& m, const Exp
   else
     v.add(level, fmt::format("err_rel {:.3g} at element {} = {:.3g}x the {:.3g} expected ({}) > {:g}x{}", m.err_rel,
                              m.argmax_err_rel, ratio, e.elem, e.format, limit, floor));
+}
+
+// What rounding cannot produce: the slices that stand out (at most two named; the reports
+// list every family's strongest).
+void judge_systematic(Verdicts& v, const SystematicFit& fit, const Thresholds& t) {
+  if (t.systematic == 0.0) return;
+  int named = 0;
+  for (const auto& f : fit.findings)
+    if (finding_fires(f, t.systematic, fit.unit) && named++ < 2) v.add(Verdict::fail, finding_text(fit, f));
 }
 
 }  // namespace
@@ -254,6 +264,7 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
   if (tolerance) judge_expected(v, j, m, *in.expected, in.measured, t);
   else judge_max_abs(v, Verdict::fail, m, t, t.max_abs_fail);
   if (m.rel_l2 >= t.rel_l2_fail) v.add(Verdict::fail, fmt::format("rel_l2 {:.3g} >= {:g}", m.rel_l2, t.rel_l2_fail));
+  if (in.systematic) judge_systematic(v, *in.systematic, t);
   if (in.logits) {
     const LogitsMetrics& l = *in.logits;
     if (l.top1_agree < t.top1_fail) v.add(Verdict::fail, fmt::format("top-1 agreement {:.4g} < {:g}", l.top1_agree, t.top1_fail));

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "diff/metrics.h"
+#include "diff/systematic.h"
 
 namespace tdiff {
 
@@ -66,6 +67,9 @@ struct Thresholds {
   double expected_fail = 8.0;
   double measured_warn = 2.0;  // ratio to the measured floor (flash-attention's tests use 2)
   double measured_fail = 4.0;
+  // Systematic errors (diff/systematic.h): FAIL when a slice's score (in standard errors, against
+  // its own noise and its family's spread) is above this; 0 turns the rule off.
+  double systematic = 10.0;
   Thresholds();
 };
 
@@ -163,6 +167,7 @@ struct JudgeInput {
   const TensorMetrics* floor = nullptr;      // the noise-floor run's metrics, if any
   const ExpectedError* expected = nullptr;   // the error the candidate's formats explain, if known
   const MeasuredFloor* measured = nullptr;   // the measured floor, if run
+  const SystematicFit* systematic = nullptr; // per-slice fits, where the tensor's layout is known
 };
 Judgement judge_tensor(const JudgeInput& in, const Thresholds& t);
 

@@ -143,6 +143,7 @@ CompareResult compare_candidate_dump(const std::string& case_path, const std::ve
   PairingRule rule;
   rule.opt = std::move(opt);
   rule.weights = weights;
+  rule.opt.contract = dump.contract.get();
   // Padding positions are the implementation's own business: only real rows are judged.
   rule.view = [&](const Stage& s, const Tensor& t) {
     return keep_real_rows(t, real_rows(t, info.batch, info.config.rate(s.layer_type)));

@@ -33,6 +33,7 @@ class MixedRun {
     rule_.opt.stage_order.clear();
     for (const auto& s : stages) rule_.opt.stage_order.push_back(s.name);
     rule_.opt.replayed_selections = opt.replay_selections;
+    rule_.opt.contract = &session.contract();
     rule_.weights = &ctx.weights;
     rule_.times = &result_.times;
     result_.diff.label_ref = session.path + ":/reference";

@@ -113,6 +113,7 @@ CompareResult compare_saved_run(const std::string& case_path, const std::string&
   const auto contract = std::make_shared<const TensorContract>(stages, info.config, info.batch.rows(), info.batch.seq());
   const H5File run_file = file == case_path ? case_file : H5File(file);
   const StoredBy ref_by = group_stored_by(ref_group);
+  rule.opt.contract = contract.get();
   CompareResult r = pair_stages(stages, stored_keys(case_file, ref_group, *contract), stored_keys(run_file, group, *contract),
                                 stored_side(case_file, ref_group, contract, ref_by),
                                 stored_side(run_file, group, contract, StoredBy::saved_run), rule);

@@ -76,6 +76,42 @@ void add_expected_columns(std::vector<Column>& c) {
                }});
 }
 
+// The strongest slice of the systematic fits (diff/systematic.h): its score, always, and its
+// text when it decided the verdict; empty where the tensor had no fit.
+bool systematic_fired(const TensorDiff& d, const SliceFinding& f) {
+  return finding_fires(f, d.thresholds.systematic, d.systematic->unit);
+}
+void add_systematic_columns(std::vector<Column>& c) {
+  c.push_back({"systematic_score", [](const TensorDiff& d, const CompareResult&) {
+                 return d.systematic ? full(d.systematic->score()) : std::string();
+               }});
+  c.push_back({"systematic", [](const TensorDiff& d, const CompareResult&) {
+                 if (!d.systematic || d.systematic->findings.empty()) return std::string();
+                 const SliceFinding& f = d.systematic->findings.front();
+                 return systematic_fired(d, f) ? csv_field(finding_text(*d.systematic, f)) : std::string();
+               }});
+}
+
+nlohmann::json number(double v);
+
+// Every family's strongest slice, and whether it decided the verdict.
+nlohmann::json systematic_json(const TensorDiff& d) {
+  const SystematicFit& s = *d.systematic;
+  nlohmann::json findings = nlohmann::json::array();
+  for (const auto& f : s.findings) {
+    nlohmann::json j = {{"family", f.family}, {"slice", f.slice}, {"fault", slice_fault_name(f.fault)},
+                        {"value", number(f.value)}, {"se", number(f.se)}, {"typical", number(f.typical)},
+                        {"spread", number(f.spread)}, {"ref_rms", number(f.ref_rms)}, {"z_own", number(f.z_own)},
+                        {"z_spread", number(f.z_spread)}, {"score", number(f.score())},
+                        {"fired", systematic_fired(d, f)}, {"text", finding_text(s, f)}};
+    if (f.fault == SliceFault::swap)
+      j.update({{"partner", f.partner}, {"partner_value", number(f.partner_value)}, {"match", number(f.swap_match)}});
+    findings.push_back(std::move(j));
+  }
+  return {{"score", number(s.score())}, {"slices", s.slices}, {"threshold", number(d.thresholds.systematic)},
+          {"findings", findings}};
+}
+
 // stage, tensor, the lead metrics, verdict, the other metrics, what the row compared, the
 // logits and routing metrics, reason.
 const std::vector<Column>& csv_columns() {
@@ -102,6 +138,7 @@ const std::vector<Column>& csv_columns() {
     add_expected_columns(c);
     add_optional_columns(c, logits_metric_fields(), &TensorDiff::logits);
     add_optional_columns(c, routing_metric_fields(), &TensorDiff::routing);
+    add_systematic_columns(c);
     c.push_back({"reason", [](const TensorDiff& d, const CompareResult&) { return csv_field(d.reason); }});
     return c;
   }();
@@ -182,6 +219,7 @@ nlohmann::json row_json(const CompareResult& r, const TensorDiff& d) {
     j["logits"]["worst_tokens"] = worst;
   }
   if (d.routing) j["routing"] = fields_json(*d.routing, routing_metric_fields());
+  if (d.systematic) j["systematic"] = systematic_json(d);
   return j;
 }
 
