@@ -2,7 +2,10 @@
 # step: verdicts on a trained-profile model at real widths (layers 2,3: CSA, HCA; 16 experts; 2,304 tokens): fixed and naive on hip and emu, the a-priori rule alone and with the measured floor
 #
 # The FAIL/WARN counts of docs/design/tolerance-model.md and bench/README.md ("Verdicts on
-# trained statistics"). TRAINED_RUNS picks the runs (default: every one), e.g. "hip" or "emu".
+# trained statistics"). TRAINED_RUNS picks the backends (default "hip emu"; "none": the model, case
+# and reference only), TRAINED_POLICIES the policies (default "fixed naive"), TRAINED_FLOORS the
+# --measured-floor settings (default "off on"), TRAINED_PROBES golden's conditioning probes
+# (default 4; each costs one more evaluation of every stage).
 model="$WORK/trained$sfx" case="$WORK/trained$sfx.h5"
 clear_leftovers "$model" "$case"
 if [ ! -f "$model/config.json" ]; then
@@ -12,15 +15,16 @@ if [ ! -f "$model/config.json" ]; then
     --seed 1 -o "$model" || return
 fi
 if [ ! -f "$case.golden-done" ]; then
-  expect trained-case 0 timeout "$(left)" tdiff case new --model "$model" --random-prompts 1 --len "${TRAINED_LEN:-2304}" \
+  expect trained-case 0 timeout "$(left)" tdiff case new --model "$model" --random-prompts 1 --len "${TRAINED_LEN:-2304}" --force \
     --seed 1 -o "$case" || return
-  timed_golden trained-golden "$case" "$(left 30)" || return
+  timed_golden trained-golden "$case" "$(left 30)" --conditioning-probes "${TRAINED_PROBES:-4}" || return
   touch "$case.golden-done"
 fi
 verdict() { sed -n 's/^verdict //p' "$OUT/$1.log" | head -1; }
+[ "${TRAINED_RUNS:-}" = none ] && return
 for run in ${TRAINED_RUNS:-hip emu}; do
-  for policy in fixed naive; do
-    for floor in off on; do
+  for policy in ${TRAINED_POLICIES:-fixed naive}; do
+    for floor in ${TRAINED_FLOORS:-off on}; do
       name="trained-$run-$policy-floor-$floor"
       fits "$name" 20 || break 3
       want=0
