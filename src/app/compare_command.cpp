@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "casefile/env_record.h"
 #include "base/error.h"
+#include "casefile/case_file.h"
 #include "casefile/h5io.h"
 #include "formats/safetensors.h"
 #include "model/stage_graph.h"
@@ -47,6 +48,21 @@ std::vector<std::string> stage_order_of(const std::vector<std::string>& files) {
     }
   }
   return {};
+}
+
+// Locations in the model's terms from the first of `files` that is a case (model and inputs);
+// null when neither is one (two plain dumps: plain dimensions).
+std::shared_ptr<const Locator> case_locator(const std::vector<std::string>& files) {
+  for (const auto& f : files) {
+    if (!h5_exists(f, "/inputs/ids")) continue;
+    try {
+      const CaseInfo info = read_case(f);
+      return std::make_shared<const Locator>(build_stages(info.config), info.config, info.batch);
+    } catch (const InputError&) {
+      // Not a readable case: the next file, or plain dimensions.
+    }
+  }
+  return nullptr;
 }
 
 // The weight checksums a case file records ("sha256:<file>" root attributes); none in other dumps.
@@ -198,6 +214,7 @@ int run_compare(CompareCmd c) {
                              policy ? &*policy : nullptr, opt);
   };
   CompareResult result = compare(c.file_b, c.group_b);
+  if (!result.locator) result.locator = case_locator({c.file_a, c.file_b});
 
   // Rules are checked against every tensor of both dumps, not only the --stages selection,
   // so that one thresholds file serves runs restricted to a few stages.

@@ -8,12 +8,14 @@
 //   // r.verdict, r.rows[i].verdict, r.first_fail ...
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "model/stage_names.h"
 #include "base/tensor.h"
+#include "diff/location.h"
 #include "diff/metrics.h"
 #include "diff/thresholds.h"
 
@@ -53,7 +55,8 @@ struct CompareResult {
   Verdict verdict = Verdict::pass;
   int first_fail = -1;
   Thresholds thresholds;  // the policy's defaults (each row carries its own)
-  std::int64_t seq = 0;   // the case's tokens per batch row, to locate elements (diff/location.h); 0: unknown
+  // Names elements in the model's terms (diff/location.h); null: no case at hand, plain dimensions.
+  std::shared_ptr<const Locator> locator;
 };
 
 struct CompareOptions {

@@ -36,7 +36,7 @@ class MixedRun {
     rule_.times = &result_.times;
     result_.diff.label_ref = session.path + ":/reference";
     result_.diff.label_cand = candidate.name();
-    result_.diff.seq = session.info.batch.seq();
+    result_.diff.locator = std::make_shared<const Locator>(stages, session.info.config, session.info.batch);
     for (const auto& s : stages)
       if (const std::string k = selection_scores_key(s).key; !k.empty()) score_keys_.insert(k);
   }
