@@ -1,6 +1,7 @@
 #include "diff/location.h"
 
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -54,27 +55,41 @@ std::string axis_word(const TensorSpec& spec, std::size_t i) {
 
 Locator::Locator(const std::vector<Stage>& stages, const ModelConfig& config, const Batch& batch)
     : contract_(std::make_shared<const TensorContract>(stages, config, batch.rows(), batch.seq())),
-      batch_(batch), o_groups_(config.o_groups) {
+      batch_(batch),
+      o_groups_(config.o_groups) {
   for (const auto& s : stages) rate_[s.name] = real_rows_rate(s, config);
+}
+
+std::optional<std::int64_t> Locator::in_full_layout(const TensorSpec& spec, const Shape& compared,
+                                                    std::int64_t flat) const {
+  const Shape full = spec.shape();
+  if (squeezed(compared) == squeezed(full)) return flat;
+  // Judged on its real rows only: the n-th row compared is the batch's n-th real row.
+  const auto rate = rate_.find(spec.stage);
+  const RealRows rows = real_rows(full, batch_, rate == rate_.end() ? 0 : rate->second);
+  Shape kept = {rows.count()};
+  kept.insert(kept.end(), rows.inner.begin(), rows.inner.end());
+  if (squeezed(compared) != squeezed(kept) || rows.row_size == 0) return std::nullopt;
+  std::int64_t row = -1;
+  for (std::int64_t r = 0, n = flat / rows.row_size; r < rows.rows; ++r)
+    if (rows.real[static_cast<std::size_t>(r)] && n-- == 0) row = r;
+  return row * rows.row_size + flat % rows.row_size;
+}
+
+std::int64_t Locator::original_index(const std::string& key, const Shape& compared, std::int64_t flat) const {
+  if (flat < 0 || flat >= shape_numel(compared)) return -1;
+  const TensorSpec* spec = contract_ ? contract_->find(key) : nullptr;
+  return spec ? in_full_layout(*spec, compared, flat).value_or(flat) : flat;
 }
 
 Location Locator::locate(const std::string& key, const Shape& compared, std::int64_t flat) const {
   if (flat < 0 || flat >= shape_numel(compared)) return {};
   const TensorSpec* spec = contract_ ? contract_->find(key) : nullptr;
-  if (!spec) return plain(compared, flat);
+  // No stage output of this name, or a shape that is neither the full layout nor its real rows.
+  const std::optional<std::int64_t> original = spec ? in_full_layout(*spec, compared, flat) : std::nullopt;
+  if (!original) return plain(compared, flat);
+  flat = *original;
   const Shape full = spec->shape();
-  if (squeezed(compared) != squeezed(full)) {
-    // Judged on its real rows only: the n-th row compared is the batch's n-th real row.
-    const auto rate = rate_.find(spec->stage);
-    const RealRows rows = real_rows(full, batch_, rate == rate_.end() ? 0 : rate->second);
-    Shape kept = {rows.count()};
-    kept.insert(kept.end(), rows.inner.begin(), rows.inner.end());
-    if (squeezed(compared) != squeezed(kept) || rows.row_size == 0) return plain(compared, flat);
-    std::int64_t row = -1;
-    for (std::int64_t r = 0, n = flat / rows.row_size; r < rows.rows; ++r)
-      if (rows.real[static_cast<std::size_t>(r)] && n-- == 0) row = r;
-    flat = row * rows.row_size + flat % rows.row_size;
-  }
   Location at;
   const auto idx = unravel(flat, full);
   for (std::size_t i = 0; i < idx.size(); ++i) {
@@ -118,21 +133,35 @@ PointedElement pointed_element(const TensorDiff& d) {
     return e;
   }
   if (m.first_new_nonfinite >= 0)
-    return {std::isnan(m.cand_at_new_nonfinite) ? Pointed::new_nan : Pointed::new_inf, m.first_new_nonfinite, false, true,
-            m.ref_at_new_nonfinite, m.cand_at_new_nonfinite};
+    return {std::isnan(m.cand_at_new_nonfinite) ? Pointed::new_nan : Pointed::new_inf,
+            m.first_new_nonfinite,
+            false,
+            true,
+            m.ref_at_new_nonfinite,
+            m.cand_at_new_nonfinite};
   if (m.argmax_err_rel < 0 || m.err_rel == 0) return e;
-  return {d.kind == TensorKind::exact ? Pointed::differs : Pointed::largest_error, m.argmax_err_rel, false, true,
-          m.ref_at_err, m.cand_at_err};
+  return {d.kind == TensorKind::exact ? Pointed::differs : Pointed::largest_error,
+          m.argmax_err_rel,
+          false,
+          true,
+          m.ref_at_err,
+          m.cand_at_err};
 }
 
 const char* pointed_name(Pointed p) {
   switch (p) {
-    case Pointed::none: return "";
-    case Pointed::new_nan: return "new NaN";
-    case Pointed::new_inf: return "new Inf";
-    case Pointed::largest_error: return "largest error";
-    case Pointed::other_selection: return "other selection";
-    case Pointed::differs: return "differs";
+    case Pointed::none:
+      return "";
+    case Pointed::new_nan:
+      return "new NaN";
+    case Pointed::new_inf:
+      return "new Inf";
+    case Pointed::largest_error:
+      return "largest error";
+    case Pointed::other_selection:
+      return "other selection";
+    case Pointed::differs:
+      return "differs";
   }
   return "";
 }

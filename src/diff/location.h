@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,7 @@
 namespace tdiff {
 
 class TensorContract;
+struct TensorSpec;
 struct TensorDiff;
 
 // (axis, index) pairs, outermost first: {{"row", 1}, {"token", 23}, {"head", 2}, {"ch", 17}}.
@@ -39,8 +41,14 @@ class Locator {
   // Element `flat` of the tensor `key` ("<stage>/<tensor>") as compared, in shape `compared`:
   // the full shape (size-1 dimensions aside) or its real rows only. Empty when `flat` is outside it.
   Location locate(const std::string& key, const Shape& compared, std::int64_t flat) const;
+  // The same element's flat index in the full layout (a padded dump's real rows back in the
+  // padded batch); `flat` itself where nothing maps it, -1 outside the tensor.
+  std::int64_t original_index(const std::string& key, const Shape& compared, std::int64_t flat) const;
 
  private:
+  // `flat` of `compared` in the spec's full layout; nullopt when `compared` is neither it nor its real rows.
+  std::optional<std::int64_t> in_full_layout(const TensorSpec& spec, const Shape& compared, std::int64_t flat) const;
+
   std::shared_ptr<const TensorContract> contract_;
   Batch batch_;
   std::map<std::string, std::int64_t> rate_;  // stage -> the rate its real rows are taken at

@@ -131,6 +131,11 @@ nlohmann::json expected_json(const TensorDiff& d) {
           {"ratio", number(d.tolerance_ratio)}};
 }
 
+// A flat index in the tensor's original layout (a padded dump's real rows back in the padded batch).
+std::int64_t original_index(const CompareResult& r, const TensorDiff& d, std::int64_t flat) {
+  return r.locator ? r.locator->original_index(d.key(), d.shape, flat) : flat;
+}
+
 nlohmann::json location_json(const Location& loc) {
   nlohmann::json at = nlohmann::json::object();
   for (const auto& [name, i] : loc) at[name] = i;
@@ -141,13 +146,13 @@ nlohmann::json location_json(const Location& loc) {
 nlohmann::json largest_error_json(const CompareResult& r, const TensorDiff& d) {
   const TensorMetrics& m = d.metrics;
   const Location loc = locate(r.locator.get(), d.key(), d.shape, m.argmax_err_rel);
-  return {{"index", m.argmax_err_rel}, {"at", location_json(loc)}, {"err_rel", number(m.err_rel)},
+  return {{"index", original_index(r, d, m.argmax_err_rel)}, {"at", location_json(loc)}, {"err_rel", number(m.err_rel)},
           {"reference", number(m.ref_at_err)}, {"candidate", number(m.cand_at_err)}};
 }
 
 // The element the reports point at (diff/location.h): what it is, where, both values.
 nlohmann::json pointed_json(const CompareResult& r, const TensorDiff& d, const PointedElement& e) {
-  nlohmann::json j = {{"what", pointed_name(e.what)}, {"index", e.flat},
+  nlohmann::json j = {{"what", pointed_name(e.what)}, {"index", original_index(r, d, e.flat)},
                       {"at", location_json(locate_pointed(r.locator.get(), d, e))}};
   if (e.has_values) j["reference"] = number(e.ref), j["candidate"] = number(e.cand);
   return j;

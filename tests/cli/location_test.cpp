@@ -29,14 +29,14 @@ namespace {
 using testing::CliResult;
 using testing::slurp;
 
-constexpr std::int64_t kRow = 1, kToken = 9;  // row 1 has 26 real tokens of 40
+constexpr std::int64_t kRow = 1, kToken = 9;  // row 1 of 40 tokens after row 0 of 26 and padding
 
 class CliLocation : public testing::CliTest {
  protected:
   void SetUp() override {
     CliTest::SetUp();
     ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("m"))).code, 0);
-    make_case("c.h5", {40, 26});
+    make_case("c.h5", {26, 40});
   }
   void make_case(const std::string& name, const std::vector<int>& lengths) const {
     std::ofstream f(path(name + ".txt"));
@@ -46,7 +46,9 @@ class CliLocation : public testing::CliTest {
     }
     f.close();
     ASSERT_EQ(run(fmt::format("case new --model '{}' --tokens '{}' --seed 2 -o '{}'", path("m"), path(name + ".txt"),
-                              path(name))).code, 0);
+                              path(name)))
+                  .code,
+              0);
     ASSERT_EQ(run(fmt::format("golden '{}'", path(name))).code, 0);
   }
   // The element planted in `spec`: row 1, token 9 (entry 0 of a compressed layer's rows, query 9
@@ -55,11 +57,16 @@ class CliLocation : public testing::CliTest {
     std::vector<std::int64_t> idx;
     for (std::size_t d = 0; d < spec.axes.size(); ++d) {
       const Axis& a = spec.axes[d];
-      if (d == 0 && a.name == "B") idx.push_back(kRow);
-      else if (d == 0 && a.name == "N") idx.push_back(kRow * b.seq() + kToken);
-      else if (d == 1 && a.name == "S") idx.push_back(kToken);
-      else if (d == 1 && a.name == "n") idx.push_back(0);
-      else idx.push_back(a.size - 1);
+      if (d == 0 && a.name == "B")
+        idx.push_back(kRow);
+      else if (d == 0 && a.name == "N")
+        idx.push_back(kRow * b.seq() + kToken);
+      else if (d == 1 && a.name == "S")
+        idx.push_back(kToken);
+      else if (d == 1 && a.name == "n")
+        idx.push_back(0);
+      else
+        idx.push_back(a.size - 1);
     }
     const RealRows rows = real_rows(spec.shape(), b, rate);
     if (rows.rows > 1 && !rows.real[static_cast<std::size_t>(flat(spec.shape(), idx) / rows.row_size)]) idx[0] = 0;
@@ -103,10 +110,14 @@ std::map<std::string, std::map<std::string, std::string>> csv_rows(const std::st
     bool quoted = false;
     for (std::size_t i = 0; i < line.size(); ++i) {
       const char ch = line[i];
-      if (ch == '"' && quoted && i + 1 < line.size() && line[i + 1] == '"') out.back() += ch, ++i;
-      else if (ch == '"') quoted = !quoted;
-      else if (ch == ',' && !quoted) out.emplace_back();
-      else out.back() += ch;
+      if (ch == '"' && quoted && i + 1 < line.size() && line[i + 1] == '"')
+        out.back() += ch, ++i;
+      else if (ch == '"')
+        quoted = !quoted;
+      else if (ch == ',' && !quoted)
+        out.emplace_back();
+      else
+        out.back() += ch;
     }
     return out;
   };
@@ -155,7 +166,8 @@ TEST_F(CliLocation, AnErrorPlantedInEveryStageOutputIsLocatedThereInEveryReport)
   }
   tap.close();
   ASSERT_GT(where.size(), 150u);
-  const CliResult r = run(fmt::format("run '{}' --candidate-dump '{}' -o '{}'", path("c.h5"), path("dump.h5"), path("rep")));
+  const CliResult r =
+      run(fmt::format("run '{}' --candidate-dump '{}' -o '{}'", path("c.h5"), path("dump.h5"), path("rep")));
   ASSERT_EQ(r.code, 1) << r.out << r.err;
 
   const auto j = nlohmann::json::parse(slurp(path("rep/report.json")));
@@ -174,9 +186,12 @@ TEST_F(CliLocation, AnErrorPlantedInEveryStageOutputIsLocatedThereInEveryReport)
     // The batch row and the token (query, entry) planted.
     const std::int64_t row_planted = spec.axes[0].name == "N" ? idx[0] / info.batch.seq() : idx[0];
     EXPECT_EQ(loc["at"]["row"], row_planted) << loc.dump();
-    if (spec.axes[0].name == "N") EXPECT_EQ(loc["at"]["token"], kToken) << loc.dump();
-    else if (spec.axes[1].name == "S") EXPECT_EQ(loc["at"].contains("token") ? loc["at"]["token"] : loc["at"]["query"], kToken) << loc.dump();
-    else if (spec.axes[1].name == "n") EXPECT_EQ(loc["at"]["entry"], 0) << loc.dump();
+    if (spec.axes[0].name == "N")
+      EXPECT_EQ(loc["at"]["token"], kToken) << loc.dump();
+    else if (spec.axes[1].name == "S")
+      EXPECT_EQ(loc["at"].contains("token") ? loc["at"]["token"] : loc["at"]["query"], kToken) << loc.dump();
+    else if (spec.axes[1].name == "n")
+      EXPECT_EQ(loc["at"]["entry"], 0) << loc.dump();
     if (spec.value == ValueClass::index) {
       EXPECT_EQ(loc["what"], "other selection");
     } else {  // the element itself, as a flat index of the padded batch's tensor
@@ -199,8 +214,8 @@ TEST_F(CliLocation, AnErrorPlantedInEveryStageOutputIsLocatedThereInEveryReport)
   EXPECT_EQ(checked, static_cast<int>(where.size()));
   // The user's lines: heads of the attention output, channels of hc_head's output.
   EXPECT_NE(r.out.find("L02.attn.core"), std::string::npos);
-  const std::string core = fmt::format("largest error at row 1, token 9, head {}, ch {}", info.config.num_attention_heads - 1,
-                                       info.config.head_dim - 1);
+  const std::string core = fmt::format("largest error at row 1, token 9, head {}, ch {}",
+                                       info.config.num_attention_heads - 1, info.config.head_dim - 1);
   EXPECT_NE(r.out.find(core), std::string::npos) << r.out;
   EXPECT_NE(html.find(core), std::string::npos);
   const std::string y = fmt::format("row 1, token 9, ch {}", info.config.hidden_size - 1);
@@ -228,7 +243,7 @@ TEST_F(CliLocation, SwappedHeadsANewNaNAndADroppedBatchDimension) {
   ASSERT_EQ(loc.size(), 4u) << r.out;
   EXPECT_EQ(loc[2].first, "head");
   EXPECT_TRUE(loc[2].second == 1 || loc[2].second == 2) << r.out;
-  EXPECT_LT(loc[1].second, loc[0].second == 0 ? 40 : 26) << "a real token of its row: " << r.out;
+  EXPECT_LT(loc[1].second, loc[0].second == 0 ? 26 : 40) << "a real token of its row: " << r.out;
 
   Tensor nan = o.clone();
   nan.data<double>()[((0 * S + 2) * H + 0) * d + 0] += 100.0;  // the largest finite error
@@ -236,7 +251,8 @@ TEST_F(CliLocation, SwappedHeadsANewNaNAndADroppedBatchDimension) {
   Tap tap2(path("nan.h5"));
   tap2.write_raw("L02.attn.core/o", "f64", nan.raw(), nan.shape());
   tap2.close();
-  const CliResult n = run(fmt::format("run '{}' --candidate-dump '{}' -o '{}'", path("c.h5"), path("nan.h5"), path("nan")));
+  const CliResult n =
+      run(fmt::format("run '{}' --candidate-dump '{}' -o '{}'", path("c.h5"), path("nan.h5"), path("nan")));
   EXPECT_NE(n.out.find(fmt::format("new NaN at row 1, token 9, head 1, ch 3: reference {:.6g}, candidate nan",
                                    o.data<double>()[((1 * S + 9) * H + 1) * d + 3])),
             std::string::npos)
@@ -257,7 +273,8 @@ TEST_F(CliLocation, SwappedHeadsANewNaNAndADroppedBatchDimension) {
   Tap tap3(path("one-dump.h5"));
   tap3.write_raw("L02.attn.core/o", "f64", one.raw(), {one.dim(1), H, d});
   tap3.close();
-  const CliResult b = run(fmt::format("run '{}' --candidate-dump '{}' --no-reports", path("one.h5"), path("one-dump.h5")));
+  const CliResult b =
+      run(fmt::format("run '{}' --candidate-dump '{}' --no-reports", path("one.h5"), path("one-dump.h5")));
   EXPECT_NE(b.out.find("largest error at row 0, token 7, head 2, ch 5"), std::string::npos) << b.out << b.err;
 }
 

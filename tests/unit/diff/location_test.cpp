@@ -18,14 +18,14 @@
 namespace tdiff {
 namespace {
 
-constexpr std::int64_t kSeq = 48, kRealInRow1 = 30;
+constexpr std::int64_t kSeq = 48, kRealInRow0 = 30;
 
-// Row 0 of 48 real tokens, row 1 of 30 and 18 of right padding.
+// Row 0 of 30 real tokens and 18 of right padding, row 1 of 48: row 1's rows come after padding.
 Batch padded_batch(std::int64_t vocab) {
   Tensor ids(DType::i64, {2, kSeq}), mask(DType::u8, {2, kSeq});
   for (std::int64_t i = 0; i < 2 * kSeq; ++i) {
     ids.data<std::int64_t>()[i] = i % vocab;
-    mask.data<std::uint8_t>()[i] = i < kSeq || i - kSeq < kRealInRow1;
+    mask.data<std::uint8_t>()[i] = i >= kSeq || i < kRealInRow0;
   }
   return Batch::make(ids, mask, vocab, "test");
 }
@@ -55,10 +55,11 @@ TEST_F(DiffLocation, TheUsersExamples) {
   // hc_head's output is [B,S,D]: channels, not streams; its weights [B,S,n_hc] are streams.
   EXPECT_EQ(at("final.hc_head/y", {1, 20, 43}), "row 1, token 20, ch 43");
   EXPECT_EQ(at("final.hc_head/preh", {1, 20, 3}), "row 1, token 20, stream 3");
-  // The same element judged on the real rows only: row 0's 48 rows come first.
-  const Shape kept = {kSeq + kRealInRow1, config.num_attention_heads, d};
-  EXPECT_EQ(location_text(locator.locate("L02.attn.core/o", kept, ((kSeq + 5) * config.num_attention_heads + 2) * d + 7)),
-            "row 1, token 5, head 2, ch 7");
+  // The same element judged on the real rows only: row 0's 30 real rows come first.
+  const Shape kept = {kRealInRow0 + kSeq, config.num_attention_heads, d};
+  EXPECT_EQ(
+      location_text(locator.locate("L02.attn.core/o", kept, ((kRealInRow0 + 5) * config.num_attention_heads + 2) * d + 7)),
+      "row 1, token 5, head 2, ch 7");
 }
 
 TEST_F(DiffLocation, EveryKindOfLayout) {
@@ -85,11 +86,16 @@ TEST_F(DiffLocation, EveryStageOutputInFullAndOnRealRows) {
     std::vector<std::int64_t> idx;
     for (std::size_t d = 0; d < spec.axes.size(); ++d) {
       const Axis& a = spec.axes[d];
-      if (d == 0 && a.name == "B") idx.push_back(1);
-      else if (d == 0 && a.name == "N") idx.push_back(kSeq + 7);
-      else if (d == 1 && a.name == "S") idx.push_back(7);
-      else if (d == 1 && a.name == "n") idx.push_back(0);
-      else idx.push_back(a.size - 1);
+      if (d == 0 && a.name == "B")
+        idx.push_back(1);
+      else if (d == 0 && a.name == "N")
+        idx.push_back(kSeq + 7);
+      else if (d == 1 && a.name == "S")
+        idx.push_back(7);
+      else if (d == 1 && a.name == "n")
+        idx.push_back(0);
+      else
+        idx.push_back(a.size - 1);
     }
     std::int64_t flat = 0;
     for (std::size_t d = 0; d < idx.size(); ++d) flat = flat * full[d] + idx[d];
@@ -107,7 +113,8 @@ TEST_F(DiffLocation, EveryStageOutputInFullAndOnRealRows) {
       back.push_back(v);
     }
     EXPECT_EQ(back, idx) << location_text(loc);
-    if (spec.axes[0].name == "B" || spec.axes[0].name == "N") EXPECT_EQ(loc[0], (std::pair<std::string, std::int64_t>{"row", 1}));
+    if (spec.axes[0].name == "B" || spec.axes[0].name == "N")
+      EXPECT_EQ(loc[0], (std::pair<std::string, std::int64_t>{"row", 1}));
     ++located;
     // Judged on real rows only: the rows a padded dump keeps.
     const auto stage = std::find_if(stages.begin(), stages.end(), [&](const Stage& s) { return s.name == spec.stage; });
