@@ -68,6 +68,21 @@ std::optional<TensorContract> reference_contract(const std::string& file, const 
   }
 }
 
+// Locations in the model's terms from the first of `files` that is a case (model and inputs);
+// null when neither is one (two plain dumps: plain dimensions).
+std::shared_ptr<const Locator> case_locator(const std::vector<std::string>& files) {
+  for (const auto& f : files) {
+    if (!h5_exists(f, "/inputs/ids")) continue;
+    try {
+      const CaseInfo info = read_case(f);
+      return std::make_shared<const Locator>(build_stages(info.config), info.config, info.batch);
+    } catch (const InputError&) {
+      // Not a readable case: the next file, or plain dimensions.
+    }
+  }
+  return nullptr;
+}
+
 // The weight checksums a case file records ("sha256:<file>" root attributes); none in other dumps.
 std::map<std::string, std::string> recorded_weight_sha256(const std::string& file) {
   std::map<std::string, std::string> out;
@@ -248,6 +263,7 @@ int run_compare(CompareCmd c) {
                              policy ? &*policy : nullptr, opt);
   };
   CompareResult result = compare(c.file_b, c.group_b);
+  if (!result.locator) result.locator = case_locator({c.file_a, c.file_b});
 
   // Rules are checked against every tensor of both dumps, not only the --stages selection,
   // so that one thresholds file serves runs restricted to a few stages.

@@ -62,7 +62,7 @@ void print_first_divergence(const CompareResult& diff) {
             : fmt::format("cosine {:.6f}, rel_l2 {:.3g}, expected {}", d.metrics.cosine, d.metrics.rel_l2,
                           report::expected_text(d));
     const std::string where = report::where_text(diff, d);
-    fmt::print("first divergence: {} ({}): {}{}\n", d.key(), numbers, d.reason, where.empty() ? "" : "; at " + where);
+    fmt::print("first divergence: {} ({}): {}{}\n", d.key(), numbers, d.reason, where.empty() ? "" : "; " + where);
     fmt::print("  the first tensor whose own error crosses its thresholds; `tdiff bisect` names the first stage whose\n"
                "  error makes the logits fail, which can be another one (its report says why)\n");
   } else {

@@ -354,7 +354,7 @@ IsolationResult Bisector::isolate() {
   for (const auto& s : session_.stages) copt.stage_order.push_back(s.name);
   res.diff.label_ref = session_.path + ":/reference";
   res.diff.label_cand = candidate_.name() + " (isolated stages)";
-  res.diff.seq = session_.info.batch.seq();
+  res.diff.locator = std::make_shared<const Locator>(session_.stages, session_.info.config, session_.info.batch);
   for (std::size_t i = 0; i < stage_count(); ++i) {
     const Stage& s = session_.stages[i];
     if (!session_.reference().has_stage(s.name)) continue;

@@ -8,6 +8,7 @@
 //   // r.verdict, r.rows[i].verdict, r.first_fail ...
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "model/stage_names.h"
 #include "base/tensor.h"
 #include "diff/conditioned_error.h"
+#include "diff/location.h"
 #include "diff/metrics.h"
 #include "diff/systematic.h"
 #include "diff/thresholds.h"
@@ -67,10 +69,11 @@ struct CompareResult {
   Verdict verdict = Verdict::pass;
   int first_fail = -1;
   Thresholds thresholds;  // the policy's defaults (each row carries its own)
-  std::int64_t seq = 0;   // the case's tokens per batch row, to locate elements (diff/location.h); 0: unknown
   // Padding tokens of the case's batch that the per-token statistics (logits, selections) left
   // out, for the reports to say so (diff/pairing.h token_view); 0: none, or not known.
   std::int64_t padding_tokens = 0;
+  // Names elements in the model's terms (diff/location.h); null: no case at hand, plain dimensions.
+  std::shared_ptr<const Locator> locator;
 };
 
 struct CompareOptions {

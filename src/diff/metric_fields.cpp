@@ -13,7 +13,7 @@ constexpr unsigned kFiles = kShowFiles, kLead = kShowFiles | kShowLead | kShowTa
 
 // cosine, max_abs, rmse and rel_l2 lead report.csv (stable for users' scripts); the CSV lists
 // the lead fields first, then the verdict, then the others in this order.
-constexpr std::array<MetricField<T>, 25> kTensor{{
+constexpr std::array<MetricField<T>, 28> kTensor{{
     {"cosine", "cosine", &T::cosine, kLead},
     {"max_abs", "max_abs", &T::max_abs, kLead},
     {"max_abs_scaled", "max_abs_scaled", &T::max_abs_scaled, kFiles},
@@ -37,6 +37,9 @@ constexpr std::array<MetricField<T>, 25> kTensor{{
     {"argmax_err_rel", "argmax_err_rel", &T::argmax_err_rel, kFiles},
     {"ref_at_err", "ref_at_err", &T::ref_at_err, kFiles},
     {"cand_at_err", "cand_at_err", &T::cand_at_err, kFiles},
+    {"first_new_nonfinite", "first_new_nonfinite", &T::first_new_nonfinite, kFiles},
+    {"ref_at_new_nonfinite", "ref_at_new_nonfinite", &T::ref_at_new_nonfinite, kFiles},
+    {"cand_at_new_nonfinite", "cand_at_new_nonfinite", &T::cand_at_new_nonfinite, kFiles},
     // What a verdict's reason quotes (how max_abs_scaled was scaled); in no report.
     {"ref_at_max_abs_scaled", nullptr, &T::ref_at_max_abs_scaled, 0},
     {"max_abs_scale", nullptr, &T::max_abs_scale, 0},
@@ -54,7 +57,7 @@ constexpr std::array<MetricField<L>, 9> kLogits{{
     {"kl_max", "kl_max", &L::kl_max, kFiles},
 }};
 
-constexpr std::array<MetricField<R>, 10> kRouting{{
+constexpr std::array<MetricField<R>, 12> kRouting{{
     {"tokens", nullptr, &R::tokens, kFiles},
     {"k", nullptr, &R::k, kFiles},
     {"equal_tokens", nullptr, &R::equal_tokens, kFiles},
@@ -65,6 +68,8 @@ constexpr std::array<MetricField<R>, 10> kRouting{{
     {"explained_tokens", "routing_explained", &R::explained_tokens, kFiles},
     {"unexplained_share", "routing_unexplained_share", &R::unexplained_share, kFiles},
     {"replayed", "routing_replayed", &R::replayed, kFiles},
+    {"first_mismatch", "routing_first_mismatch", &R::first_mismatch, kFiles},
+    {"first_unexplained", "routing_first_unexplained", &R::first_unexplained, kFiles},
 }};
 
 }  // namespace

@@ -25,6 +25,7 @@ struct Partial {
   double max_abs = 0, max_abs_ref = 0, max_rel = 0, max_abs_scaled = 0;
   std::int64_t compared = 0, n_diff = 0;
   std::int64_t nan_ref = 0, inf_ref = 0, nan_cand = 0, inf_cand = 0, new_nonfinite = 0;
+  std::int64_t first_new_nonfinite = -1;  // inside the chunk until chunk_partial offsets it
 };
 
 // |d| / max(s, |r|): written once, so that the argmax rescan divides exactly as the kernels do.
@@ -124,7 +125,7 @@ void careful_chunk(const TR* r, const TC* c, std::int64_t n, double floor, Parti
     p.nan_ref += std::isnan(a), p.inf_ref += std::isinf(a);
     p.nan_cand += std::isnan(b), p.inf_cand += std::isinf(b);
     const bool same_nonfinite = (std::isnan(a) && std::isnan(b)) || (!fa && a == b);
-    if (!fb && !same_nonfinite) ++p.new_nonfinite;
+    if (!fb && !same_nonfinite && p.new_nonfinite++ == 0) p.first_new_nonfinite = i;
     if (!(fa && fb)) {
       p.n_diff += !same_nonfinite;
       continue;
@@ -159,6 +160,7 @@ Partial chunk_partial(const Tensor& ref, const Tensor& cand, std::int64_t begin,
         if (floor > 1.0 || !fast_chunk(r, c, n, floor, p)) careful_chunk(r, c, n, floor, p);
       },
       chunk_elems(ref, begin, n, buf_r), chunk_elems(cand, begin, n, buf_c));
+  if (p.first_new_nonfinite >= 0) p.first_new_nonfinite += begin;
   return p;
 }
 
@@ -309,6 +311,7 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
     t.compared += p.compared, t.n_diff += p.n_diff;
     t.nan_ref += p.nan_ref, t.inf_ref += p.inf_ref, t.nan_cand += p.nan_cand, t.inf_cand += p.inf_cand;
     t.new_nonfinite += p.new_nonfinite;
+    if (t.first_new_nonfinite < 0) t.first_new_nonfinite = p.first_new_nonfinite;
   }
 
   TensorMetrics m;
@@ -321,6 +324,11 @@ TensorMetrics tensor_metrics(const Tensor& ref, const Tensor& cand, const Metric
   m.n_diff = t.n_diff;
   m.nan_ref = t.nan_ref, m.inf_ref = t.inf_ref, m.nan_cand = t.nan_cand, m.inf_cand = t.inf_cand;
   m.new_nonfinite = t.new_nonfinite;
+  if (t.first_new_nonfinite >= 0) {
+    m.first_new_nonfinite = t.first_new_nonfinite;
+    m.ref_at_new_nonfinite = ref.value(t.first_new_nonfinite);
+    m.cand_at_new_nonfinite = cand.value(t.first_new_nonfinite);
+  }
   if (t.compared > 0) {
     m.rmse = std::sqrt(t.dd / static_cast<double>(t.compared));
     m.ref_rms = std::sqrt(t.rr / static_cast<double>(t.compared));

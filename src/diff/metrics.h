@@ -67,6 +67,9 @@ struct TensorMetrics {
   std::int64_t n_diff = 0;         // elements that differ at all (0: bit-identical values)
   std::int64_t nan_ref = 0, inf_ref = 0, nan_cand = 0, inf_cand = 0;
   std::int64_t new_nonfinite = 0;  // NaN/Inf in the candidate that the reference lacks
+  // The first of those (flat index, -1: none) and both values there: where a report points.
+  std::int64_t first_new_nonfinite = -1;
+  double ref_at_new_nonfinite = 0.0, cand_at_new_nonfinite = 0.0;
 };
 
 // Throws InputError when the shapes differ; any dtypes (converted to float64).
@@ -115,6 +118,9 @@ struct RoutingMetrics {
   double equal_share = 1.0;           // equal_tokens / tokens
   double mismatch_share = 0.0;        // (tokens - equal - tie) / tokens
   double unexplained_share = 0.0;     // (tokens - equal - tie - explained) / tokens
+  // The first token (row of the flattened leading dimensions, -1: none) counted in
+  // mismatch_share, and the first counted in unexplained_share: where a report points.
+  std::int64_t first_mismatch = -1, first_unexplained = -1;
   // Set when later stages were given the reference's selections (selection replay): the
   // verdict then reads unexplained_share, since explained flips moved nothing downstream.
   bool replayed = false;

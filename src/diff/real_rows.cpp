@@ -12,25 +12,28 @@ std::int64_t RealRows::count() const {
   return n;
 }
 
-RealRows real_rows(const Tensor& t, const Batch& b, std::int64_t rate) {
+std::int64_t real_rows_rate(const Stage& s, const ModelConfig& c) { return c.rate(s.layer_type); }
+
+RealRows real_rows(const Shape& s, const Batch& b, std::int64_t rate) {
   RealRows m;
   const auto B = b.rows(), S = b.seq();
-  const Shape& s = t.shape();
+  const std::size_t rank = s.size();
+  const std::int64_t numel = shape_numel(s);
   std::size_t lead = 0;  // dimensions that index rows
   bool tokens = true;
-  if (t.rank() >= 2 && s[0] == B && s[1] == S) lead = 2;
-  else if (t.rank() >= 1 && s[0] == B * S) lead = 1;
-  else if (t.rank() >= 2 && s[0] == B && rate > 0) lead = 2, tokens = false;
+  if (rank >= 2 && s[0] == B && s[1] == S) lead = 2;
+  else if (rank >= 1 && s[0] == B * S) lead = 1;
+  else if (rank >= 2 && s[0] == B && rate > 0) lead = 2, tokens = false;
   if (lead == 0) {  // no row structure (a table): every element counts
     m.rows = 1;
     m.inner = s;
-    m.row_size = t.numel();
+    m.row_size = numel;
     m.real = {true};
     return m;
   }
   m.inner.assign(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end());
   m.rows = lead == 2 ? s[0] * s[1] : s[0];
-  m.row_size = m.rows ? t.numel() / m.rows : 0;
+  m.row_size = m.rows ? numel / m.rows : 0;
   m.real.resize(static_cast<std::size_t>(m.rows));
   for (std::int64_t r = 0; r < m.rows; ++r) {
     bool real;

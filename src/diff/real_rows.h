@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "base/tensor.h"
+#include "model/stage_graph.h"
 
 namespace tdiff {
 
@@ -24,7 +25,11 @@ struct RealRows {
 };
 
 // `rate`: the compression rate of the tensor's stage (0 for uncompressed stages).
-RealRows real_rows(const Tensor& t, const Batch& b, std::int64_t rate);
+RealRows real_rows(const Shape& shape, const Batch& b, std::int64_t rate);
+inline RealRows real_rows(const Tensor& t, const Batch& b, std::int64_t rate) { return real_rows(t.shape(), b, rate); }
+// The rate a stage's tensors are split into real rows at: its layer's compression rate (the
+// dump's view and the locations of what it kept, diff/location.h, use this one rate).
+std::int64_t real_rows_rate(const Stage& s, const ModelConfig& c);
 // The real rows of `t` only, as [real rows, inner...] (same dtype; `t` itself when all are real).
 Tensor keep_real_rows(const Tensor& t, const RealRows& rows);
 

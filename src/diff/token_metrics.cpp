@@ -205,7 +205,15 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
       continue;
     }
     m.flips += static_cast<std::int64_t>(only_a.size());
-    if (!ref_scores) continue;
+    // Counted in mismatch_share (not a tie) and, unless its own scores explain it, in unexplained_share.
+    auto counts = [&](bool explained) {
+      if (m.first_mismatch < 0) m.first_mismatch = t;
+      if (!explained && m.first_unexplained < 0) m.first_unexplained = t;
+    };
+    if (!ref_scores) {
+      counts(false);
+      continue;
+    }
     // A tie: the scores given up equal the scores taken, value for value.
     auto scores = [&](const std::vector<std::int64_t>& ids, std::vector<double>& out) {
       out.clear();
@@ -216,14 +224,20 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
       std::sort(out.begin(), out.end());
       return true;
     };
-    if (!(scores(only_a, sa) && scores(only_b, sb))) continue;
+    if (!(scores(only_a, sa) && scores(only_b, sb))) {
+      counts(false);
+      continue;
+    }
     if (sa == sb) {
       ++m.tie_tokens;
       continue;
     }
     const double given_up = sa.back(), taken = sb.front();
     m.flip_margins.push_back({(given_up - taken) / (std::fabs(given_up) + std::fabs(taken) + 2 * scores_rms), false});
-    if (!cand_scores) continue;
+    if (!cand_scores) {
+      counts(false);
+      continue;
+    }
     // Right on its own scores: a top-k of them. Every id it took (the -1 padding of the
     // indexer aside, each once) scores at least as high as every id it did not take; a NaN or
     // infinite score taken explains nothing.
@@ -246,6 +260,7 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
     for (std::size_t e = 0; valid && e < own.size(); ++e)
       if (!taken[e] && (std::isnan(own[e]) || own[e] > lowest_taken)) valid = false;
     if (valid) ++m.explained_tokens, m.flip_margins.back().explained = true;
+    counts(valid);
   }
   const auto tokens = static_cast<double>(m.tokens);
   m.equal_share = static_cast<double>(m.equal_tokens) / tokens;

@@ -146,17 +146,16 @@ CompareResult compare_candidate_dump(const std::string& case_path, const std::ve
   rule.opt.contract = dump.contract.get();
   // Padding positions are the implementation's own business: only real rows are judged.
   rule.view = [&](const Stage& s, const Tensor& t) {
-    return keep_real_rows(t, real_rows(t, info.batch, info.config.rate(s.layer_type)));
+    return keep_real_rows(t, real_rows(t, info.batch, real_rows_rate(s, info.config)));
   };
   TensorSide cand = stored_side(*dump.file, dump.group, dump.contract, StoredBy::dump);
   cand.label = dump.path + ":" + dump.group;
   cand.where = dump.path + " ";
   CompareResult r = pair_stages(stages, stored_keys(case_file, "/reference", *dump.contract), dump.keys,
                                 stored_side(case_file, "/reference", dump.contract, StoredBy::reference), cand, rule);
-  // Locations split flat token rows by the case's tokens per row; a padded batch's tensors are
-  // compacted to their real rows, where that split no longer holds (seq 0: rows as they are).
+  // A padded batch's tensors are judged on their real rows; locations name the padded batch's.
   r.padding_tokens = padding_tokens(info.batch);
-  r.seq = r.padding_tokens ? 0 : info.batch.seq();
+  r.locator = std::make_shared<const Locator>(stages, info.config, info.batch);
   return r;
 }
 

@@ -38,7 +38,7 @@ class MixedRun {
     rule_.times = &result_.times;
     result_.diff.label_ref = session.path + ":/reference";
     result_.diff.label_cand = candidate.name();
-    result_.diff.seq = session.info.batch.seq();
+    result_.diff.locator = std::make_shared<const Locator>(stages, session.info.config, session.info.batch);
     // Logits and selections counted on real tokens, as a dump's are (diff/real_rows.h).
     if ((result_.diff.padding_tokens = padding_tokens(session.info.batch)))
       rule_.token_view = [&batch = session.info.batch](const Tensor& t) { return real_rows(t, batch, 0); };

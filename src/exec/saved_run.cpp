@@ -117,7 +117,7 @@ CompareResult compare_saved_run(const std::string& case_path, const std::string&
   CompareResult r = pair_stages(stages, stored_keys(case_file, ref_group, *contract), stored_keys(run_file, group, *contract),
                                 stored_side(case_file, ref_group, contract, ref_by),
                                 stored_side(run_file, group, contract, StoredBy::saved_run), rule);
-  r.seq = info.batch.seq();
+  r.locator = std::make_shared<const Locator>(stages, info.config, info.batch);
   r.padding_tokens = padding;
   if (session && policy) {
     set_expected(r, {session, policy, StageInputs::run});

@@ -71,8 +71,9 @@ void add_expected_columns(std::vector<Column>& c) {
                  return std::isnan(d.floor_ratio) ? "" : full(d.floor_ratio);
                }});
   c.push_back({"decided_by", [](const TensorDiff& d, const CompareResult&) { return csv_field(d.decided_by); }});
-  c.push_back({"err_at", [](const TensorDiff& d, const CompareResult& r) {
-                 return csv_field(location_text(d.stage, d.shape, report::where_text(r, d).empty() ? -1 : d.metrics.argmax_err_rel, r.seq));
+  c.push_back({"err_at", [](const TensorDiff& d, const CompareResult& r) { return csv_field(report::location_of(r, d)); }});
+  c.push_back({"err_kind", [](const TensorDiff& d, const CompareResult&) {
+                 return csv_field(pointed_name(pointed_element(d).what));
                }});
 }
 
@@ -184,13 +185,31 @@ nlohmann::json expected_json(const TensorDiff& d) {
           {"decided_by", d.decided_by}};
 }
 
-// The largest error's element: flat index, named position and both values.
+// A flat index in the tensor's original layout (a padded dump's real rows back in the padded batch).
+std::int64_t original_index(const CompareResult& r, const TensorDiff& d, std::int64_t flat) {
+  return r.locator ? r.locator->original_index(d.key(), d.shape, flat) : flat;
+}
+
+nlohmann::json location_json(const Location& loc) {
+  nlohmann::json at = nlohmann::json::object();
+  for (const auto& [name, i] : loc) at[name] = i;
+  return at;
+}
+
+// The largest finite error's element: flat index, named position and both values.
 nlohmann::json largest_error_json(const CompareResult& r, const TensorDiff& d) {
   const TensorMetrics& m = d.metrics;
-  nlohmann::json at = nlohmann::json::object();
-  for (const auto& [name, i] : element_location(d.stage, d.shape, m.argmax_err_rel, r.seq)) at[name] = i;
-  return {{"index", m.argmax_err_rel}, {"at", at}, {"err_rel", number(m.err_rel)},
+  const Location loc = locate(r.locator.get(), d.key(), d.shape, m.argmax_err_rel);
+  return {{"index", original_index(r, d, m.argmax_err_rel)}, {"at", location_json(loc)}, {"err_rel", number(m.err_rel)},
           {"reference", number(m.ref_at_err)}, {"candidate", number(m.cand_at_err)}};
+}
+
+// The element the reports point at (diff/location.h): what it is, where, both values.
+nlohmann::json pointed_json(const CompareResult& r, const TensorDiff& d, const PointedElement& e) {
+  nlohmann::json j = {{"what", pointed_name(e.what)}, {"index", original_index(r, d, e.flat)},
+                      {"at", location_json(locate_pointed(r.locator.get(), d, e))}};
+  if (e.has_values) j["reference"] = number(e.ref), j["candidate"] = number(e.cand);
+  return j;
 }
 
 nlohmann::json row_json(const CompareResult& r, const TensorDiff& d) {
@@ -202,7 +221,9 @@ nlohmann::json row_json(const CompareResult& r, const TensorDiff& d) {
   if (d.floor_rmse) j["floor_rmse"] = number(*d.floor_rmse);
   if (d.shape_cand) j["shape_cand"] = *d.shape_cand;  // the candidate's other shape (a FAIL)
   if (d.expected && !std::isnan(d.tolerance_ratio)) j["expected"] = expected_json(d);
-  if (!report::where_text(r, d).empty()) j["largest_error"] = largest_error_json(r, d);
+  if (const PointedElement e = pointed_element(d); e.what != Pointed::none) j["location"] = pointed_json(r, d, e);
+  if (!integer_tensor(d) && !d.shape_cand && d.metrics.argmax_err_rel >= 0 && d.metrics.err_rel > 0)
+    j["largest_error"] = largest_error_json(r, d);
   if (d.logits) {
     const LogitsMetrics& l = *d.logits;
     nlohmann::json worst = nlohmann::json::array();

@@ -356,7 +356,7 @@ std::string stage_table(const CompareResult& r) {
       o += fmt::format("<th>{}</th>", f.name);
       ++columns;
     }
-  o += "<th>expected</th><th>x</th><th>largest error at</th><th>NaN/Inf</th><th>verdict</th><th>reason</th></tr>"
+  o += "<th>expected</th><th>x</th><th>where</th><th>NaN/Inf</th><th>verdict</th><th>reason</th></tr>"
        "</thead><tbody>\n";
   columns += 3;
   std::string group;
@@ -393,8 +393,9 @@ std::string stage_table(const CompareResult& r) {
   o += "</tbody></table>\n";
   o += "<p class=\"legend\">NaN/Inf: reference / candidate counts. rel_l2 = |c-r|/|r|; err_rel = max |c-r| / (|r| + "
        "rms(r)); expected: the relative error E the candidate's formats explain (rounding of its stored formats, float32 "
-       "accumulation, the errors its inputs carry); x: the larger of rel_l2 / E and err_rel / (E sqrt(2 ln n)). Largest "
-       "error at: the element of err_rel, with the reference's and the candidate's values. Integer tensors are "
+       "accumulation, the errors its inputs carry); x: the larger of rel_l2 / E and err_rel / (E sqrt(2 ln n)). Where: "
+       "the first NaN/Inf the reference lacks, else the element of err_rel (a selection's first other choice, a "
+       "mask's differing element), in the model's terms, with the reference's and the candidate's values. Integer tensors are "
        "compared exactly: agreement only.</p>\n";
   return o;
 }
@@ -435,10 +436,12 @@ std::string logits_section(const CompareResult& r) {
     if (l.worst.empty()) continue;
     o += "<p class=\"legend\">Worst tokens by KL, each side's top-10 (ids missing from the other side's top-10 in "
          "red).</p>\n<div class=\"tokens\">\n";
-    const std::int64_t seq = d.shape.size() >= 3 ? d.shape[d.shape.size() - 2] : 0;
     for (const auto& t : l.worst) {
-      const std::string where = seq ? fmt::format("row {}, position {}", t.token / seq, t.token % seq)
-                                    : fmt::format("token {}", t.token);
+      // The token's first logit, located in the padded batch; its vocabulary id dropped.
+      const std::int64_t vocab = d.shape.empty() ? 0 : d.shape.back();
+      Location at = locate(r.locator.get(), d.key(), d.shape, t.token * vocab);
+      if (!at.empty()) at.pop_back();
+      const std::string where = at.empty() ? fmt::format("token {}", t.token) : location_text(at);
       o += fmt::format("<div class=\"tok\"><b>{}</b> &middot; KL {}{}\n{}</div>\n", where, num(t.kl),
                        !t.top_ref.empty() && !t.top_cand.empty() && t.top_ref[0].id != t.top_cand[0].id
                            ? " &middot; <span class=\"miss\">top-1 differs</span>"

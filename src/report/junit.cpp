@@ -18,7 +18,7 @@ std::string tensor_line(const CompareResult& r, const TensorDiff& d) {
                      report::num(d.metrics.max_abs_scaled), report::num(d.metrics.rmse), report::num(d.metrics.rel_l2),
                      report::expected_text(d), report::ratio_text(d),
                      d.floor_rmse ? " floor_rmse=" + report::num(*d.floor_rmse) : "",
-                     where.empty() ? "" : " largest error at " + where);
+                     where.empty() ? "" : " " + where);
 }
 
 }  // namespace

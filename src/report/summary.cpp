@@ -61,12 +61,19 @@ std::string ratio_text(const TensorDiff& d) {
   return num(d.tolerance_ratio, d.tolerance_ratio < 999.5 ? "{:.3g}" : "{:.0e}");
 }
 
+std::string location_of(const CompareResult& r, const TensorDiff& d) {
+  const PointedElement e = pointed_element(d);
+  if (e.what == Pointed::none) return "";
+  const std::string at = location_text(locate_pointed(r.locator.get(), d, e));
+  return at.empty() ? fmt::format("element {}", e.flat) : at;
+}
+
 std::string where_text(const CompareResult& r, const TensorDiff& d) {
-  const TensorMetrics& m = d.metrics;
-  if (d.kind == TensorKind::routing || d.kind == TensorKind::exact || m.argmax_err_rel < 0 || m.err_rel == 0) return "";
-  std::string at = location_text(d.stage, d.shape, m.argmax_err_rel, r.seq);
-  if (at.empty()) at = fmt::format("element {}", m.argmax_err_rel);
-  return fmt::format("{}: reference {}, candidate {}", at, num(m.ref_at_err, "{:.6g}"), num(m.cand_at_err, "{:.6g}"));
+  const PointedElement e = pointed_element(d);
+  if (e.what == Pointed::none) return "";
+  std::string s = fmt::format("{} at {}", pointed_name(e.what), location_of(r, d));
+  if (e.has_values) s += fmt::format(": reference {}, candidate {}", num(e.ref, "{:.6g}"), num(e.cand, "{:.6g}"));
+  return s;
 }
 
 std::vector<std::size_t> worst_rows(const CompareResult& r, std::size_t n) {

@@ -35,10 +35,13 @@ std::string error_text(const TensorDiff& d);  // "rel_l2 0.012" or "3.1% differ"
 // The expected error and the ratio to it ("2.3e-03", "1.4"), "-" where the row has none.
 std::string expected_text(const TensorDiff& d);
 std::string ratio_text(const TensorDiff& d);
-// Where the row's largest error (err_rel, metrics.h) is and the two values there:
-// "row 1, token 23, head 2, ch 17: reference 1.23, candidate 1.25"; "" for exact tensors
-// and rows without a difference.
+// The element the row points at (diff/location.h pointed_element), what it is, where in the
+// model's terms and the two values there: "largest error at row 1, token 23, head 2, ch 17:
+// reference 1.23, candidate 1.25", "new NaN at row 0, token 13, head 1, ch 5: reference
+// 0.0312, candidate nan", "other selection at row 1, token 4"; "" for rows without a difference.
 std::string where_text(const CompareResult& r, const TensorDiff& d);
+// The location alone ("row 1, token 23, head 2, ch 17"), "" where where_text is.
+std::string location_of(const CompareResult& r, const TensorDiff& d);
 
 struct Counts {
   int pass = 0, warn = 0, fail = 0;

@@ -66,7 +66,7 @@ class Printer {
     if (d.verdict != Verdict::pass && !d.reason.empty())
       fmt::print(out_, "{:6}{}\n", "", fit(d.reason, static_cast<std::size_t>(opt_.width - 6)));
     if (const std::string w = report::where_text(r_, d); d.verdict != Verdict::pass && !w.empty())
-      fmt::print(out_, "{:6}{}\n", "", fit("largest error at " + w, static_cast<std::size_t>(opt_.width - 6)));
+      fmt::print(out_, "{:6}{}\n", "", fit(w, static_cast<std::size_t>(opt_.width - 6)));
   }
   void set_first(bool f) { first_ = f; }
 

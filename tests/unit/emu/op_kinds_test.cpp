@@ -120,7 +120,7 @@ CompareResult isolated_on_emu(Bench& b, const std::vector<const Stage*>& picked,
   CompareResult r;
   CompareOptions copt;
   for (const Stage& s : b.session.stages) copt.stage_order.push_back(s.name);
-  r.seq = b.session.info.batch.seq();
+  r.locator = std::make_shared<const Locator>(b.session.stages, b.session.info.config, b.session.info.batch);
   for (const Stage* s : picked) {
     std::vector<const Tensor*> in;
     for (const TensorRef& t : s->inputs) in.push_back(&b.tensors.at(t.key()));

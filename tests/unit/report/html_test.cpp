@@ -115,7 +115,7 @@ TEST_F(ReportHtml, SelfContained) {
   EXPECT_NE(html_.find("<svg"), std::string::npos);
   EXPECT_NE(html_.find("FAIL below cosine 0.99"), std::string::npos);
   EXPECT_NE(html_.find("<th>max_abs</th><th>err_rel</th>"), std::string::npos);
-  EXPECT_NE(html_.find("<th>expected</th><th>x</th><th>largest error at</th>"), std::string::npos);
+  EXPECT_NE(html_.find("<th>expected</th><th>x</th><th>where</th>"), std::string::npos);
   EXPECT_NE(html_.find("selection agreement per selection stage"), std::string::npos);
   EXPECT_NE(html_.find("1 - cosine per stage, log10 scale"), std::string::npos);
   EXPECT_NE(html_.find("class=\"marker\""), std::string::npos);  // the first divergence

@@ -98,7 +98,6 @@ TEST(ReportCsvJson, SelectionsKeepCountsOnlyAndFloatsTheirLargestError) {
   idx_c.data<std::int64_t>()[5] = 7;
   CompareResult r = compare_maps({{"L02.moe.select/idx", idx}, {"L02.attn_norm/h", ramp({2, 2, 4}, 0)}},
                                  {{"L02.moe.select/idx", idx_c}, {"L02.attn_norm/h", ramp({2, 2, 4}, 0.01)}});
-  r.seq = 2;
   ExpectedError e;
   e.rel = 1e-3, e.elem = 4e-3, e.format = "bf16";
   for (auto& row : r.rows)
@@ -112,18 +111,23 @@ TEST(ReportCsvJson, SelectionsKeepCountsOnlyAndFloatsTheirLargestError) {
       EXPECT_FALSE(row["metrics"].contains("argmax_abs")) << row.dump();
       EXPECT_EQ(row["metrics"]["n_diff"], 1);
       EXPECT_FALSE(row.contains("expected"));
+      EXPECT_FALSE(row.contains("largest_error")) << row.dump();
+      // Token 2 took expert 7: the token, not a slot (no case here: plain dimensions).
+      EXPECT_EQ(row["location"]["what"], "other selection") << row.dump();
+      EXPECT_EQ(row["location"]["at"], (nlohmann::json{{"dim0", 2}})) << row.dump();
     } else {
       EXPECT_DOUBLE_EQ(row["expected"]["rel"].get<double>(), 1e-3);
       EXPECT_GT(row["expected"]["ratio"].get<double>(), 1.0);
-      EXPECT_TRUE(row["largest_error"]["at"].contains("token")) << row.dump();
-      EXPECT_TRUE(row["largest_error"]["at"].contains("ch")) << row.dump();
+      EXPECT_TRUE(row["largest_error"]["at"].contains("dim2")) << row.dump();
+      EXPECT_EQ(row["location"]["what"], "largest error") << row.dump();
+      EXPECT_EQ(row["location"]["at"], row["largest_error"]["at"]) << row.dump();
     }
   }
   const auto lines = lines_of(render_csv(r));
   ASSERT_EQ(lines.size(), 3u);
   const std::string& sel = lines[1].starts_with("L02.moe.select") ? lines[1] : lines[2];
   EXPECT_EQ(sel.rfind("L02.moe.select,idx,,,,,", 0), 0u) << sel;  // no cosine, max_abs, rmse, rel_l2
-  EXPECT_NE(lines[0].find(",expected,expected_elem,expected_ratio,expected_format,err_at,"), std::string::npos);
+  EXPECT_NE(lines[0].find(",expected,expected_elem,expected_ratio,expected_format,err_at,err_kind,"), std::string::npos);
 }
 
 TEST(ReportJunit, OneTestcasePerStage) {
