@@ -232,8 +232,8 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
       ++m.tie_tokens;
       continue;
     }
-    const double given_up = sa.back(), taken = sb.front();
-    m.flip_margins.push_back({(given_up - taken) / (std::fabs(given_up) + std::fabs(taken) + 2 * scores_rms), false});
+    const double given_up = sa.back(), took = sb.front();  // the reference's best given up, worst taken
+    m.flip_margins.push_back({(given_up - took) / (std::fabs(given_up) + std::fabs(took) + 2 * scores_rms), false});
     if (!cand_scores) {
       counts(false);
       continue;
