@@ -270,7 +270,8 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
                                                    : std::numeric_limits<double>::quiet_NaN();
     row.thresholds = policy.for_tensor(row.stage, row.tensor);
     const Judgement j = row.shape_cand ? Judgement{Verdict::fail, fmt::format("shape mismatch: reference {} vs candidate {}",
-                                                                             shape_str(row.shape), shape_str(*row.shape_cand))}
+                                                                             shape_str(row.shape), shape_str(*row.shape_cand)),
+                                                  "", std::numeric_limits<double>::quiet_NaN()}
                                        : judge_tensor(in, row.thresholds);
     row.verdict = j.verdict;
     row.reason = j.reason;

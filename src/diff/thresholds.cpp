@@ -59,7 +59,9 @@ class Verdicts {
     verdict_ = v;
     reasons_.push_back(std::move(why));
   }
-  Judgement result() const { return {verdict_, fmt::format("{}", fmt::join(reasons_, "; "))}; }
+  Judgement result() const {
+    return {verdict_, fmt::format("{}", fmt::join(reasons_, "; ")), "", std::numeric_limits<double>::quiet_NaN()};
+  }
 
  private:
   Verdict verdict_ = Verdict::pass;
