@@ -78,8 +78,8 @@ std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc
 // the rule `tdiff run --candidate-dump` follows: the cases of a set share shapes, so a swapped
 // dump would be judged otherwise): checked before any case is judged, so a bad dump stops the
 // run before it writes a report.
-std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const SuiteCase*>& cases, const SuiteCache& cache,
-                                      const std::vector<std::vector<Stage>>& stages_of_model) {
+std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const SuiteCase*>& cases,
+                                      const SuiteCache& cache, const std::vector<std::vector<Stage>>& stages_of_model) {
   std::vector<CandidateDump> dumps;
   for (const SuiteCase* sc : cases)
     dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages_of_model[sc->model], dump_file(c, *sc)));

@@ -98,14 +98,15 @@ std::string read_bytes(const std::string& path) {
 }
 
 // [model] (`base` null) or a [models.NAME] table (`base`: [model], whose keys it inherits).
-SuiteModel read_suite_model(const TomlReader& rd, const toml::table& t, const std::string& what, const SuiteModel* base) {
+SuiteModel read_suite_model(const TomlReader& rd, const toml::table& t, const std::string& what,
+                            const SuiteModel* base) {
   rd.check_keys(t, {"preset", "seed", "layers", "profile", "outliers"}, what);
   SuiteModel m = base ? *base : SuiteModel{};
   m.preset = rd.str(t, "preset", what, !base, m.preset);
   const auto& presets = synth_preset_names();
   if (std::find(presets.begin(), presets.end(), m.preset) == presets.end())
     input_error("{}", rd.where(*t.get("preset"), fmt::format("{}: unknown preset '{}' (known: {})", what, m.preset,
-                                                              fmt::join(presets, ", "))));
+                                                             fmt::join(presets, ", "))));
   m.seed = static_cast<std::uint64_t>(rd.integer(t, "seed", what, !base, static_cast<std::int64_t>(m.seed)));
   const std::int64_t most = synth_preset(m.preset).num_hidden_layers;
   m.layers = rd.integer(t, "layers", what, false, m.layers, 1, most);
@@ -116,7 +117,7 @@ SuiteModel read_suite_model(const TomlReader& rd, const toml::table& t, const st
   const auto& profiles = synth_profile_names();
   if (std::find(profiles.begin(), profiles.end(), profile) == profiles.end())
     input_error("{}", rd.where(*t.get("profile"), fmt::format("{}: unknown profile '{}' (known: {})", what, profile,
-                                                               fmt::join(profiles, ", "))));
+                                                              fmt::join(profiles, ", "))));
   m.profile = parse_synth_profile(profile);
   if (const toml::node* n = t.get("outliers")) {
     const auto* b = n->as_boolean();
@@ -142,7 +143,8 @@ std::vector<SuiteModel> read_models(const TomlReader& rd, const toml::table& doc
     for (const auto& [key, node] : *t) {
       const std::string name(key.str()), what = fmt::format("[models.{}]", name);
       if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos)
-        input_error("{}", rd.where(node, fmt::format("{}: the name must be lower-case letters, digits, '-' or '_'", what)));
+        input_error("{}",
+                    rd.where(node, fmt::format("{}: the name must be lower-case letters, digits, '-' or '_'", what)));
       if (!node.is_table()) input_error("{}", rd.where(node, what + " must be a table"));
       SuiteModel m = read_suite_model(rd, *node.as_table(), what, &models[0]);
       m.name = name;
@@ -170,30 +172,32 @@ std::size_t case_model(const TomlReader& rd, const toml::table& t, const std::st
   }
   const std::string have = known.empty() ? "the suite has none" : fmt::format("known: {}", fmt::join(known, ", "));
   input_error("{}", rd.where(*t.get("model"), fmt::format("{}: model = \"{}\" names no [models.{}] table ({})", what,
-                                                           name, name, have)));
+                                                          name, name, have)));
 }
 
 // One [[case]] (`s`: the suite read so far: its models and earlier cases).
 SuiteCase read_suite_case(const TomlReader& rd, const toml::node& node, const std::string& what, const Suite& s,
-                    const PromptSet& prompts) {
+                          const PromptSet& prompts) {
   const toml::table* t = node.as_table();
   if (!t) input_error("{}", rd.where(node, what + " must be a table"));
   rd.check_keys(*t, {"name", "about", "model", "prompts", "pad_side", "pad_to", "seed"}, what);
   SuiteCase c;
   c.name = rd.str(*t, "name", what, true);
   if (c.name.empty() || c.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos)
-    input_error("{}", rd.where(node, fmt::format("{}: name '{}' must be lower-case letters, digits, '-' or '_'", what, c.name)));
+    input_error("{}", rd.where(node, fmt::format("{}: name '{}' must be lower-case letters, digits, '-' or '_'", what,
+                                                 c.name)));
   for (const auto& other : s.cases)
     if (other.name == c.name) input_error("{}", rd.where(node, fmt::format("case name '{}' used twice", c.name)));
   c.about = rd.str(*t, "about", what, false);
   c.model = case_model(rd, *t, fmt::format("case '{}'", c.name), s.models);
   const toml::array* ps = (*t)["prompts"].as_array();
-  if (!ps || ps->empty()) input_error("{}", rd.where(node, fmt::format("case '{}': 'prompts' must list prompt numbers", c.name)));
+  if (!ps || ps->empty())
+    input_error("{}", rd.where(node, fmt::format("case '{}': 'prompts' must list prompt numbers", c.name)));
   for (const auto& p : *ps) {
     auto v = p.as_integer();
     if (!v || v->get() < 1 || v->get() > static_cast<std::int64_t>(prompts.ids.size()))
-      input_error("{}", rd.where(p, fmt::format("case '{}': prompt numbers run from 1 to {} ({} holds {} prompts)", c.name,
-                                                prompts.ids.size(), s.tokens_file, prompts.ids.size())));
+      input_error("{}", rd.where(p, fmt::format("case '{}': prompt numbers run from 1 to {} ({} holds {} prompts)",
+                                                c.name, prompts.ids.size(), s.tokens_file, prompts.ids.size())));
     c.prompts.push_back(static_cast<int>(v->get()));
   }
   c.pad_side = rd.str(*t, "pad_side", what, false, "right");
@@ -203,8 +207,8 @@ SuiteCase read_suite_case(const TomlReader& rd, const toml::node& node, const st
   c.seed = static_cast<std::uint64_t>(rd.integer(*t, "seed", what, true));
   for (int p : c.prompts)
     if (c.pad_to > 0 && static_cast<std::int64_t>(prompts.ids[static_cast<std::size_t>(p - 1)].size()) > c.pad_to)
-      input_error("{}", rd.where(node, fmt::format("case '{}': prompt {} has {} tokens, more than pad_to = {}", c.name, p,
-                                                   prompts.ids[static_cast<std::size_t>(p - 1)].size(), c.pad_to)));
+      input_error("{}", rd.where(node, fmt::format("case '{}': prompt {} has {} tokens, more than pad_to = {}", c.name,
+                                                   p, prompts.ids[static_cast<std::size_t>(p - 1)].size(), c.pad_to)));
   return c;
 }
 
@@ -271,7 +275,8 @@ Suite load_suite(const std::string& path) {
   const PromptSet prompts = read_token_file(s.tokens_file, vocab);
   const toml::array* cases = doc["case"].as_array();
   if (!cases || cases->empty()) input_error("{}: no [[case]]", fpath);
-  for (const auto& node : *cases) s.cases.push_back(read_suite_case(rd, node, fmt::format("case {}", s.cases.size() + 1), s, prompts));
+  for (const auto& node : *cases)
+    s.cases.push_back(read_suite_case(rd, node, fmt::format("case {}", s.cases.size() + 1), s, prompts));
   if (!s.thresholds_file.empty()) load_thresholds(s.thresholds_file);  // its errors now, not after the build
   s.hash = bytes_sha256(fmt::format("tdiff-ci-cache 1\n{}\n{}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT) + read_bytes(fpath) +
                       "\n" + read_bytes(s.tokens_file));
@@ -472,7 +477,8 @@ std::vector<const SuiteModel*> models_of(const Suite& suite, const std::vector<c
 // One model folder of the cache (marker <folder>.done): tdiff synth of its definition.
 CachePart model_part(const SuiteCache& cache, const SuiteModel& m, const CiProgress& progress) {
   const std::string dir = cache.model_dir(m);
-  return CachePart{cache.dir + "/" + m.folder + ".done", [dir] { return folder_files(dir); }, [dir, &m, progress] {
+  return CachePart{cache.dir + "/" + m.folder + ".done", [dir] { return folder_files(dir); },
+                   [dir, &m, progress] {
                      if (progress) progress(fmt::format("{}: synth {}", m.folder, m.describe()));
                      std::error_code rm;
                      fs::remove_all(dir, rm);

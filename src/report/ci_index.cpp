@@ -122,8 +122,9 @@ std::string render_ci_index(const CiSummary& s) {
         "<td class=\"num\">{}</td><td>{}</td><td class=\"num\">{:.1f} s</td><td>{}</td></tr>\n",
         html_escape(r.report), html_escape(r.name), html_escape(r.about), html_escape(r.inputs),
         r.model.empty() ? "" : fmt::format("<div class=\"sub\">model {}</div>", html_escape(r.model)), badge(r.verdict),
-        r.tensors, r.fails, r.warns, html_escape(cosine_cell(r.logits_cosine)), html_escape(opt_num(r.logits_top1, "{:.3f}")),
-        html_escape(opt_num(r.logits_kl_max, "{:.3g}")), det, r.seconds, html_escape(r.reason));
+        r.tensors, r.fails, r.warns, html_escape(cosine_cell(r.logits_cosine)),
+        html_escape(opt_num(r.logits_top1, "{:.3f}")), html_escape(opt_num(r.logits_kl_max, "{:.3g}")), det, r.seconds,
+        html_escape(r.reason));
   }
   h += "</tbody></table>\n";
   h += "<h2>What gates a case</h2>\n<p>A case fails when a tensor fails its threshold under the file below, or when "

@@ -110,9 +110,10 @@ TEST_F(Suites, CiCasesBuildsOnlyWhatItRuns) {
 // its own folder, only when a case it runs needs it; the folder holds what `tdiff synth` writes
 // for that definition; --prepare lists each case's own model folder.
 TEST_F(Suites, CiBuildsEachNamedModelOnceForTheCasesThatNameIt) {
-  write_suite("[models.trained]\nprofile = \"trained\"\n[models.again]\nseed = 1\n"
-              "[[case]]\nname = \"sharp\"\nmodel = \"trained\"\nprompts = [1, 2]\nseed = 7\n"
-              "[[case]]\nname = \"twin\"\nmodel = \"again\"\nprompts = [3]\nseed = 8\n");
+  write_suite(
+      "[models.trained]\nprofile = \"trained\"\n[models.again]\nseed = 1\n"
+      "[[case]]\nname = \"sharp\"\nmodel = \"trained\"\nprompts = [1, 2]\nseed = 7\n"
+      "[[case]]\nname = \"twin\"\nmodel = \"again\"\nprompts = [3]\nseed = 8\n");
   const std::string cache = path("cache");
   auto prepare = [&](const std::string& cases) {
     return run(fmt::format("ci '{}' --cache '{}' --prepare --cases '{}'", dir_.string(), cache, cases));
@@ -136,7 +137,8 @@ TEST_F(Suites, CiBuildsEachNamedModelOnceForTheCasesThatNameIt) {
 
   const auto all = prepare("*");
   ASSERT_EQ(all.code, 0) << all.err;
-  EXPECT_NE(all.err.find("building model-trained: synth preset tiny seed 1, 2 layers, trained profile"), std::string::npos)
+  EXPECT_NE(all.err.find("building model-trained: synth preset tiny seed 1, 2 layers, trained profile"),
+            std::string::npos)
       << all.err;
   EXPECT_EQ(all.err.find("building model:"), std::string::npos) << "built twice: " << all.err;
   const auto models = model_of(all.out);
@@ -148,7 +150,8 @@ TEST_F(Suites, CiBuildsEachNamedModelOnceForTheCasesThatNameIt) {
   EXPECT_FALSE(fs::exists(key + "/model-again"));
 
   // The cached model is the one tdiff synth writes for the definition, byte for byte.
-  ASSERT_EQ(run(fmt::format("synth --preset tiny --layers 2 --profile trained --seed 1 -o '{}'", path("synth"))).code, 0);
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --layers 2 --profile trained --seed 1 -o '{}'", path("synth"))).code,
+            0);
   EXPECT_EQ(testing::slurp(key + "/model-trained/model.safetensors"), testing::slurp(path("synth/model.safetensors")));
   EXPECT_NE(testing::slurp(key + "/model/model.safetensors"), testing::slurp(path("synth/model.safetensors")));
 

@@ -87,7 +87,9 @@ std::vector<std::string> check_realistic_cases(const std::string& name, std::siz
       const auto& prompt = p.ids[static_cast<std::size_t>(n - 1)];
       const bool holds = std::any_of(prompt.begin(), prompt.end(), [&](std::int64_t id) { return ids.count(id) > 0; });
       holding += holds;
-      if (m.outliers) EXPECT_TRUE(holds) << k.name << ": prompt " << n << " holds none of the outlier ids";
+      if (m.outliers) {
+        EXPECT_TRUE(holds) << k.name << ": prompt " << n << " holds none of the outlier ids";
+      }
     }
     EXPECT_GE(holding, 1) << k.name;
   }

@@ -63,13 +63,15 @@ TEST_F(Suites, BadSuiteFilesNameTheFileAndLine) {
 // [models.NAME] tables are variants of [model] (the keys they leave out are [model]'s); a case
 // names one with `model`; each distinct definition has one folder in the cache.
 TEST_F(Suites, NamedModelsInheritAndShareFolders) {
-  const std::string models = "[models.trained]\nprofile = \"trained\"\n[models.spiky]\noutliers = true\nseed = 3\n"
-                             "[models.same]\nseed = 1\n[models.unused]\nprofile = \"trained\"\n[[case]]";
+  const std::string models =
+      "[models.trained]\nprofile = \"trained\"\n[models.spiky]\noutliers = true\nseed = 3\n"
+      "[models.same]\nseed = 1\n[models.unused]\nprofile = \"trained\"\n[[case]]";
   std::string f = suite_with("[[case]]", models);
   std::string text = testing::slurp(f);
-  text += "[[case]]\nname = \"t\"\nmodel = \"trained\"\nprompts = [1]\nseed = 8\n"
-          "[[case]]\nname = \"o\"\nmodel = \"spiky\"\nprompts = [2]\nseed = 9\n"
-          "[[case]]\nname = \"s\"\nmodel = \"same\"\nprompts = [2]\nseed = 10\n";
+  text +=
+      "[[case]]\nname = \"t\"\nmodel = \"trained\"\nprompts = [1]\nseed = 8\n"
+      "[[case]]\nname = \"o\"\nmodel = \"spiky\"\nprompts = [2]\nseed = 9\n"
+      "[[case]]\nname = \"s\"\nmodel = \"same\"\nprompts = [2]\nseed = 10\n";
   std::ofstream(f) << text;
   const Suite s = load_suite(f);
   ASSERT_EQ(s.models.size(), 5u);
@@ -90,7 +92,9 @@ TEST_F(Suites, NamedModelsInheritAndShareFolders) {
   // Defined exactly as [model]: the same folder, built once. The unused twin of `trained` shares its folder.
   EXPECT_EQ(s.model_of(s.cases[4]).folder, "model");
   for (const auto& m : s.models)
-    if (m.name == "unused") EXPECT_EQ(m.folder, "model-trained");
+    if (m.name == "unused") {
+      EXPECT_EQ(m.folder, "model-trained");
+    }
   // The cache key covers the models: another profile is another key.
   std::ofstream(f) << std::string(text).replace(text.find("profile = \"trained\""), 19, "profile = \"default\"");
   EXPECT_NE(load_suite(f).hash, s.hash);
@@ -99,11 +103,11 @@ TEST_F(Suites, NamedModelsInheritAndShareFolders) {
 // A bad model definition or a case naming no model: the file and the line of the culprit.
 TEST_F(Suites, BadModelsNameTheFileAndLine) {
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"layers = 2", "layers = 2\nprofil = \"trained\""},    // unknown key in [model]
-      {"layers = 2", "layers = 2\nprofile = \"sharp\""},     // unknown profile
-      {"layers = 2", "layers = 2\noutliers = 1"},              // not a boolean
+      {"layers = 2", "layers = 2\nprofil = \"trained\""},  // unknown key in [model]
+      {"layers = 2", "layers = 2\nprofile = \"sharp\""},   // unknown profile
+      {"layers = 2", "layers = 2\noutliers = 1"},          // not a boolean
       {"layers = 2", "layers = 2\nlayers_ = 1"},
-      {"layers = 2", "layers = 9"},                            // more than the preset has
+      {"layers = 2", "layers = 9"},  // more than the preset has
       {"preset = \"tiny\"", "preset = \"huge\""},
       {"layers = 2", "layers = 2\nprofile = \"trained\"\noutliers = true"},
       {"[[case]]\nname = \"right\"", "[models.t]\nprofile = \"trained\"\nbogus = 1\n[[case]]\nname = \"right\""},
@@ -111,7 +115,7 @@ TEST_F(Suites, BadModelsNameTheFileAndLine) {
       {"[[case]]\nname = \"right\"", "[models.T]\nseed = 2\n[[case]]\nname = \"right\""},
       {"[[case]]\nname = \"right\"", "[models.t]\noutliers = true\nprofile = \"trained\"\n[[case]]\nname = \"right\""},
       {"[[case]]\nname = \"right\"", "[models]\nt = 1\n[[case]]\nname = \"right\""},
-      {"seed = 5", "seed = 5\nmodel = \"trained\""},          // no such [models.NAME]
+      {"seed = 5", "seed = 5\nmodel = \"trained\""},  // no such [models.NAME]
       {"seed = 5", "seed = 5\nmodel = 1"},
   };
   for (const auto& [from, to] : bad) {
