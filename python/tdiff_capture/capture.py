@@ -59,47 +59,60 @@ def read_case_list(path):
 def run(args, isolate=False, written_by="tdiff-capture"):
     """args: model, case, output, stages, no_derived, no_attn_wrap, hidden_states_check, threads,
     dtype, device, store, rope_f64, experts, attn, allow_left_padding, cases_from. One case into
-    args.output; with cases_from, every case listed into args.output/<name>.h5 with the model
-    loaded once. Returns the exit code (0 or 1)."""
+    args.output; with cases_from, every case listed into args.output/<name>.h5, each model
+    folder loaded once (a set's cases may run on several models; --model: that one for all).
+    Returns the exit code (0 or 1)."""
     t_start = time.perf_counter()
     allow_left = getattr(args, "allow_left_padding", False)
     if getattr(args, "cases_from", None):
-        listed = read_case_list(args.cases_from)
-        models = sorted({m for _, _, m in listed})
-        if not args.model and len(models) > 1:
-            raise InputError("--cases-from %s names %d model folders; give --model" % (args.cases_from, len(models)))
-        jobs = [(case, os.path.join(args.output, name + ".h5")) for name, case, _ in listed]
-        model_dir = args.model or models[0]
+        jobs = [(case, os.path.join(args.output, name + ".h5"), model)
+                for name, case, model in read_case_list(args.cases_from)]
     else:
-        jobs = [(args.case, args.output)]
-        model_dir = None
-    cases = [read_checked_case(case, allow_left) for case, _ in jobs]  # every case's inputs, before the model loads
-    model_dir = model_dir or args.model or cases[0][3].get("model_path")
-    if not model_dir:
-        raise InputError("no --model given and the case has no model_path attribute")
-    if not os.path.isfile(os.path.join(model_dir, "config.json")):
-        raise InputError("%s: not a model folder (no config.json)" % model_dir)
+        jobs = [(args.case, args.output, None)]
+    cases = [read_checked_case(case, allow_left) for case, _, _ in jobs]  # every case's inputs, before a model loads
+    jobs = [(case, out, args.model or model or attrs.get("model_path"))
+            for (case, out, model), (_, _, _, attrs) in zip(jobs, cases)]
+    vocab = {}
+    for _, _, model_dir in jobs:
+        if not model_dir:
+            raise InputError("no --model given and the case has no model_path attribute")
+        if model_dir not in vocab:
+            vocab[model_dir] = model_vocab(model_dir)
     if args.dtype not in DTYPES:
         raise InputError("--dtype %s: not one of %s" % (args.dtype, ", ".join(sorted(DTYPES))))
     if isolate and args.hidden_states_check:
         raise InputError("--hidden-states-check checks a normal forward; isolate replaces the layers' outputs")
     if isolate:
-        for case, _ in jobs:  # each has its /reference, before the model loads
+        for case, _, _ in jobs:  # each has its /reference, before the model loads
             read_reference(case).close()
+    for (case, _, model_dir), (ids, _, _, _) in zip(jobs, cases):  # every case, before any dump is written
+        if ids.min() < 0 or ids.max() >= vocab[model_dir]:
+            raise InputError("%s: token ids outside 0..%d" % (case, vocab[model_dir] - 1))
     if getattr(args, "cases_from", None):
         if os.path.exists(args.output) and not os.path.isdir(args.output):
             raise InputError("-o %s: not a folder (with --cases-from, -o names the folder of the dumps)" % args.output)
         os.makedirs(args.output, exist_ok=True)
-    loaded = load(args, model_dir)
-    vocab = loaded["config"].vocab_size
-    for (case, _), (ids, _, _, _) in zip(jobs, cases):  # every case, before any dump is written
-        if ids.min() < 0 or ids.max() >= vocab:
-            raise InputError("%s: token ids outside 0..%d" % (case, vocab - 1))
     ok = True
-    for (case, output), (ids, mask, pos, _) in zip(jobs, cases):
-        ok = capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by, t_start) and ok
-        loaded["load_s"], t_start = 0.0, time.perf_counter()  # the next case's timing line: its own time only
+    for model_dir in vocab:  # in the order the list first names them
+        loaded = load(args, model_dir)
+        for (case, output, m), (ids, mask, pos, _) in zip(jobs, cases):
+            if m == model_dir:
+                ok = capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by, t_start) and ok
+                loaded["load_s"], t_start = 0.0, time.perf_counter()  # the next case's timing line: its own time only
     return 0 if ok else 1
+
+
+def model_vocab(model_dir):
+    """The vocabulary size in model_dir/config.json, read before the model loads (InputError when
+    it is no model folder)."""
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(path):
+        raise InputError("%s: not a model folder (no config.json)" % model_dir)
+    try:
+        with open(path) as f:
+            return int(json.load(f)["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError("%s: no vocab_size (%s)" % (path, e))
 
 
 def load(args, model_dir):

@@ -5,13 +5,17 @@ import contextlib
 import io
 import os
 import sys
+import json
 import tempfile
+import types
 import unittest
+from unittest import mock
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from tdiff_capture import capture  # noqa: E402
 from tdiff_capture.capture import read_case_list  # noqa: E402
 from tdiff_capture.dump import InputError, check_right_padding  # noqa: E402
 
@@ -71,6 +75,44 @@ class CaseListTest(unittest.TestCase):
         with self.assertRaises(InputError) as e:
             read_case_list("/nonexistent/list.tsv")
         self.assertIn("--cases-from /nonexistent/list.tsv", str(e.exception))
+
+
+class CaseListModelsTest(unittest.TestCase):
+    """A set's cases may run on several models (cases/README.md, "Models"): each model folder the
+    list names is loaded once, and each case is captured with its own."""
+
+    def test_each_model_loads_once_for_its_own_cases(self):
+        root = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(root))
+        for m in ("model", "model-trained"):
+            os.makedirs(os.path.join(root, m))
+            with open(os.path.join(root, m, "config.json"), "w") as f:
+                json.dump({"vocab_size": 256}, f)
+        listing = os.path.join(root, "list.tsv")
+        with open(listing, "w") as f:
+            for name, model in (("a", "model"), ("t", "model-trained"), ("b", "model")):
+                f.write("%s\t%s/%s.h5\t%s/%s\n" % (name, root, name, root, model))
+        ids = np.zeros((1, 4), dtype=np.int64)
+        loads, captured = [], []
+        args = types.SimpleNamespace(cases_from=listing, output=os.path.join(root, "dumps"), model=None, dtype="float32",
+                                     hidden_states_check=False, allow_left_padding=False)
+        with mock.patch.object(capture, "read_checked_case", lambda case, allow: (ids, None, None, {})), \
+                mock.patch.object(capture, "load", lambda a, m: loads.append(m) or {"model_dir": m}), \
+                mock.patch.object(capture, "capture_case",
+                                  lambda a, loaded, case, out, *rest: captured.append((loaded["model_dir"], case, out)) or True):
+            self.assertEqual(capture.run(args), 0)
+        self.assertEqual(loads, [root + "/model", root + "/model-trained"])
+        self.assertEqual(sorted(captured), sorted([(root + "/model", root + "/a.h5", args.output + "/a.h5"),
+                                                   (root + "/model", root + "/b.h5", args.output + "/b.h5"),
+                                                   (root + "/model-trained", root + "/t.h5", args.output + "/t.h5")]))
+        ids[0, 0] = 300  # outside a model's vocabulary: refused before any model loads
+        loads.clear()
+        with mock.patch.object(capture, "read_checked_case", lambda case, allow: (ids, None, None, {})), \
+                mock.patch.object(capture, "load", lambda a, m: loads.append(m) or {"model_dir": m}):
+            with self.assertRaises(InputError) as e:
+                capture.run(args)
+        self.assertIn("token ids outside 0..255", str(e.exception))
+        self.assertEqual(loads, [])
 
 
 if __name__ == "__main__":

@@ -80,10 +80,11 @@ std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc
 // the rule `tdiff run --candidate-dump` follows: the cases of a set share shapes, so a swapped
 // dump would be judged otherwise): checked before any case is judged, so a bad dump stops the
 // run before it writes a report.
-std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const SuiteCase*>& cases, const SuiteCache& cache,
-                                      const std::vector<Stage>& stages) {
+std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const SuiteCase*>& cases,
+                                      const SuiteCache& cache, const std::vector<std::vector<Stage>>& stages_of_model) {
   std::vector<CandidateDump> dumps;
-  for (const SuiteCase* sc : cases) dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages, dump_file(c, *sc)));
+  for (const SuiteCase* sc : cases)
+    dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages_of_model[sc->model], dump_file(c, *sc)));
   return dumps;
 }
 
@@ -101,9 +102,10 @@ void check_dumps_exist(const CiCmd& c, const Suite& suite, const std::vector<con
 
 // --prepare: one line per case, tab-separated, for a loop that runs an implementation on each.
 void print_prepared(const Suite& suite, const SuiteCache& cache, const std::vector<const SuiteCase*>& cases) {
-  fmt::print(stderr, "ci {}: model and references ready in {}; per case: name, case file, model folder\n", suite.name,
+  fmt::print(stderr, "ci {}: models and references ready in {}; per case: name, case file, model folder\n", suite.name,
              cache.dir);
-  for (const SuiteCase* sc : cases) fmt::print("{}\t{}\t{}\n", sc->name, cache.case_file(*sc), cache.model_dir());
+  for (const SuiteCase* sc : cases)
+    fmt::print("{}\t{}\t{}\n", sc->name, cache.case_file(*sc), cache.model_dir(suite.model_of(*sc)));
 }
 
 void record(const CiCaseResult& r, const EnvRecord& env, const std::string& suite) {
@@ -136,6 +138,7 @@ std::string dumps_description(const CiCmd& c, const std::vector<CandidateDump>& 
 CiRow finish_case(const CiCmd& c, const Suite& suite, const SuiteCase& sc, CiCaseResult& r, const CiSummary& sum,
                   EnvRecord case_env, const std::string& out, const std::string& thresholds_file) {
   case_env.extra["case"] = sc.name;
+  case_env.extra["model"] = suite.model_of(sc).describe();
   case_env.extra["repeat"] = std::to_string(r.runs);
   add_run_facts(case_env, r.case_file, read_case(r.case_file).checksums, sc.seed);
 
@@ -150,6 +153,7 @@ CiRow finish_case(const CiCmd& c, const Suite& suite, const SuiteCase& sc, CiCas
   CiRow row;
   row.name = sc.name;
   row.about = sc.about;
+  row.model = suite.model_of(sc).name;
   row.inputs = fmt::format("{} x {}, {}", r.rows, r.seq, r.padded ? r.pad_side + " padding" : "no padding");
   row.verdict = r.verdict;
   row.reason = r.reason;
@@ -264,9 +268,16 @@ int run_ci(CiCmd c) {
   const std::string thresholds_file = !c.thresholds.empty() ? absolute_path(c.thresholds) : suite.thresholds_file;
   ThresholdPolicy thresholds = thresholds_file.empty() ? ThresholdPolicy{} : load_thresholds(thresholds_file);
   for (const auto& o : c.overrides) add_threshold_override(thresholds, o);
-  ModelConfig config = synth_preset(suite.preset);
-  if (suite.layers > 0) config.truncate_layers(suite.layers);
-  const std::vector<Stage> stages = build_stages(config);
+  // Each model's stages, and every stage name once (models of one preset share them): a knob or
+  // a threshold pattern must apply to some model's.
+  std::vector<std::vector<Stage>> stages_of_model;
+  std::vector<Stage> stages;
+  std::set<std::string> named;
+  for (const SuiteModel& m : suite.models) {
+    stages_of_model.push_back(build_stages(m.config()));
+    for (const Stage& s : stages_of_model.back())
+      if (named.insert(s.name).second) stages.push_back(s);
+  }
   (dumps && dump_policy ? *dump_policy : policy).validate(stages);  // a knob that applies nowhere: an input error before any build
   {
     std::vector<std::string> keys;
@@ -297,7 +308,7 @@ int run_ci(CiCmd c) {
     return 0;
   }
   const std::vector<CandidateDump> dump_files =
-      dumps ? open_dumps(c, cases, cache, stages) : std::vector<CandidateDump>{};
+      dumps ? open_dumps(c, cases, cache, stages_of_model) : std::vector<CandidateDump>{};
 
   CiOptions opt;
   opt.make = [&](std::uint64_t seed) { return make_candidate(c.backend, policy, seed, c.hip_gemm); };

@@ -15,6 +15,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include "app/case_workflows.h"
@@ -29,6 +30,7 @@
 #include "model/pattern.h"
 #include "casefile/session.h"
 #include "synth/synth.h"
+#include "synth/synth_profile.h"
 #include "base/version.h"
 #include "emu/emu_backend.h"
 #include "refcpu/linear.h"
@@ -95,7 +97,148 @@ std::string read_bytes(const std::string& path) {
   return read_text_file(path);
 }
 
+// [model] (`base` null) or a [models.NAME] table (`base`: [model], whose keys it inherits).
+SuiteModel read_suite_model(const TomlReader& rd, const toml::table& t, const std::string& what,
+                            const SuiteModel* base) {
+  rd.check_keys(t, {"preset", "seed", "layers", "profile", "outliers"}, what);
+  SuiteModel m = base ? *base : SuiteModel{};
+  m.preset = rd.str(t, "preset", what, !base, m.preset);
+  const auto& presets = synth_preset_names();
+  if (std::find(presets.begin(), presets.end(), m.preset) == presets.end())
+    input_error("{}", rd.where(*t.get("preset"), fmt::format("{}: unknown preset '{}' (known: {})", what, m.preset,
+                                                             fmt::join(presets, ", "))));
+  m.seed = static_cast<std::uint64_t>(rd.integer(t, "seed", what, !base, static_cast<std::int64_t>(m.seed)));
+  const std::int64_t most = synth_preset(m.preset).num_hidden_layers;
+  m.layers = rd.integer(t, "layers", what, false, m.layers, 1, most);
+  if (m.layers > most)  // [model]'s, on a preset with fewer layers
+    input_error("{}", rd.where(t, fmt::format("{}: layers = {} (from [model]) but preset {} has {}", what, m.layers,
+                                              m.preset, most)));
+  const std::string profile = rd.str(t, "profile", what, false, synth_profile_name(m.profile));
+  const auto& profiles = synth_profile_names();
+  if (std::find(profiles.begin(), profiles.end(), profile) == profiles.end())
+    input_error("{}", rd.where(*t.get("profile"), fmt::format("{}: unknown profile '{}' (known: {})", what, profile,
+                                                              fmt::join(profiles, ", "))));
+  m.profile = parse_synth_profile(profile);
+  if (const toml::node* n = t.get("outliers")) {
+    const auto* b = n->as_boolean();
+    if (!b) input_error("{}", rd.where(*n, fmt::format("{}: 'outliers' must be true or false", what)));
+    m.outliers = b->get();
+  }
+  if (m.profile == SynthProfile::trained && m.outliers)
+    input_error("{}", rd.where(t, fmt::format("{}: outliers = true with profile = \"trained\": the trained profile has "
+                                              "its own massive activations (tdiff synth takes one of them)",
+                                              what)));
+  return m;
+}
+
+// [model] and every [models.NAME], each with its folder in the cache.
+std::vector<SuiteModel> read_models(const TomlReader& rd, const toml::table& doc) {
+  const toml::table* model = doc["model"].as_table();
+  if (!model) input_error("{}: no [model] table (preset, seed)", rd.path);
+  std::vector<SuiteModel> models{read_suite_model(rd, *model, "[model]", nullptr)};
+  models[0].folder = "model";
+  if (const toml::node* named = doc.get("models")) {
+    const toml::table* t = named->as_table();
+    if (!t) input_error("{}", rd.where(*named, "'models' must hold tables: [models.NAME]"));
+    for (const auto& [key, node] : *t) {
+      const std::string name(key.str()), what = fmt::format("[models.{}]", name);
+      if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos)
+        input_error("{}",
+                    rd.where(node, fmt::format("{}: the name must be lower-case letters, digits, '-' or '_'", what)));
+      if (!node.is_table()) input_error("{}", rd.where(node, what + " must be a table"));
+      SuiteModel m = read_suite_model(rd, *node.as_table(), what, &models[0]);
+      m.name = name;
+      m.folder = "model-" + name;
+      for (const auto& earlier : models)
+        if (earlier.same_definition(m)) {
+          m.folder = earlier.folder;
+          break;
+        }
+      models.push_back(std::move(m));
+    }
+  }
+  return models;
+}
+
+// The index in `models` of the model a case names ("model = NAME"; none: [model]).
+std::size_t case_model(const TomlReader& rd, const toml::table& t, const std::string& what,
+                       const std::vector<SuiteModel>& models) {
+  if (!t.contains("model")) return 0;
+  const std::string name = rd.str(t, "model", what, false);
+  std::vector<std::string> known;
+  for (std::size_t i = 1; i < models.size(); ++i) {
+    if (models[i].name == name) return i;
+    known.push_back(models[i].name);
+  }
+  const std::string have = known.empty() ? "the suite has none" : fmt::format("known: {}", fmt::join(known, ", "));
+  input_error("{}", rd.where(*t.get("model"), fmt::format("{}: model = \"{}\" names no [models.{}] table ({})", what,
+                                                          name, name, have)));
+}
+
+// One [[case]] (`s`: the suite read so far: its models and earlier cases).
+SuiteCase read_suite_case(const TomlReader& rd, const toml::node& node, const std::string& what, const Suite& s,
+                          const PromptSet& prompts) {
+  const toml::table* t = node.as_table();
+  if (!t) input_error("{}", rd.where(node, what + " must be a table"));
+  rd.check_keys(*t, {"name", "about", "model", "prompts", "pad_side", "pad_to", "seed"}, what);
+  SuiteCase c;
+  c.name = rd.str(*t, "name", what, true);
+  if (c.name.empty() || c.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos)
+    input_error("{}", rd.where(node, fmt::format("{}: name '{}' must be lower-case letters, digits, '-' or '_'", what,
+                                                 c.name)));
+  for (const auto& other : s.cases)
+    if (other.name == c.name) input_error("{}", rd.where(node, fmt::format("case name '{}' used twice", c.name)));
+  c.about = rd.str(*t, "about", what, false);
+  c.model = case_model(rd, *t, fmt::format("case '{}'", c.name), s.models);
+  const toml::array* ps = (*t)["prompts"].as_array();
+  if (!ps || ps->empty())
+    input_error("{}", rd.where(node, fmt::format("case '{}': 'prompts' must list prompt numbers", c.name)));
+  for (const auto& p : *ps) {
+    auto v = p.as_integer();
+    if (!v || v->get() < 1 || v->get() > static_cast<std::int64_t>(prompts.ids.size()))
+      input_error("{}", rd.where(p, fmt::format("case '{}': prompt numbers run from 1 to {} ({} holds {} prompts)",
+                                                c.name, prompts.ids.size(), s.tokens_file, prompts.ids.size())));
+    c.prompts.push_back(static_cast<int>(v->get()));
+  }
+  c.pad_side = rd.str(*t, "pad_side", what, false, "right");
+  if (c.pad_side != "right" && c.pad_side != "left")
+    input_error("{}", rd.where(node, fmt::format("case '{}': pad_side must be \"right\" or \"left\"", c.name)));
+  c.pad_to = rd.integer(*t, "pad_to", what, false, 0, 0, s.model_of(c).config().max_position_embeddings);
+  c.seed = static_cast<std::uint64_t>(rd.integer(*t, "seed", what, true));
+  for (int p : c.prompts)
+    if (c.pad_to > 0 && static_cast<std::int64_t>(prompts.ids[static_cast<std::size_t>(p - 1)].size()) > c.pad_to)
+      input_error("{}", rd.where(node, fmt::format("case '{}': prompt {} has {} tokens, more than pad_to = {}", c.name,
+                                                   p, prompts.ids[static_cast<std::size_t>(p - 1)].size(), c.pad_to)));
+  return c;
+}
+
 }  // namespace
+
+ModelConfig SuiteModel::config() const {
+  ModelConfig c = synth_preset(preset);
+  if (layers > 0) c.truncate_layers(layers);
+  return c;
+}
+
+SynthOptions SuiteModel::synth_options() const {
+  SynthOptions o;
+  o.outliers = outliers;
+  o.profile = profile;
+  return o;
+}
+
+std::string SuiteModel::describe() const {
+  std::string d = fmt::format("preset {} seed {}", preset, seed);
+  if (layers > 0) d += fmt::format(", {} layers", layers);
+  if (profile != SynthProfile::standard) d += fmt::format(", {} profile", synth_profile_name(profile));
+  if (outliers) d += ", outliers";
+  return d;
+}
+
+bool SuiteModel::same_definition(const SuiteModel& o) const {
+  return preset == o.preset && seed == o.seed && config().num_hidden_layers == o.config().num_hidden_layers &&
+         profile == o.profile && outliers == o.outliers;
+}
 
 Suite load_suite(const std::string& path) {
   const fs::path file = fs::is_directory(path) ? fs::path(path) / "suite.toml" : fs::path(path);
@@ -108,7 +251,8 @@ Suite load_suite(const std::string& path) {
   } catch (const toml::parse_error& e) {
     input_error("{}:{}: {}", fpath, e.source().begin.line, e.description());
   }
-  rd.check_keys(doc, {"name", "description", "tokens", "thresholds", "repeat", "selections", "model", "case"}, "the suite");
+  rd.check_keys(doc, {"name", "description", "tokens", "thresholds", "repeat", "selections", "model", "models", "case"},
+                "the suite");
   Suite s;
   s.dir = fs::path(fpath).parent_path().string();
   s.name = rd.str(doc, "name", "the suite", false, fs::path(s.dir).filename().string());
@@ -123,51 +267,16 @@ Suite load_suite(const std::string& path) {
   if (selections != "replay" && selections != "free")
     input_error("{}: selections = \"{}\": expected \"replay\" or \"free\"", fpath, selections);
   s.replay_selections = selections == "replay";
+  s.models = read_models(rd, doc);
 
-  const toml::table* model = doc["model"].as_table();
-  if (!model) input_error("{}: no [model] table (preset, seed)", fpath);
-  rd.check_keys(*model, {"preset", "seed", "layers"}, "[model]");
-  s.preset = rd.str(*model, "preset", "[model]", true);
-  synth_preset(s.preset);  // an unknown preset names the known ones
-  s.model_seed = static_cast<std::uint64_t>(rd.integer(*model, "seed", "[model]", true));
-  s.layers = rd.integer(*model, "layers", "[model]", false, 0, 1);
-
-  const ModelConfig config = synth_preset(s.preset);
-  const PromptSet prompts = read_token_file(s.tokens_file, config.vocab_size);
+  // Every prompt must be a token of every model the suite names.
+  std::int64_t vocab = std::numeric_limits<std::int64_t>::max();
+  for (const auto& m : s.models) vocab = std::min(vocab, m.config().vocab_size);
+  const PromptSet prompts = read_token_file(s.tokens_file, vocab);
   const toml::array* cases = doc["case"].as_array();
   if (!cases || cases->empty()) input_error("{}: no [[case]]", fpath);
-  std::set<std::string> names;
-  for (const auto& node : *cases) {
-    const toml::table* t = node.as_table();
-    const std::string what = fmt::format("case {}", s.cases.size() + 1);
-    if (!t) input_error("{}", rd.where(node, what + " must be a table"));
-    rd.check_keys(*t, {"name", "about", "prompts", "pad_side", "pad_to", "seed"}, what);
-    SuiteCase c;
-    c.name = rd.str(*t, "name", what, true);
-    if (c.name.empty() || c.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos)
-      input_error("{}", rd.where(node, fmt::format("{}: name '{}' must be lower-case letters, digits, '-' or '_'", what, c.name)));
-    if (!names.insert(c.name).second) input_error("{}", rd.where(node, fmt::format("case name '{}' used twice", c.name)));
-    c.about = rd.str(*t, "about", what, false);
-    const toml::array* ps = (*t)["prompts"].as_array();
-    if (!ps || ps->empty()) input_error("{}", rd.where(node, fmt::format("case '{}': 'prompts' must list prompt numbers", c.name)));
-    for (const auto& p : *ps) {
-      auto v = p.as_integer();
-      if (!v || v->get() < 1 || v->get() > static_cast<std::int64_t>(prompts.ids.size()))
-        input_error("{}", rd.where(p, fmt::format("case '{}': prompt numbers run from 1 to {} ({} holds {} prompts)", c.name,
-                                                  prompts.ids.size(), s.tokens_file, prompts.ids.size())));
-      c.prompts.push_back(static_cast<int>(v->get()));
-    }
-    c.pad_side = rd.str(*t, "pad_side", what, false, "right");
-    if (c.pad_side != "right" && c.pad_side != "left")
-      input_error("{}", rd.where(node, fmt::format("case '{}': pad_side must be \"right\" or \"left\"", c.name)));
-    c.pad_to = rd.integer(*t, "pad_to", what, false, 0, 0, config.max_position_embeddings);
-    c.seed = static_cast<std::uint64_t>(rd.integer(*t, "seed", what, true));
-    for (int p : c.prompts)
-      if (c.pad_to > 0 && static_cast<std::int64_t>(prompts.ids[static_cast<std::size_t>(p - 1)].size()) > c.pad_to)
-        input_error("{}", rd.where(node, fmt::format("case '{}': prompt {} has {} tokens, more than pad_to = {}", c.name, p,
-                                                     prompts.ids[static_cast<std::size_t>(p - 1)].size(), c.pad_to)));
-    s.cases.push_back(std::move(c));
-  }
+  for (const auto& node : *cases)
+    s.cases.push_back(read_suite_case(rd, node, fmt::format("case {}", s.cases.size() + 1), s, prompts));
   if (!s.thresholds_file.empty()) load_thresholds(s.thresholds_file);  // its errors now, not after the build
   s.hash = bytes_sha256(fmt::format("tdiff-ci-cache 1\n{}\n{}\n", TDIFF_VERSION, TDIFF_GIT_COMMIT) + read_bytes(fpath) +
                       "\n" + read_bytes(s.tokens_file));
@@ -355,6 +464,30 @@ std::string unreadable_case(const std::string& file) {
   return "";
 }
 
+// The models the cases run on, one per cache folder, in the order the cases first name them.
+std::vector<const SuiteModel*> models_of(const Suite& suite, const std::vector<const SuiteCase*>& cases) {
+  std::vector<const SuiteModel*> out;
+  for (const SuiteCase* c : cases) {
+    const SuiteModel& m = suite.model_of(*c);
+    if (std::none_of(out.begin(), out.end(), [&](const SuiteModel* o) { return o->folder == m.folder; }))
+      out.push_back(&m);
+  }
+  return out;
+}
+
+// One model folder of the cache (marker <folder>.done): tdiff synth of its definition.
+CachePart model_part(const SuiteCache& cache, const SuiteModel& m, const CiProgress& progress) {
+  const std::string dir = cache.model_dir(m);
+  return CachePart{cache.dir + "/" + m.folder + ".done", [dir] { return folder_files(dir); },
+                   [dir, &m, progress] {
+                     if (progress) progress(fmt::format("{}: synth {}", m.folder, m.describe()));
+                     std::error_code rm;
+                     fs::remove_all(dir, rm);
+                     if (rm) input_error("{}: cannot remove the old model ({})", dir, rm.message());
+                     write_synth_model(m.config(), m.seed, dir, {}, m.synth_options());
+                   }};
+}
+
 }  // namespace
 
 // The folder `dir` as make_folders names what it made: absolute, normal, no trailing '/'.
@@ -407,27 +540,17 @@ SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool 
   if (ec) input_error("{}: cannot remove the cached copy to build it again ({})", cache.dir, ec.message());
   if (!make_folders(cache.dir, ec).empty()) undo.key = cache.dir;
   if (ec) input_error("cannot create the cache folder {} ({})", cache.dir, ec.message());
-  undo.building = cache.model_dir();
-  const CachePart model{cache.dir + "/model.done", [&] { return folder_files(cache.model_dir()); },
-                        [&] {
-                          ModelConfig config = synth_preset(suite.preset);
-                          if (suite.layers > 0) config.truncate_layers(suite.layers);
-                          if (progress)
-                            progress(fmt::format("model: synth preset {} seed {}", suite.preset, suite.model_seed));
-                          std::error_code rm;
-                          fs::remove_all(cache.model_dir(), rm);
-                          if (rm) input_error("{}: cannot remove the old model ({})", cache.model_dir(), rm.message());
-                          write_synth_model(config, suite.model_seed, cache.model_dir());
-                        }};
-  const bool model_built = build_once(cache.dir, model, progress);
-  if (model_built) cache.built_parts.push_back("model");
+  for (const SuiteModel* m : models_of(suite, cases)) {
+    undo.building = cache.model_dir(*m);
+    if (build_once(cache.dir, model_part(cache, *m, progress), progress)) cache.built_parts.push_back(m->folder);
+  }
   for (const SuiteCase* c : cases) {
     const std::string file = cache.case_file(*c);
     undo.building = file;
     CachePart part{file + ".done", [] { return std::vector<std::string>{}; },
                    [&] {
                      if (progress) progress(fmt::format("case {}: inputs and float64 reference", c->name));
-                     build_case(suite, *c, cache.model_dir(), file);
+                     build_case(suite, *c, cache.model_dir(suite.model_of(*c)), file);
                    }};
     part.check = [&] { return unreadable_case(file); };
     if (build_once(cache.dir, part, progress)) cache.built_parts.push_back(c->name);

@@ -10,21 +10,26 @@
 //   selections = "replay"            # or "free": as tdiff run --selections (bisect/mixed_run.h);
 //                                    # replayed, the accuracy run is one more run: the
 //                                    # `repeat` determinism runs follow their own choices
-//   [model]
+//   [model]                          # the model of every case that names no other
 //   preset = "tiny"                  # tdiff synth preset
 //   seed = 1
 //   layers = 4                       # optional: keep the first N layers
+//   profile = "trained"              # optional: tdiff synth --profile (default "default")
+//   outliers = true                  # optional: tdiff synth --outliers (default false)
+//   [models.trained]                 # optional, any number: a variant of [model]; the keys it
+//   profile = "trained"              # leaves out are [model]'s
 //   [[case]]                         # one batch = one case file
 //   name = "short-right"
 //   about = "..."                    # optional
+//   model = "trained"                # optional: a [models.NAME] (default: [model])
 //   prompts = [1, 2, 3]              # prompt numbers (lines of the token file)
 //   pad_side = "right"               # or "left"
 //   pad_to = 12                      # 0: the longest prompt
 //   seed = 101                       # the case's seed; the candidate's run seeds are seed, seed+1, ...
 //
-// The model and every case with its float64 reference are built once into a cache folder keyed
-// by a SHA-256 of suite.toml, the token file and the tdiff version and commit; a change to any
-// of them builds a fresh cache.
+// Every model and every case with its float64 reference are built once into a cache folder
+// keyed by a SHA-256 of suite.toml, the token file and the tdiff version and commit; a change
+// to any of them builds a fresh cache.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -37,11 +42,31 @@
 #include "diff/compare.h"
 #include "diff/thresholds.h"
 #include "exec/candidate_dump.h"
+#include "model/config.h"
+#include "synth/synth_options.h"
 
 namespace tdiff {
 
+// One synthetic model of a suite: [model], or a [models.NAME] variant of it.
+struct SuiteModel {
+  std::string name;  // "" for [model], NAME for [models.NAME]
+  std::string preset;
+  std::uint64_t seed = 0;
+  std::int64_t layers = 0;  // 0: all
+  SynthProfile profile = SynthProfile::standard;
+  bool outliers = false;
+  // Its folder in the cache: "model" for [model], "model-NAME" for the others; a model defined
+  // exactly as an earlier one shares that one's folder (each distinct model is built once).
+  std::string folder;
+  ModelConfig config() const;  // the preset, cut to `layers`
+  SynthOptions synth_options() const;
+  std::string describe() const;  // "preset tiny seed 1, trained profile"
+  bool same_definition(const SuiteModel& o) const;
+};
+
 struct SuiteCase {
   std::string name, about;
+  std::size_t model = 0;     // index in Suite::models (0: [model])
   std::vector<int> prompts;  // 1-based prompt numbers
   std::string pad_side = "right";
   std::int64_t pad_to = 0;
@@ -54,15 +79,15 @@ struct Suite {
   std::string tokens_file, thresholds_file;  // absolute; thresholds_file "" when none
   int repeat = 2;
   bool replay_selections = true;  // selections = "replay" (default) or "free"
-  std::string preset;
-  std::uint64_t model_seed = 0;
-  std::int64_t layers = 0;  // 0: all
+  std::vector<SuiteModel> models;  // [model] first, then every [models.NAME]
   std::vector<SuiteCase> cases;
   std::string hash;  // cache key: SHA-256 (hex) of the definitions and the tdiff version
+  const SuiteModel& model_of(const SuiteCase& c) const { return models[c.model]; }
 };
 
 // `path`: a suite folder or its suite.toml. InputError naming the file (and line) on any
-// unknown key, wrong type, missing prompt or duplicate case name.
+// unknown key, wrong type or value, missing prompt, duplicate case name, or a case naming no
+// [models.NAME]. A [models.NAME] no case names is never built.
 Suite load_suite(const std::string& path);
 
 using CiProgress = std::function<void(const std::string& what)>;
@@ -76,9 +101,10 @@ std::vector<std::filesystem::path> make_folders(const std::filesystem::path& dir
 // run may have put its own folder or file in one since).
 void remove_empty_folders(const std::vector<std::filesystem::path>& made);
 
-// The cache folder of this suite under `cache_root` (default: <suite>/cache): model/ and
-// <case>.h5 with /reference, each built on first use (all anew with `rebuild`) for the `cases`
-// asked for only, each marked done (model.done, listing its files' sizes; <case>.h5.done) when
+// The cache folder of this suite under `cache_root` (default: <suite>/cache): each model's
+// folder (SuiteModel::folder) and <case>.h5 with /reference, each built on first use (all anew
+// with `rebuild`) for the `cases` asked for and their models only, each marked done
+// (<folder>.done, listing the model's files' sizes; <case>.h5.done) when
 // complete, so an interrupted build is redone; a part marked done whose files are missing, of
 // another size (the model), or no longer open as a case with its reference is built again;
 // COMPLETE once every case of the suite is there. Other keys' folders are removed once this key
@@ -87,10 +113,10 @@ void remove_empty_folders(const std::vector<std::filesystem::path>& made);
 struct SuiteCache {
   std::string dir;
   bool built = false;               // false: everything reused
-  std::vector<std::string> built_parts;  // what this call built: "model", case names
+  std::vector<std::string> built_parts;  // what this call built: model folders ("model", "model-NAME"), case names
   double seconds = 0;
   std::string case_file(const SuiteCase& c) const { return dir + "/" + c.name + ".h5"; }
-  std::string model_dir() const { return dir + "/model"; }
+  std::string model_dir(const SuiteModel& m) const { return dir + "/" + m.folder; }
 };
 SuiteCache prepare_suite_cache(const Suite& suite, std::string cache_root, bool rebuild, const CiProgress& progress,
                                const std::vector<const SuiteCase*>& cases);

@@ -1,6 +1,8 @@
 // Summary table, junit.xml and index.html of a `tdiff ci` run (report/ci_index.h).
 #include "report/ci_index.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "base/version.h"
@@ -39,14 +41,20 @@ std::string render_ci_table(const CiSummary& s, bool color) {
     const char* code = v == Verdict::fail ? "31" : v == Verdict::warn ? "33" : "32";
     return fmt::format("\033[1;{}m{}\033[0m", code, name);
   };
+  // A model column only for a suite whose cases run on more than its [model].
+  std::size_t model_width = 0;
+  for (const auto& r : s.rows)
+    if (!r.model.empty()) model_width = std::max({model_width, r.model.size() + 1, std::string("model").size() + 1});
+  auto model_cell = [&](const std::string& m) { return model_width ? fmt::format("{:<{}}", m, model_width) : ""; };
   std::string out = fmt::format("tdiff ci {}: {}\n", s.suite, s.candidate);
-  out += fmt::format("  {:<16} {:<24} {:<7} {:>11} {:>6} {:>8} {:>14} {:>7}\n", "case", "inputs", "verdict",
-                     "logits cos", "top-1", "KL max", "deterministic", "time");
+  out += fmt::format("  {:<16} {}{:<24} {:<7} {:>11} {:>6} {:>8} {:>14} {:>7}\n", "case", model_cell("model"), "inputs",
+                     "verdict", "logits cos", "top-1", "KL max", "deterministic", "time");
   int counts[3] = {0, 0, 0};
   for (const auto& r : s.rows) {
     ++counts[static_cast<int>(r.verdict)];
     const std::string v = paint(r.verdict);
-    out += fmt::format("  {:<16} {:<24} {}{:<{}} {:>11} {:>6} {:>8} {:>14} {:>6.1f}s\n", r.name, r.inputs, v, "",
+    out += fmt::format("  {:<16} {}{:<24} {}{:<{}} {:>11} {:>6} {:>8} {:>14} {:>6.1f}s\n", r.name,
+                       model_cell(r.model.empty() ? "-" : r.model), r.inputs, v, "",
                        7 - std::string(verdict_name(r.verdict)).size(), cosine_cell(r.logits_cosine),
                        opt_num(r.logits_top1, "{:.3f}"), opt_num(r.logits_kl_max, "{:.3g}"), determinism_text(r),
                        r.seconds);
@@ -109,12 +117,14 @@ std::string render_ci_index(const CiSummary& s) {
     if (!r.determinism_report.empty())
       det = fmt::format("<a href=\"{}\">{}</a>", html_escape(r.determinism_report), det);
     h += fmt::format(
-        "<tr><td><a href=\"{}\">{}</a><div class=\"sub\">{}</div></td><td>{}</td><td>{}</td>"
+        "<tr><td><a href=\"{}\">{}</a><div class=\"sub\">{}</div></td><td>{}{}</td><td>{}</td>"
         "<td class=\"num\">{} ({} FAIL, {} WARN)</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
         "<td class=\"num\">{}</td><td>{}</td><td class=\"num\">{:.1f} s</td><td>{}</td></tr>\n",
-        html_escape(r.report), html_escape(r.name), html_escape(r.about), html_escape(r.inputs), badge(r.verdict),
-        r.tensors, r.fails, r.warns, html_escape(cosine_cell(r.logits_cosine)), html_escape(opt_num(r.logits_top1, "{:.3f}")),
-        html_escape(opt_num(r.logits_kl_max, "{:.3g}")), det, r.seconds, html_escape(r.reason));
+        html_escape(r.report), html_escape(r.name), html_escape(r.about), html_escape(r.inputs),
+        r.model.empty() ? "" : fmt::format("<div class=\"sub\">model {}</div>", html_escape(r.model)), badge(r.verdict),
+        r.tensors, r.fails, r.warns, html_escape(cosine_cell(r.logits_cosine)),
+        html_escape(opt_num(r.logits_top1, "{:.3f}")), html_escape(opt_num(r.logits_kl_max, "{:.3g}")), det, r.seconds,
+        html_escape(r.reason));
   }
   h += "</tbody></table>\n";
   h += "<h2>What gates a case</h2>\n<p>A case fails when a tensor fails its threshold under the file below, or when "

@@ -13,6 +13,7 @@ namespace tdiff {
 struct CiRow {
   std::string name, about;
   std::string inputs;        // "8 x 12, right padding"
+  std::string model;         // the suite's [models.NAME] it runs on ("": its [model])
   Verdict verdict = Verdict::pass;
   std::string reason;        // why it is not PASS ("" when PASS)
   int tensors = 0, fails = 0, warns = 0;

@@ -106,6 +106,66 @@ TEST_F(Suites, CiCasesBuildsOnlyWhatItRuns) {
   EXPECT_NE(ci(fmt::format("-o '{}'", path("r3"))).out.find("reused from"), std::string::npos);
 }
 
+// Cases on named models ([models.NAME], model = "NAME"): each distinct model is built once, into
+// its own folder, only when a case it runs needs it; the folder holds what `tdiff synth` writes
+// for that definition; --prepare lists each case's own model folder.
+TEST_F(Suites, CiBuildsEachNamedModelOnceForTheCasesThatNameIt) {
+  write_suite(
+      "[models.trained]\nprofile = \"trained\"\n[models.again]\nseed = 1\n"
+      "[[case]]\nname = \"sharp\"\nmodel = \"trained\"\nprompts = [1, 2]\nseed = 7\n"
+      "[[case]]\nname = \"twin\"\nmodel = \"again\"\nprompts = [3]\nseed = 8\n");
+  const std::string cache = path("cache");
+  auto prepare = [&](const std::string& cases) {
+    return run(fmt::format("ci '{}' --cache '{}' --prepare --cases '{}'", dir_.string(), cache, cases));
+  };
+  auto model_of = [](const std::string& listing) {
+    std::map<std::string, std::string> out;
+    std::stringstream lines(listing);
+    for (std::string name, file, model; lines >> name >> file >> model;) out[name] = model;
+    return out;
+  };
+  // The default model's cases first: the trained model is not built for them.
+  const auto plain = prepare("left,twin");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("building model: synth preset tiny seed 1, 2 layers"), std::string::npos) << plain.err;
+  EXPECT_EQ(plain.err.find("model-"), std::string::npos) << "[models.again] is [model]: " << plain.err;
+  const auto first = model_of(plain.out);
+  ASSERT_EQ(first.size(), 2u) << plain.out;
+  EXPECT_EQ(first.at("twin"), first.at("left"));
+  const std::string key = fs::path(first.at("left")).parent_path().string();
+  EXPECT_FALSE(fs::exists(key + "/model-trained"));
+
+  const auto all = prepare("*");
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_NE(all.err.find("building model-trained: synth preset tiny seed 1, 2 layers, trained profile"),
+            std::string::npos)
+      << all.err;
+  EXPECT_EQ(all.err.find("building model:"), std::string::npos) << "built twice: " << all.err;
+  const auto models = model_of(all.out);
+  ASSERT_EQ(models.size(), 4u) << all.out;
+  EXPECT_EQ(models.at("sharp"), key + "/model-trained");
+  EXPECT_EQ(models.at("right"), key + "/model");
+  EXPECT_EQ(models.at("twin"), key + "/model");
+  EXPECT_TRUE(fs::exists(key + "/model-trained.done"));
+  EXPECT_FALSE(fs::exists(key + "/model-again"));
+
+  // The cached model is the one tdiff synth writes for the definition, byte for byte.
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --layers 2 --profile trained --seed 1 -o '{}'", path("synth"))).code,
+            0);
+  EXPECT_EQ(testing::slurp(key + "/model-trained/model.safetensors"), testing::slurp(path("synth/model.safetensors")));
+  EXPECT_NE(testing::slurp(key + "/model/model.safetensors"), testing::slurp(path("synth/model.safetensors")));
+
+  // The case on the trained model runs on it, and says so.
+  const auto ran = run(fmt::format("ci '{}' --cache '{}' --policy fp32 --repeat 1 --cases 'sharp,right' -o '{}'",
+                                   dir_.string(), cache, path("r1")));
+  ASSERT_EQ(ran.code, 0) << ran.out << ran.err;
+  EXPECT_NE(ran.out.find("reused from"), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find("sharp            trained "), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find("right            -       "), std::string::npos) << ran.out;
+  const auto info = run(fmt::format("info '{}/sharp.h5'", key));
+  EXPECT_NE(info.out.find("trained profile"), std::string::npos) << info.out;
+}
+
 TEST_F(Suites, CiInputErrorsExitTwo) {
   write_suite();
   for (const std::string& args : {fmt::format("ci '{}' --cases nothing", dir_.string()),

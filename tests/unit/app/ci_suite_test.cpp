@@ -2,12 +2,14 @@
 // the file and the line.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
 #include "app/ci_suite.h"
 #include "mini_suite.h"
 #include "base/error.h"
+#include "synth/synth_options.h"
 
 namespace tdiff {
 namespace {
@@ -21,7 +23,10 @@ TEST_F(Suites, LoadsAndHashesTheDefinitions) {
   ASSERT_EQ(s.cases.size(), 2u);
   EXPECT_EQ(s.cases[1].pad_side, "left");
   EXPECT_EQ(s.cases[0].pad_to, 34);
-  EXPECT_EQ(s.layers, 2);
+  ASSERT_EQ(s.models.size(), 1u);
+  EXPECT_EQ(s.models[0].layers, 2);
+  EXPECT_EQ(s.models[0].folder, "model");
+  EXPECT_EQ(s.models[0].profile, SynthProfile::standard);
   EXPECT_TRUE(s.replay_selections);  // the default, as tdiff run's
   EXPECT_FALSE(load_suite(suite_with("repeat = 2", "repeat = 2\nselections = \"free\"")).replay_selections);
   EXPECT_EQ(s.hash.size(), 64u);
@@ -53,6 +58,78 @@ TEST_F(Suites, BadSuiteFilesNameTheFileAndLine) {
     }
   }
   EXPECT_THROW(load_suite(path("nowhere")), InputError);
+}
+
+// [models.NAME] tables are variants of [model] (the keys they leave out are [model]'s); a case
+// names one with `model`; each distinct definition has one folder in the cache.
+TEST_F(Suites, NamedModelsInheritAndShareFolders) {
+  const std::string models =
+      "[models.trained]\nprofile = \"trained\"\n[models.spiky]\noutliers = true\nseed = 3\n"
+      "[models.same]\nseed = 1\n[models.unused]\nprofile = \"trained\"\n[[case]]";
+  std::string f = suite_with("[[case]]", models);
+  std::string text = testing::slurp(f);
+  text +=
+      "[[case]]\nname = \"t\"\nmodel = \"trained\"\nprompts = [1]\nseed = 8\n"
+      "[[case]]\nname = \"o\"\nmodel = \"spiky\"\nprompts = [2]\nseed = 9\n"
+      "[[case]]\nname = \"s\"\nmodel = \"same\"\nprompts = [2]\nseed = 10\n";
+  std::ofstream(f) << text;
+  const Suite s = load_suite(f);
+  ASSERT_EQ(s.models.size(), 5u);
+  ASSERT_EQ(s.cases.size(), 5u);
+  EXPECT_EQ(s.model_of(s.cases[0]).folder, "model");
+  const SuiteModel& t = s.model_of(s.cases[2]);
+  EXPECT_EQ(t.name, "trained");
+  EXPECT_EQ(t.profile, SynthProfile::trained);
+  EXPECT_EQ(t.layers, 2);  // inherited
+  EXPECT_EQ(t.seed, 1u);
+  EXPECT_EQ(t.folder, "model-trained");
+  EXPECT_EQ(t.describe(), "preset tiny seed 1, 2 layers, trained profile");
+  const SuiteModel& o = s.model_of(s.cases[3]);
+  EXPECT_TRUE(o.outliers);
+  EXPECT_EQ(o.seed, 3u);
+  EXPECT_EQ(o.profile, SynthProfile::standard);
+  EXPECT_EQ(o.folder, "model-spiky");
+  // Defined exactly as [model]: the same folder, built once. The unused twin of `trained` shares its folder.
+  EXPECT_EQ(s.model_of(s.cases[4]).folder, "model");
+  for (const auto& m : s.models)
+    if (m.name == "unused") {
+      EXPECT_EQ(m.folder, "model-trained");
+    }
+  // The cache key covers the models: another profile is another key.
+  std::ofstream(f) << std::string(text).replace(text.find("profile = \"trained\""), 19, "profile = \"default\"");
+  EXPECT_NE(load_suite(f).hash, s.hash);
+}
+
+// A bad model definition or a case naming no model: the file and the line of the culprit.
+TEST_F(Suites, BadModelsNameTheFileAndLine) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"layers = 2", "layers = 2\nprofil = \"trained\""},  // unknown key in [model]
+      {"layers = 2", "layers = 2\nprofile = \"sharp\""},   // unknown profile
+      {"layers = 2", "layers = 2\noutliers = 1"},          // not a boolean
+      {"layers = 2", "layers = 2\nlayers_ = 1"},
+      {"layers = 2", "layers = 9"},  // more than the preset has
+      {"preset = \"tiny\"", "preset = \"huge\""},
+      {"layers = 2", "layers = 2\nprofile = \"trained\"\noutliers = true"},
+      {"[[case]]\nname = \"right\"", "[models.t]\nprofile = \"trained\"\nbogus = 1\n[[case]]\nname = \"right\""},
+      {"[[case]]\nname = \"right\"", "[models.t]\nprofile = \"trianed\"\n[[case]]\nname = \"right\""},
+      {"[[case]]\nname = \"right\"", "[models.T]\nseed = 2\n[[case]]\nname = \"right\""},
+      {"[[case]]\nname = \"right\"", "[models.t]\noutliers = true\nprofile = \"trained\"\n[[case]]\nname = \"right\""},
+      {"[[case]]\nname = \"right\"", "[models]\nt = 1\n[[case]]\nname = \"right\""},
+      {"seed = 5", "seed = 5\nmodel = \"trained\""},  // no such [models.NAME]
+      {"seed = 5", "seed = 5\nmodel = 1"},
+  };
+  for (const auto& [from, to] : bad) {
+    const std::string f = suite_with(from, to);
+    try {
+      load_suite(f);
+      ADD_FAILURE() << "accepted: " << to;
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("bad.toml:"), std::string::npos) << to << ": " << what;
+      EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(what[what.find("bad.toml:") + 9]))) << "no line: " << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
 }
 }  // namespace
 }  // namespace tdiff
