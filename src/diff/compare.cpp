@@ -264,11 +264,21 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
     }
     in.expected = row.expected ? &*row.expected : nullptr;
     in.measured = row.measured_floor ? &*row.measured_floor : nullptr;
-    if (row.systematic) row.systematic->unit = output_unit(row);
+    row.thresholds = policy.for_tensor(row.stage, row.tensor);
+    if (row.systematic) {
+      row.systematic->unit = output_unit(row);
+      // A row of an ill-conditioned stage (a softmax split between keys of different values)
+      // moves as a whole on its inputs' rounding: the rows' family is held to what the
+      // reference's conditioning explains there, at the FAIL ratio.
+      if (row.expected && row.conditioning) {
+        const ExpectedError& e = *row.expected;
+        const double g = row.conditioning->max_gain;
+        row.systematic->row_unit = row.thresholds.expected_fail * std::sqrt(e.local * e.local + g * g * e.inherited * e.inherited);
+      }
+    }
     in.systematic = row.systematic ? &*row.systematic : nullptr;
     row.tolerance_ratio = in.expected && !in.exact ? expected_ratio(row.metrics, *in.expected)
                                                    : std::numeric_limits<double>::quiet_NaN();
-    row.thresholds = policy.for_tensor(row.stage, row.tensor);
     const Judgement j = row.shape_cand ? Judgement{Verdict::fail, fmt::format("shape mismatch: reference {} vs candidate {}",
                                                                              shape_str(row.shape), shape_str(*row.shape_cand)),
                                                   "", std::numeric_limits<double>::quiet_NaN()}

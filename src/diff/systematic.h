@@ -74,6 +74,12 @@ struct SystematicFit {
   std::int64_t slices = 0;      // slices fitted, over every family
   std::vector<SliceFinding> findings;  // the strongest of each family and statistic: swaps first, then by score
   double unit = 0.0;  // the unit roundoff of the candidate's output format (set by judge(): finding_fires)
+  // The rows' family (a token's or an entry's row): the deviation the reference's conditioning
+  // explains there (set by judge() where the case stores one; 0: none).
+  double row_unit = 0.0;
+  double unit_for(const SliceFinding& f) const {
+    return (f.family == "token" || f.family == "entry") && row_unit > unit ? row_unit : unit;
+  }
   double score() const {  // the strongest finding's
     double s = 0.0;
     for (const auto& f : findings) s = f.score() > s ? f.score() : s;

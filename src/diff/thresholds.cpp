@@ -128,7 +128,7 @@ void judge_systematic(Verdicts& v, const SystematicFit& fit, const Thresholds& t
   if (t.systematic == 0.0) return;
   int named = 0;
   for (const auto& f : fit.findings)
-    if (finding_fires(f, t.systematic, fit.unit) && named++ < 2) v.add(Verdict::fail, finding_text(fit, f));
+    if (finding_fires(f, t.systematic, fit.unit_for(f)) && named++ < 2) v.add(Verdict::fail, finding_text(fit, f));
 }
 
 }  // namespace

@@ -61,7 +61,10 @@ void add_expected_columns(std::vector<Column>& c) {
   c.push_back({"expected_elem", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? full(e(d)->elem) : ""; }});
   c.push_back({"expected_ratio", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? full(d.tolerance_ratio) : ""; }});
   c.push_back({"expected_format", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? csv_field(e(d)->format) : ""; }});
-  // The reference's conditioning (G, and the gain of the row that decided the element ratio)
+  c.push_back({"err_at", [](const TensorDiff& d, const CompareResult& r) { return csv_field(report::location_of(r, d)); }});
+  c.push_back({"err_kind", [](const TensorDiff& d, const CompareResult&) {
+                 return csv_field(pointed_name(pointed_element(d).what));
+               }});  // The reference's conditioning (G, and the gain of the row that decided the element ratio)
   // and the measured floor: its ratio and which rule decided the verdict.
   c.push_back({"conditioning", [e](const TensorDiff& d, const CompareResult&) { return e(d) ? full(e(d)->gain_l2) : ""; }});
   c.push_back({"conditioning_at_err", [e](const TensorDiff& d, const CompareResult&) {
@@ -71,16 +74,12 @@ void add_expected_columns(std::vector<Column>& c) {
                  return std::isnan(d.floor_ratio) ? "" : full(d.floor_ratio);
                }});
   c.push_back({"decided_by", [](const TensorDiff& d, const CompareResult&) { return csv_field(d.decided_by); }});
-  c.push_back({"err_at", [](const TensorDiff& d, const CompareResult& r) { return csv_field(report::location_of(r, d)); }});
-  c.push_back({"err_kind", [](const TensorDiff& d, const CompareResult&) {
-                 return csv_field(pointed_name(pointed_element(d).what));
-               }});
 }
 
 // The strongest slice of the systematic fits (diff/systematic.h): its score, always, and its
 // text when it decided the verdict; empty where the tensor had no fit.
 bool systematic_fired(const TensorDiff& d, const SliceFinding& f) {
-  return finding_fires(f, d.thresholds.systematic, d.systematic->unit);
+  return finding_fires(f, d.thresholds.systematic, d.systematic->unit_for(f));
 }
 void add_systematic_columns(std::vector<Column>& c) {
   c.push_back({"systematic_score", [](const TensorDiff& d, const CompareResult&) {

@@ -56,12 +56,14 @@ TEST_F(TrainedVerdicts, FixedPassesAndNaiveFailsOnTheConditionedModel) {
 // Without the conditioning (probes off), the a-priori rule warns on fixed where sharp heads
 // amplify rounding; the measured floor, emu in fixed's own formats, carries the same error and
 // lowers those verdicts, and the CSV says so.
+// (The systematic fits are off here: without the conditioning, a sharp head's row that moves
+// as a whole on rounding reads as a scaled token, which is what the gains explain.)
 TEST_F(TrainedVerdicts, TheMeasuredFloorDecidesWhereTheModelHasNoConditioning) {
   make_case("--conditioning-probes 0");
   EXPECT_FALSE(h5_exists(path("c.h5"), "/conditioning"));
-  const auto a_priori = judge("--policy fixed --measured-floor off");
+  const auto a_priori = judge("--policy fixed --measured-floor off --threshold systematic=0");
   EXPECT_EQ(a_priori.out.find(" 0 WARN"), std::string::npos) << a_priori.out;
-  const auto both = judge("--policy fixed");
+  const auto both = judge("--policy fixed --threshold systematic=0");
   EXPECT_EQ(both.code, 0) << both.out;
   EXPECT_NE(both.out.find("0 FAIL, 0 WARN"), std::string::npos) << both.out;
   EXPECT_NE(both.out.find("floor: emu under fp32 + *:storage=bf16 + *:stream=fp32 + *:matmul_input=bf16"), std::string::npos) << both.out;
