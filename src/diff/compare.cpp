@@ -267,12 +267,13 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
     row.thresholds = policy.for_tensor(row.stage, row.tensor);
     if (row.systematic) {
       row.systematic->unit = output_unit(row);
-      // A row of an ill-conditioned stage (a softmax split between keys of different values)
-      // moves as a whole on its inputs' rounding: the rows' family is held to what the
-      // reference's conditioning explains there, at the FAIL ratio.
-      if (row.expected && row.conditioning) {
+      // A token's row moves as a whole on its inputs' error wherever a per-row factor is
+      // computed from them (a norm's denominator, the indexer's per-query weights, a softmax
+      // split between keys of different values, amplified by the reference's conditioning):
+      // the rows' family is held to what the expected error explains there, at the FAIL ratio.
+      if (row.expected) {
         const ExpectedError& e = *row.expected;
-        const double g = row.conditioning->max_gain;
+        const double g = row.conditioning ? row.conditioning->max_gain : 1.0;
         row.systematic->row_unit = row.thresholds.expected_fail * std::sqrt(e.local * e.local + g * g * e.inherited * e.inherited);
       }
     }

@@ -246,6 +246,7 @@ std::optional<SliceFinding> strongest(const SliceLayout& l, const Family& fam, c
     if (best && f.score() <= best->score()) continue;
     const Fit& fit = fits[static_cast<std::size_t>(at[j])];
     f.family = fam.name;
+    f.rows = fam.cut == Cut::rows;
     f.slice = slice_name(l, fam, at[j]);
     f.fault = fault;
     f.value = fault == SliceFault::scale ? 1.0 + s[j] : s[j];
@@ -310,6 +311,7 @@ std::optional<SliceFinding> swapped(const SliceLayout& l, const Family& fam, con
       const Others o = others(s, se, -1);
       SliceFinding f;
       f.family = fam.name;
+      f.rows = fam.cut == Cut::rows;
       f.slice = slice_name(l, fam, i);
       f.partner = slice_name(l, fam, j);
       f.fault = SliceFault::swap;

@@ -56,6 +56,7 @@ enum class SliceFault : std::uint8_t { scale, offset, swap };
 
 struct SliceFinding {
   std::string family;  // "head", "stream", "ch", "token", "expert", ...
+  bool rows = false;   // the family of the tensor's rows (a token's, an entry's, a query's)
   std::string slice;   // "head 1", "row 0, token 13", "head 1, ch 28"
   SliceFault fault = SliceFault::scale;
   double value = 0.0;   // the slope b (scale, swap) or the offset a
@@ -74,11 +75,11 @@ struct SystematicFit {
   std::int64_t slices = 0;      // slices fitted, over every family
   std::vector<SliceFinding> findings;  // the strongest of each family and statistic: swaps first, then by score
   double unit = 0.0;  // the unit roundoff of the candidate's output format (set by judge(): finding_fires)
-  // The rows' family (a token's or an entry's row): the deviation the reference's conditioning
+  // The rows' family (a token's, an entry's or a query's row): the deviation the reference's conditioning
   // explains there (set by judge() where the case stores one; 0: none).
   double row_unit = 0.0;
   double unit_for(const SliceFinding& f) const {
-    return (f.family == "token" || f.family == "entry") && row_unit > unit ? row_unit : unit;
+    return f.rows && row_unit > unit ? row_unit : unit;
   }
   double score() const {  // the strongest finding's
     double s = 0.0;

@@ -162,6 +162,15 @@ LogitsMetrics logits_metrics(const Tensor& ref, const Tensor& cand, const Metric
   return m;
 }
 
+// rms over the finite elements: the scale a selection's margin is read against.
+static double finite_rms(const Tensor& t) {
+  double ss = 0;
+  std::int64_t finite = 0;
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    if (const double v = t.value(i); std::isfinite(v)) ss += v * v, ++finite;
+  return finite ? std::sqrt(ss / static_cast<double>(finite)) : 0.0;
+}
+
 RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tensor* ref_scores, const Tensor* cand_scores) {
   if (ref.shape() != cand.shape())
     input_error("routing metrics: shape mismatch, reference {} vs candidate {}", shape_str(ref.shape()),
@@ -180,14 +189,7 @@ RoutingMetrics routing_metrics(const Tensor& ref, const Tensor& cand, const Tens
       input_error("routing metrics: candidate scores {} do not match the reference's {}", shape_str(cand_scores->shape()),
                   shape_str(ref_scores->shape()));
   }
-  double scores_rms = 0;
-  if (ref_scores) {
-    double ss = 0;
-    std::int64_t finite = 0;
-    for (std::int64_t i = 0; i < ref_scores->numel(); ++i)
-      if (const double v = ref_scores->value(i); std::isfinite(v)) ss += v * v, ++finite;
-    scores_rms = finite ? std::sqrt(ss / static_cast<double>(finite)) : 0.0;
-  }
+  const double scores_rms = ref_scores ? finite_rms(*ref_scores) : 0.0;
   std::vector<std::int64_t> a, b, only_a, only_b;
   std::vector<double> sa, sb;
   for (std::int64_t t = 0; t < m.tokens; ++t) {
