@@ -104,7 +104,7 @@ void judge_expected(Verdicts& v, Judgement& j, const TensorMetrics& m, const Exp
   if (level == Verdict::pass) return;
   const double limit = level == Verdict::fail ? t.expected_fail : t.expected_warn;
   const std::string floor =
-      f ? fmt::format("; {:.3g}x the measured floor ({}) > {:g}x", j.floor_ratio, f->label,
+      f ? fmt::format("; {:.3g}x the measured floor > {:g}x", j.floor_ratio,
                       level == Verdict::fail ? t.measured_fail : t.measured_warn)
         : "";
   const double elem = e.conditioned() ? e.elem_ratio : m.err_rel / e.elem;

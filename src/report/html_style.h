@@ -56,7 +56,7 @@ table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th:hover { background: #eaeef2; }
 th.asc::after { content: " \25B2"; font-size: 9px; } th.desc::after { content: " \25BC"; font-size: 9px; }
 td.num { text-align: right; white-space: nowrap; }
-td.reason { color: var(--mute); font-size: 12.5px; }
+td.reason { color: var(--mute); font-size: 12.5px; overflow-wrap: anywhere; }
 tr.grp td { background: var(--band); font-weight: 600; font-size: 12px; color: var(--mute); }
 tr.first td { box-shadow: inset 0 1px var(--fail), inset 0 -1px var(--fail); }
 tr:target td { background: #fff8c5; }

@@ -186,7 +186,8 @@ int interrupt_when_temp_appears(const std::vector<std::string>& args, const fs::
     ::_exit(127);
   }
   bool seen = false;
-  for (int i = 0; i < 3000 && !seen; ++i) {
+  // Up to a minute: a run does its measured floor and systematic fits before it records.
+  for (int i = 0; i < 12000 && !seen; ++i) {
     for (const auto& e : fs::directory_iterator(dir)) seen = seen || e.path().filename().string().rfind(prefix, 0) == 0;
     if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
