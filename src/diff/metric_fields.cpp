@@ -57,7 +57,7 @@ constexpr std::array<MetricField<L>, 9> kLogits{{
     {"kl_max", "kl_max", &L::kl_max, kFiles},
 }};
 
-constexpr std::array<MetricField<R>, 12> kRouting{{
+constexpr std::array<MetricField<R>, 14> kRouting{{
     {"tokens", nullptr, &R::tokens, kFiles},
     {"k", nullptr, &R::k, kFiles},
     {"equal_tokens", nullptr, &R::equal_tokens, kFiles},
@@ -70,6 +70,8 @@ constexpr std::array<MetricField<R>, 12> kRouting{{
     {"replayed", "routing_replayed", &R::replayed, kFiles},
     {"first_mismatch", "routing_first_mismatch", &R::first_mismatch, kFiles},
     {"first_unexplained", "routing_first_unexplained", &R::first_unexplained, kFiles},
+    {"within_margin_tokens", nullptr, &R::within_margin_tokens, kFiles},
+    {"within_margin_unexplained", nullptr, &R::within_margin_unexplained, kFiles},
 }};
 
 }  // namespace
