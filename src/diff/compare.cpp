@@ -275,10 +275,11 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
         const ExpectedError& e = *row.expected;
         const double g = row.conditioning ? row.conditioning->max_gain : 1.0;
         row.systematic->row_unit = row.thresholds.expected_fail * std::sqrt(e.local * e.local + g * g * e.inherited * e.inherited);
-        // Every other slice at least the tensor's own expected error: tokens that share a
-        // massive activation share its rounding, so a stream or channel of a map computed from
-        // them moves coherently (an outlier case: stream 0 of a Sinkhorn map, 2x its E).
-        row.systematic->unit = std::max(row.systematic->unit, e.rel);
+        // An offset of any other slice at least the tensor's own expected error: tokens that
+        // share a massive activation share its rounding, so a stream or channel of a map
+        // computed from them shifts coherently (an outlier case: stream 0 of a Sinkhorn map
+        // offset by 2x its E). Rounding shared that way does not scale one head.
+        row.systematic->offset_unit = e.rel;
       }
     }
     in.systematic = row.systematic ? &*row.systematic : nullptr;

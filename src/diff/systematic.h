@@ -78,8 +78,11 @@ struct SystematicFit {
   // The rows' family (a token's, an entry's or a query's row): the deviation the reference's conditioning
   // explains there (set by judge() where the case stores one; 0: none).
   double row_unit = 0.0;
+  // An offset of the other families: the tensor's expected relative error (0: none).
+  double offset_unit = 0.0;
   double unit_for(const SliceFinding& f) const {
-    return f.rows && row_unit > unit ? row_unit : unit;
+    if (f.rows) return row_unit > unit ? row_unit : unit;
+    return f.fault == SliceFault::offset && offset_unit > unit ? offset_unit : unit;
   }
   double score() const {  // the strongest finding's
     double s = 0.0;
