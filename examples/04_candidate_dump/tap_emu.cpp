@@ -5,12 +5,14 @@
 //   tdiff run case.h5 --candidate-dump dump.h5
 //
 // judges the dump; its rows equal those of `tdiff run case.h5 --backend emu --policy POLICY
-// --seed SEED --selections free`. With `isolated`, each stage runs on the reference's inputs
+// --seed SEED --selections free`. With `replay`, after each selection stage it writes its own
+// choice and takes the reference's from the case (tap.reference_raw), as
+// `--selections replay` does. With `isolated`, each stage runs on the reference's inputs
 // from the case instead (its local error; ranked as `tdiff bisect --mode isolate --floor none`
 // ranks the emu backend). An engine of your own does the same with its tensors: copy each
 // stage's output to the host and tap.write it under the stage's name.
 //
-// usage: tap_emu CASE POLICY SEED OUT.h5 [run|isolated]
+// usage: tap_emu CASE POLICY SEED OUT.h5 [run|replay|isolated]
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -23,12 +25,14 @@
 #include "numerics/policy.h"
 #include "casefile/session.h"
 #include "exec/backend_registry.h"
+#include "model/op_table.h"
+#include "model/tensor_contract.h"
 #include "tap/tap.hpp"
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 6 ? argv[5] : "run";
-  if ((argc != 5 && argc != 6) || (mode != "run" && mode != "isolated")) {
-    std::fprintf(stderr, "usage: %s CASE POLICY SEED OUT.h5 [run|isolated]\n", argv[0]);
+  if ((argc != 5 && argc != 6) || (mode != "run" && mode != "replay" && mode != "isolated")) {
+    std::fprintf(stderr, "usage: %s CASE POLICY SEED OUT.h5 [run|replay|isolated]\n", argv[0]);
     return 2;
   }
   try {
@@ -39,6 +43,7 @@ int main(int argc, char** argv) {
     auto engine = tdiff::make_backend("emu", policy, {seed});
 
     tdiff::Tap tap(argv[4], mode);
+    tap.on_case(argv[1]);
     tap.attr("engine", "tdiff emu via examples/tap/tap_emu.cpp");
     tap.attr("policy", policy.describe());
     tap.attr("seed", std::to_string(seed));
@@ -55,6 +60,18 @@ int main(int argc, char** argv) {
       tdiff::put_inputs(session.info.batch, env);
       tdiff::ExecutorHooks hooks;
       hooks.on_stage = [&](const tdiff::Stage& s, std::size_t, const std::vector<tdiff::Tensor>& out) { write(s, out); };
+      // Replay: a selection's own choice is written (on_stage), the reference's read by the stages after it.
+      if (mode == "replay")
+        hooks.replace = [&](const tdiff::Stage& s, std::size_t, std::vector<tdiff::Tensor>& out) {
+          if (!tdiff::op_info(s.kind).selection) return false;
+          for (const auto& name : s.outputs) {
+            const tdiff::Shape shape = session.contract().find(s.name + "/" + name)->shape();
+            tdiff::Tensor t(tdiff::DType::i64, shape);
+            tap.reference_raw(s.name + "/" + name, "i64", t.raw(), shape);
+            out.push_back(std::move(t));
+          }
+          return true;
+        };
       tdiff::execute(session.stages, [&](const tdiff::Stage&) -> tdiff::Backend& { return *engine; }, ctx, env, hooks);
     }
     tap.close();

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "app/ci_suite.h"
+#include "exec/followed_reference.h"
 #include "exec/measured_floor.h"
 #include "exec/mixed_run.h"
 #include "casefile/session.h"
@@ -31,6 +32,7 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
   TensorMap run1;
   MixedRunOptions mo;
   mo.replay_selections = suite.replay_selections;
+  mo.follow_selections = true;  // free: judged on its own path, as `tdiff run --selections free`
   // Free, run 1 is also the determinism check's first run (kept); replayed, its later stages
   // read the reference's choices, so the determinism runs make their own first run.
   if (!suite.replay_selections && suite.repeat > 1)
@@ -89,13 +91,13 @@ CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, con
   r.pad_side = session.info.pad_side;
   for (auto len : session.info.batch.length) r.padded = r.padded || len < r.seq;
   r.runs = 1;
-  r.diff = compare_candidate_dump(case_file, session.stages, dump, session.weights.get());
+  std::string selections;  // how they were judged: the report's reason says what matters
+  r.diff = compare_dump(case_file, &session, session.stages, dump, {}, selections);
   if (dump_policy) {
     dump_policy->validate(session.stages);
     set_expected(r.diff, {&session, dump_policy, dump.mode == "isolated" ? StageInputs::reference : StageInputs::run});
     if (measured_floor && dump.mode != "isolated") {  // as `tdiff run --candidate-dump` judges it
       MixedRunOptions mo;
-      mo.replay_selections = dump.mode == "replay";
       (void)attach_measured_floor(session, *dump_policy, mo, r.diff);
     }
   }

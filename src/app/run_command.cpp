@@ -11,6 +11,7 @@
 
 #include "exec/measured_floor.h"
 #include "exec/candidate_dump.h"
+#include "exec/followed_reference.h"
 #include "exec/mixed_run.h"
 #include "exec/saved_run.h"
 #include "app/envelope.h"
@@ -170,7 +171,6 @@ void set_dump_expected(const RunCmd& c, std::optional<CaseSession>& session, con
   if (c.measured_floor == "on" && dump.mode != "isolated") {
     MixedRunOptions mo;
     mo.compare = c.stages;
-    mo.replay_selections = dump.mode == "replay";
     print_floor(attach_measured_floor(*session, policy, mo, diff));
   }
 }
@@ -196,7 +196,9 @@ int run_dump(RunCmd c) {
   const std::string run_id = app::run_id_for(c.report.run_id, "run");
   CompareOptions opt;
   opt.stages = c.stages;
-  CompareResult diff = compare_candidate_dump(c.case_path, stages, dump, session ? session->weights.get() : nullptr, opt);
+  std::string selections;
+  CompareResult diff = compare_dump(c.case_path, session ? &*session : nullptr, stages, dump, opt, selections);
+  if (!selections.empty()) fmt::print("{}\n", selections);
   set_dump_expected(c, session, dump, diff);
   judge(diff, thresholds);
 
@@ -300,6 +302,7 @@ int run_run(RunCmd c) {
     };
   mo.compare = c.stages;
   mo.replay_selections = c.selections == "replay";
+  mo.follow_selections = true;  // free: judged on its own path
   mo.progress = [&](const Stage& s, std::size_t i) { progress.step(i + 1, s.name); };
   RunContext ctx = session.context();
   const std::vector<bool> all(session.stages.size(), true);

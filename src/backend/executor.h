@@ -32,6 +32,39 @@ struct ExecutorHooks {
 void execute(const std::vector<Stage>& stages, const std::function<Backend&(const Stage&)>& backend_for,
              RunContext& ctx, TensorMap& env, const ExecutorHooks& hooks = {}, bool keep_all = false);
 
+// The same run a stage at a time, for a caller that steps two runs side by side (a reference
+// that follows a candidate's choices, exec/followed_reference.h). Stages run in order;
+// finish() hands the outputs an asynchronous backend still holds to on_stage.
+class Execution {
+ public:
+  Execution(const std::vector<Stage>& stages, std::function<Backend&(const Stage&)> backend_for, RunContext& ctx,
+            TensorMap& env, ExecutorHooks hooks, bool keep_all = false);
+  bool done() const { return next_ == stages_.size(); }
+  std::size_t next() const { return next_; }  // the index step() runs
+  void step();
+  void finish() { flush(); }
+
+ private:
+  void flush();
+  struct Deferred {
+    std::size_t index;
+    std::vector<Tensor> out;
+  };
+  static constexpr std::size_t kMaxDeferredBytes = std::size_t{2} << 30;
+  const std::vector<Stage>& stages_;
+  std::function<Backend&(const Stage&)> backend_for_;
+  RunContext& ctx_;
+  TensorMap& env_;
+  ExecutorHooks hooks_;
+  bool keep_all_;
+  std::size_t next_ = 0;
+  std::unordered_map<std::string, std::size_t> last_use_;
+  std::unordered_map<std::string, Backend*> producer_;
+  std::vector<Deferred> deferred_;
+  std::size_t deferred_bytes_ = 0;
+  Backend* pending_ = nullptr;
+};
+
 // Puts the batch inputs into env under "inputs/ids", "inputs/mask", "inputs/pos".
 void put_inputs(const Batch& batch, TensorMap& env);
 

@@ -275,7 +275,10 @@ H5DatasetInfo h5_dataset_info(const std::string& file, const std::string& path) 
 
 H5DatasetInfo h5_dataset_info(const H5File& file, const std::string& path) {
   const OpenDataset d = open_dataset(file.id(), file.path(), path);
-  return {d.dtype, Shape(d.dims.begin(), d.dims.end())};
+  Hid type(H5Dget_type(d.dataset.get()));
+  const bool u16 = type.get() >= 0 && H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 2 &&
+                   H5Tget_sign(type.get()) == H5T_SGN_NONE;
+  return {d.dtype, Shape(d.dims.begin(), d.dims.end()), u16 && dtype_attr(d.dataset.get()).empty()};
 }
 
 std::map<std::string, std::string> h5_read_attrs(const std::string& file, const std::string& path) {

@@ -49,6 +49,9 @@ std::map<std::string, std::string> h5_read_attrs(const H5File& file, const std::
 struct H5DatasetInfo {
   DType dtype;
   Shape shape;
+  // 2-byte unsigned integers with no dtype attribute, read as i64: what numpy writes of bf16
+  // or f16 bit patterns viewed as uint16, for a message to name the missing attribute.
+  bool untagged_u16 = false;
 };
 H5DatasetInfo h5_dataset_info(const std::string& file, const std::string& path);
 H5DatasetInfo h5_dataset_info(const H5File& file, const std::string& path);

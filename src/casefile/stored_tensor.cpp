@@ -32,7 +32,14 @@ void check_stage_tensor(const H5File& file, const std::string& group, const std:
   const std::string dataset = stage_dataset(group, key);
   const TensorSpec& spec = spec_of(file, dataset, key, contract);
   const H5DatasetInfo info = h5_dataset_info(file, dataset);
-  TensorContract::check_layout(spec, info.dtype, info.shape, by, file.path(), dataset);
+  try {
+    TensorContract::check_layout(spec, info.dtype, info.shape, by, file.path(), dataset);
+  } catch (const InputError& e) {
+    if (!info.untagged_u16 || spec.value != ValueClass::floating) throw;
+    throw InputError(fmt::format("{} (it holds uint16 without a dtype attribute: bf16 or f16 bit patterns need "
+                                 "attrs['dtype'] = 'bf16' or 'f16', as tdiff-capture and the tap write them)",
+                                 e.what()));
+  }
 }
 
 Tensor read_stage_tensor(const H5File& file, const std::string& group, const std::string& key,

@@ -23,6 +23,7 @@
 
 namespace tdiff {
 
+class DivergedTokens;
 using NamedTensors = std::map<std::string, Tensor>;  // "<stage>/<tensor>" -> tensor
 
 struct TensorDiff {
@@ -56,6 +57,11 @@ struct TensorDiff {
   // Per-slice fits of the candidate against the reference (diff/systematic.h), where the
   // tensor's layout is known (a case's contract); judge() FAILs what rounding cannot produce.
   std::optional<SystematicFit> systematic;
+  // A free-running candidate's rows of tokens that followed their own selection earlier
+  // (diff/divergence.h): left out of every metric above, counted here, with their own rel_l2
+  // for values (explained divergence: another valid path, no verdict; NaN for none).
+  std::int64_t diverged_rows = 0;
+  double diverged_rel_l2 = std::numeric_limits<double>::quiet_NaN();
 
   std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }
 };
@@ -74,6 +80,9 @@ struct CompareResult {
   std::int64_t padding_tokens = 0;
   // Names elements in the model's terms (diff/location.h); null: no case at hand, plain dimensions.
   std::shared_ptr<const Locator> locator;
+  // A free-running candidate's tokens that followed their own selection (diff/divergence.h);
+  // null: selections replayed or isolated, nothing tracked.
+  std::shared_ptr<const DivergedTokens> divergence;
 };
 
 struct CompareOptions {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "diff/compare.h"
+#include "diff/divergence.h"
 #include "diff/real_rows.h"
 #include "model/op_table.h"
 #include "model/tensor_contract.h"
@@ -53,9 +54,11 @@ std::string axis_word(const TensorSpec& spec, std::size_t i) {
 
 }  // namespace
 
-Locator::Locator(const std::vector<Stage>& stages, const ModelConfig& config, const Batch& batch)
+Locator::Locator(const std::vector<Stage>& stages, const ModelConfig& config, const Batch& batch,
+                 std::shared_ptr<const DivergedTokens> divergence)
     : contract_(std::make_shared<const TensorContract>(stages, config, batch.rows(), batch.seq())),
       batch_(batch),
+      divergence_(std::move(divergence)),
       o_groups_(config.o_groups) {
   for (const auto& s : stages) rate_[s.name] = real_rows_rate(s, config);
 }
@@ -64,16 +67,24 @@ std::optional<std::int64_t> Locator::in_full_layout(const TensorSpec& spec, cons
                                                     std::int64_t flat) const {
   const Shape full = spec.shape();
   if (squeezed(compared) == squeezed(full)) return flat;
-  // Judged on its real rows only: the n-th row compared is the batch's n-th real row.
+  // Judged on some rows only (a dump's real rows, less a free run's diverged tokens): the n-th
+  // row compared is the n-th row kept.
   const auto rate = rate_.find(spec.stage);
-  const RealRows rows = real_rows(full, batch_, rate == rate_.end() ? 0 : rate->second);
-  Shape kept = {rows.count()};
-  kept.insert(kept.end(), rows.inner.begin(), rows.inner.end());
-  if (squeezed(compared) != squeezed(kept) || rows.row_size == 0) return std::nullopt;
-  std::int64_t row = -1;
-  for (std::int64_t r = 0, n = flat / rows.row_size; r < rows.rows; ++r)
-    if (rows.real[static_cast<std::size_t>(r)] && n-- == 0) row = r;
-  return row * rows.row_size + flat % rows.row_size;
+  std::vector<RealRows> kept_rows = {real_rows(full, batch_, rate == rate_.end() ? 0 : rate->second)};
+  if (divergence_) {
+    kept_rows.push_back(divergence_->layout(spec.stage, full));
+    for (auto& rows : kept_rows) divergence_->exclude(spec.stage, full, rows);
+  }
+  for (const RealRows& rows : kept_rows) {
+    Shape kept = {rows.count()};
+    kept.insert(kept.end(), rows.inner.begin(), rows.inner.end());
+    if (squeezed(compared) != squeezed(kept) || rows.row_size == 0) continue;
+    std::int64_t row = -1;
+    for (std::int64_t r = 0, n = flat / rows.row_size; r < rows.rows; ++r)
+      if (rows.real[static_cast<std::size_t>(r)] && n-- == 0) row = r;
+    return row * rows.row_size + flat % rows.row_size;
+  }
+  return std::nullopt;
 }
 
 std::int64_t Locator::original_index(const std::string& key, const Shape& compared, std::int64_t flat) const {
@@ -128,7 +139,7 @@ PointedElement pointed_element(const TensorDiff& d) {
   if (d.kind == TensorKind::routing) {
     if (!d.routing || d.routing->k == 0) return e;
     const RoutingMetrics& r = *d.routing;
-    const std::int64_t token = r.replayed && r.first_unexplained >= 0 ? r.first_unexplained : r.first_mismatch;
+    const std::int64_t token = (r.replayed || r.own_path) && r.first_unexplained >= 0 ? r.first_unexplained : r.first_mismatch;
     if (token >= 0) e = {Pointed::other_selection, token * r.k, true, false, 0, 0};
     return e;
   }

@@ -9,8 +9,8 @@
 // n an entry, k and K a slot, V a vocabulary id, every feature axis a channel (G*R_o as group
 // and channel, CSA's two windows 2d as window and channel). A tensor judged on its real rows
 // only (a padded dump, diff/real_rows.h) is located back at its row and token of the padded
-// batch. Without a case, or for a key the model has no stage output of, the dimensions are
-// plain ("dim0 1, dim1 3").
+// batch, and so is one judged without a free run's diverged tokens. Without a case, or for a
+// key the model has no stage output of, the dimensions are plain ("dim0 1, dim1 3").
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -26,6 +26,7 @@
 
 namespace tdiff {
 
+class DivergedTokens;
 class TensorContract;
 struct TensorSpec;
 struct TensorDiff;
@@ -36,7 +37,10 @@ using Location = std::vector<std::pair<std::string, std::int64_t>>;
 class Locator {
  public:
   Locator() = default;  // no case at hand: plain dimensions
-  Locator(const std::vector<Stage>& stages, const ModelConfig& config, const Batch& batch);
+  // `divergence`: a free run's diverged tokens (diff/divergence.h), whose rows its tensors were
+  // judged without; null: none.
+  Locator(const std::vector<Stage>& stages, const ModelConfig& config, const Batch& batch,
+          std::shared_ptr<const DivergedTokens> divergence = nullptr);
 
   // Element `flat` of the tensor `key` ("<stage>/<tensor>") as compared, in shape `compared`:
   // the full shape (size-1 dimensions aside) or its real rows only. Empty when `flat` is outside it.
@@ -51,6 +55,7 @@ class Locator {
 
   std::shared_ptr<const TensorContract> contract_;
   Batch batch_;
+  std::shared_ptr<const DivergedTokens> divergence_;
   std::map<std::string, std::int64_t> rate_;  // stage -> the rate its real rows are taken at
   std::int64_t o_groups_ = 0;
 };

@@ -57,7 +57,7 @@ constexpr std::array<MetricField<L>, 9> kLogits{{
     {"kl_max", "kl_max", &L::kl_max, kFiles},
 }};
 
-constexpr std::array<MetricField<R>, 14> kRouting{{
+constexpr std::array<MetricField<R>, 15> kRouting{{
     {"tokens", nullptr, &R::tokens, kFiles},
     {"k", nullptr, &R::k, kFiles},
     {"equal_tokens", nullptr, &R::equal_tokens, kFiles},
@@ -68,6 +68,7 @@ constexpr std::array<MetricField<R>, 14> kRouting{{
     {"explained_tokens", "routing_explained", &R::explained_tokens, kFiles},
     {"unexplained_share", "routing_unexplained_share", &R::unexplained_share, kFiles},
     {"replayed", "routing_replayed", &R::replayed, kFiles},
+    {"own_path", "routing_own_path", &R::own_path, kFiles},
     {"first_mismatch", "routing_first_mismatch", &R::first_mismatch, kFiles},
     {"first_unexplained", "routing_first_unexplained", &R::first_unexplained, kFiles},
     {"within_margin_tokens", nullptr, &R::within_margin_tokens, kFiles},

@@ -124,6 +124,11 @@ struct RoutingMetrics {
   // Set when later stages were given the reference's selections (selection replay): the
   // verdict then reads unexplained_share, since explained flips moved nothing downstream.
   bool replayed = false;
+  // Set when the candidate followed its own selections and what they moved is judged on its
+  // own path: against a reference that followed the same choices (exec/followed_reference.h)
+  // or with the moved tokens' rows apart (diff/divergence.h). The verdict then reads
+  // unexplained_share, as with replay: an explained flip moved nothing a verdict misjudges.
+  bool own_path = false;
   // What the verdict reads: a flip that later stages follow changes the model's output
   // whatever caused it, so without replay every untied flip counts.
   // Margins (the conditioning of a selection): per differing, untied token with reference
@@ -141,7 +146,7 @@ struct RoutingMetrics {
   std::int64_t within_margin_unexplained = 0;  // of those, the ones their own scores do not explain
   double judged_share() const {
     const double n = tokens ? static_cast<double>(tokens) : 1.0;
-    return replayed ? unexplained_share - static_cast<double>(within_margin_unexplained) / n
+    return replayed || own_path ? unexplained_share - static_cast<double>(within_margin_unexplained) / n
                     : mismatch_share - static_cast<double>(within_margin_tokens) / n;
   }
 };

@@ -11,8 +11,19 @@ namespace tdiff {
 
 namespace {
 
-Tensor viewed(const PairingRule& rule, const Stage& s, Tensor t) {
-  return rule.view && t.defined() ? rule.view(s, t) : t;
+// The rows of `s`'s tensor of shape `shape` that are judged: the rule's (a dump's real rows),
+// less the tokens that diverged before `s`. nullopt: all of them.
+std::optional<RealRows> judged_rows(const PairingRule& rule, const Stage& s, const Shape& shape) {
+  if (!rule.rows && !rule.divergence) return std::nullopt;
+  RealRows rows = rule.rows ? rule.rows(s, shape) : rule.divergence->layout(s.name, shape);
+  if (rule.divergence) rule.divergence->exclude(s.name, shape, rows);
+  return rows;
+}
+
+Tensor viewed(const PairingRule& rule, const Stage& s, const Tensor& t) {
+  if (!t.defined()) return t;
+  const std::optional<RealRows> rows = judged_rows(rule, s, t.shape());
+  return rows ? keep_real_rows(t, *rows) : t;
 }
 
 std::optional<PhaseTimes::Scope> measure(const PairingRule& rule) {
@@ -33,16 +44,22 @@ void add_conditioning(TensorDiff& row, const Stage& s, const TensorSide& ref, co
   row.conditioning = conditioned_rows(a, b, row.metrics.ref_rms, *c);
 }
 
-// A row's per-token statistics on the tokens `rule.token_view` keeps; the rest of the row as
-// computed on all of them. The worst tokens keep their index among all tokens, for locations.
-void count_tokens(const PairingRule& rule, const Tensor& ref, const Tensor& cand, const ChoiceScores& scores,
-                  TensorDiff& row) {
-  if (!rule.token_view || row.shape_cand || (!row.logits && !row.routing)) return;
-  const auto real = [&](const Tensor& t) { return keep_real_rows(t, rule.token_view(t)); };
+// A row's per-token statistics on the tokens `rule.token_rows` keeps (less the diverged ones);
+// the rest of the row as computed on the judged rows. The worst tokens keep their index among
+// all tokens, for locations. `ref`, `cand` and `scores`: the stage's whole tensors.
+void count_tokens(const PairingRule& rule, const Stage& s, const Tensor& ref, const Tensor& cand,
+                  const ChoiceScores& scores, TensorDiff& row) {
+  if (!rule.token_rows || row.shape_cand || (!row.logits && !row.routing)) return;
+  auto rows_of = [&](const Shape& shape) {
+    RealRows rows = rule.token_rows(s, shape);
+    if (rule.divergence) rule.divergence->exclude(s.name, shape, rows);
+    return rows;
+  };
+  const auto real = [&](const Tensor& t) { return keep_real_rows(t, rows_of(t.shape())); };
   const Tensor c = cand.shape() == ref.shape() ? cand : cand.reshaped(ref.shape());
   if (row.logits) {
-    const RealRows rows = rule.token_view(ref);
-    std::vector<std::int64_t> index;  // real token -> its row among all
+    const RealRows rows = rows_of(ref.shape());
+    std::vector<std::int64_t> index;  // counted token -> its row among all
     for (std::int64_t i = 0; i < rows.rows; ++i)
       if (rows.real[static_cast<std::size_t>(i)]) index.push_back(i);
     row.logits = logits_metrics(keep_real_rows(ref, rows), keep_real_rows(c, rows), rule.opt.metrics);
@@ -51,11 +68,28 @@ void count_tokens(const PairingRule& rule, const Tensor& ref, const Tensor& cand
   if (row.routing) {
     const Tensor ref_scores = scores.ref.defined() ? real(scores.ref) : Tensor();
     const Tensor cand_scores = scores.cand.defined() && ref_scores.defined() ? real(scores.cand) : Tensor();
-    const bool replayed = row.routing->replayed;
+    const bool replayed = row.routing->replayed, own_path = row.routing->own_path;
     row.routing = routing_metrics(real(ref), real(c), ref_scores.defined() ? &ref_scores : nullptr,
                                   cand_scores.defined() ? &cand_scores : nullptr);
     row.routing->replayed = replayed;
+    row.routing->own_path = own_path;
   }
+}
+
+// The rows of tokens that diverged before `s` (diff/divergence.h): counted, and for values
+// their own error reported beside the judged rows' (explained divergence, no verdict).
+void report_diverged(const PairingRule& rule, const Stage& s, const Tensor& ref, const Tensor& cand, TensorDiff& row) {
+  if (!rule.divergence || row.shape_cand) return;
+  const std::vector<bool> gone = rule.divergence->diverged_rows(s.name, ref.shape());
+  if (gone.empty()) return;
+  RealRows rows = rule.divergence->layout(s.name, ref.shape());
+  const std::optional<RealRows> base = rule.rows ? std::optional<RealRows>(rule.rows(s, ref.shape())) : std::nullopt;
+  for (std::size_t r = 0; r < rows.real.size(); ++r)
+    rows.real[r] = gone[r] && (!base || base->real[r]);
+  row.diverged_rows = rows.count();
+  if (!row.diverged_rows || !(row.kind == TensorKind::values || row.kind == TensorKind::logits)) return;
+  const Tensor c = cand.shape() == ref.shape() ? cand : cand.reshaped(ref.shape());
+  row.diverged_rel_l2 = tensor_metrics(keep_real_rows(ref, rows), keep_real_rows(c, rows), rule.opt.metrics).rel_l2;
 }
 
 // The reference's expert ids of a moe.experts stage (the rows of its tensors), which slice its
@@ -71,13 +105,13 @@ Tensor expert_choices(const Stage& s, const TensorSide& ref, const PairingRule& 
 }  // namespace
 
 void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, const PairingRule& rule, CompareResult& r) {
-  ChoiceScores scores;
+  ChoiceScores scores, judged_scores;  // the stage's whole rows; the judged ones
   if (const std::string sk = selection_scores_key(s).key; !sk.empty()) {
-    const Tensor ref_scores = ref.read(sk, nullptr);
-    const Tensor cand_scores = cand.read(sk, ref_scores.defined() ? &ref_scores : nullptr);
-    Tensor ref_view = viewed(rule, s, ref_scores), cand_view = viewed(rule, s, cand_scores);
+    Tensor ref_scores = ref.read(sk, nullptr);
+    Tensor cand_scores = cand.read(sk, ref_scores.defined() ? &ref_scores : nullptr);
     auto t = measure(rule);
-    scores = choice_scores(s, std::move(ref_view), std::move(cand_view), rule.weights, ref.where + sk, cand.where + sk);
+    scores = choice_scores(s, std::move(ref_scores), std::move(cand_scores), rule.weights, ref.where + sk, cand.where + sk);
+    judged_scores = {viewed(rule, s, scores.ref), viewed(rule, s, scores.cand)};
   }
   for (const auto& name : s.outputs) {
     const std::string key = s.name + "/" + name;
@@ -92,11 +126,16 @@ void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, c
     const Tensor a = viewed(rule, s, full_ref), b = viewed(rule, s, full_cand);
     const Tensor choices = expert_choices(s, ref, rule);
     auto t = measure(rule);
-    r.rows.push_back(diff_tensor(key, a, b, rule.opt, scores.ref.defined() ? &scores.ref : nullptr,
-                                 scores.cand.defined() ? &scores.cand : nullptr));
-    add_conditioning(r.rows.back(), s, ref, rule, a, b);
-    count_tokens(rule, a, b, scores, r.rows.back());
-    fit_systematic(r.rows.back(), a, b, rule.opt, choices.defined() ? &choices : nullptr);
+    r.rows.push_back(diff_tensor(key, a, b, rule.opt, judged_scores.ref.defined() ? &judged_scores.ref : nullptr,
+                                 judged_scores.cand.defined() ? &judged_scores.cand : nullptr));
+    TensorDiff& row = r.rows.back();
+    if (row.routing && (rule.own_path || rule.divergence)) row.routing->own_path = true;
+    add_conditioning(row, s, ref, rule, a, b);
+    count_tokens(rule, s, full_ref, full_cand, scores, row);
+    fit_systematic(row, a, b, rule.opt, choices.defined() ? &choices : nullptr);
+    report_diverged(rule, s, full_ref, full_cand, row);
+    // Marked after the stage's own rows: its flips are judged here, their consequences apart.
+    if (row.routing && rule.divergence && !row.shape_cand) rule.divergence->mark(s, full_ref, full_cand);
   }
 }
 

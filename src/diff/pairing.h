@@ -5,12 +5,14 @@
 // run --candidate-dump`, `tdiff ci` and `tdiff compare` of a saved run all pair through it, so
 // the same tensors get the same rows and, judged by the same thresholds, the same verdicts.
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/tensor.h"
 #include "base/timing.h"
 #include "diff/compare.h"
+#include "diff/divergence.h"
 #include "diff/real_rows.h"
 #include "formats/weights.h"
 #include "model/stage_graph.h"
@@ -32,12 +34,22 @@ struct TensorSide {
 struct PairingRule {
   CompareOptions opt;
   WeightStore* weights = nullptr;  // the routing bias (null: router flips stay unexplained)
-  // The part of a stage's tensor that is judged (a dump's real rows); null: all of it.
-  std::function<Tensor(const Stage&, const Tensor&)> view;
+  // The rows of a stage's tensor (of that shape) that are judged: a dump's real rows (padding
+  // is the implementation's own, diff/real_rows.h); null: all of them.
+  std::function<RealRows(const Stage&, const Shape&)> rows;
   // The rows the per-token statistics count (logits' top-1 and KL, a selection's flips): a
-  // padded batch's real tokens, so that a backend's report counts tokens as a dump's does
-  // (diff/real_rows.h). The other metrics keep `view`'s rows. Null: those of `view`.
-  std::function<RealRows(const Tensor&)> token_view;
+  // padded batch's real tokens, so that a backend's report counts tokens as a dump's does. The
+  // other metrics keep `rows`. Null: those of `rows`.
+  std::function<RealRows(const Stage&, const Shape&)> token_rows;
+  // A free-running candidate's tokens that followed their own selection (diff/divergence.h):
+  // left out of every later tensor's judged rows, reported apart, and marked by pair_stage as
+  // its selections are paired; a selection's own verdict then counts the flips the candidate's
+  // scores do not explain. Null: not tracked (selections replayed, stages isolated, no model).
+  std::shared_ptr<DivergedTokens> divergence;
+  // The candidate's own selections were followed and what they moved is judged on its own path
+  // (a followed reference, exec/followed_reference.h; or `divergence`): a selection's verdict
+  // counts the flips its own scores do not explain (RoutingMetrics::own_path).
+  bool own_path = false;
   PhaseTimes* times = nullptr;  // the comparison's seconds go to kPairingPhase when set
 };
 inline constexpr const char* kPairingPhase = "compare";

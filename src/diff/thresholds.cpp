@@ -218,10 +218,11 @@ void ThresholdPolicy::check_patterns(const std::vector<std::string>& stages) con
 
 // A selection tensor: its tokens with another choice (see JudgeInput::routing).
 static void judge_routing(Verdicts& v, const RoutingMetrics& routing, const Thresholds& t) {
-  // Without replay every untied flip counts; with replay only the flips the candidate's
-  // own scores do not explain (top-k faults), the others are a WARN (a note under the
-  // tolerance rule).
+  // Without replay every untied flip counts; with replay, or judged on the candidate's own
+  // path (RoutingMetrics::own_path), only the flips its own scores do not explain (top-k
+  // faults), the others are a WARN (a note under the tolerance rule).
   const RoutingMetrics& r = routing;
+  const bool own_scores = r.replayed || r.own_path;
   const std::int64_t differ = r.tokens - r.equal_tokens - r.tie_tokens;
   const std::int64_t unexplained = differ - r.explained_tokens;
   const std::string right =
@@ -233,12 +234,13 @@ static void judge_routing(Verdicts& v, const RoutingMetrics& routing, const Thre
   if (r.judged_share() <= t.mismatch_fail) {
     // Under the tolerance rule, replayed flips that the candidate's own scores explain are
     // what its formats explain (the scores are judged at their own stage): a note, not a WARN.
-    const bool expected = t.tolerance != 0.0 && r.replayed && unexplained == 0;
+    const bool expected = t.tolerance != 0.0 && own_scores && unexplained == 0;
     if (r.mismatch_share > t.mismatch_warn)
       v.add(expected ? Verdict::pass : Verdict::warn,
             fmt::format("{:.3g}% tokens with other selections ({} right on the candidate's own scores{}{})",
-                        100 * r.mismatch_share, right, r.replayed ? ", replayed" : "", near));
-  } else if (r.replayed)
+                        100 * r.mismatch_share, right, r.replayed ? ", replayed" : r.own_path ? ", on its own path" : "",
+                        near));
+  } else if (own_scores)
     v.add(Verdict::fail, fmt::format("{:.3g}% tokens chose ids their own scores rank lower ({} of {} differing{})",
                                      100 * r.unexplained_share, unexplained, differ, near));
   else

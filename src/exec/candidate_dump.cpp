@@ -94,6 +94,11 @@ void check_named_stages(const H5File& file, const std::string& group, const std:
 }
 
 void check_dump_case(const CandidateDump& dump, const H5File& case_file, const Batch& batch) {
+  if (!dump.inputs_sha256.empty() && dump.inputs_sha256 != inputs_sha256(batch))
+    input_error("{}: written on other inputs than those of {} (token ids and mask: case_inputs_sha256 {}, the case's "
+                "{}){}",
+                dump.path, case_file.path(), dump.inputs_sha256.substr(0, 12), inputs_sha256(batch).substr(0, 12),
+                dump.written_on.empty() ? "" : "; it names the case file " + dump.written_on);
   const std::string& on = dump.written_on;
   if (on.empty()) return;
   if (const std::optional<Batch> there = batch_at(on)) {
@@ -120,11 +125,12 @@ CandidateDump open_candidate_dump(const std::string& case_path, const std::vecto
   d.file.emplace(path);
   const auto attrs = h5_read_attrs(*d.file, d.group);
   if (auto it = attrs.find("tdiff_dump_mode"); it != attrs.end()) d.mode = it->second;
-  if (d.mode != "run" && d.mode != "isolated")
-    input_error("{}: tdiff_dump_mode '{}' is not 'run' or 'isolated'", path, d.mode);
+  if (d.mode != "run" && d.mode != "replay" && d.mode != "isolated")
+    input_error("{}: tdiff_dump_mode '{}' is not 'run', 'replay' or 'isolated'", path, d.mode);
   for (const auto& [k, v] : attrs)
     if (k.rfind("env.", 0) == 0) d.env[k.substr(4)] = v;
   if (auto it = attrs.find("case"); it != attrs.end()) d.written_on = it->second;
+  if (auto it = attrs.find("case_inputs_sha256"); it != attrs.end()) d.inputs_sha256 = it->second;
   check_dump_case(d, *d.case_file, d.case_info.batch);
 
   d.keys = list_keys(path, d.group);
@@ -145,9 +151,12 @@ CompareResult compare_candidate_dump(const std::string& case_path, const std::ve
   rule.weights = weights;
   rule.opt.contract = dump.contract.get();
   // Padding positions are the implementation's own business: only real rows are judged.
-  rule.view = [&](const Stage& s, const Tensor& t) {
-    return keep_real_rows(t, real_rows(t, info.batch, real_rows_rate(s, info.config)));
-  };
+  rule.rows = [&](const Stage& s, const Shape& shape) { return real_rows(shape, info.batch, real_rows_rate(s, info.config)); };
+  // The engine's own forward followed its own selections: a token that took another one is
+  // judged apart from then on (diff/divergence.h). Replayed and isolated stages took the
+  // reference's inputs, so their flips moved nothing.
+  rule.opt.replayed_selections = dump.mode != "run";
+  if (dump.mode == "run") rule.divergence = std::make_shared<DivergedTokens>(stages, info.config, info.batch);
   TensorSide cand = stored_side(*dump.file, dump.group, dump.contract, StoredBy::dump);
   cand.label = dump.path + ":" + dump.group;
   cand.where = dump.path + " ";
@@ -155,7 +164,8 @@ CompareResult compare_candidate_dump(const std::string& case_path, const std::ve
                                 stored_side(case_file, "/reference", dump.contract, StoredBy::reference), cand, rule);
   // A padded batch's tensors are judged on their real rows; locations name the padded batch's.
   r.padding_tokens = padding_tokens(info.batch);
-  r.locator = std::make_shared<const Locator>(stages, info.config, info.batch);
+  r.divergence = rule.divergence;
+  r.locator = std::make_shared<const Locator>(stages, info.config, info.batch, r.divergence);
   return r;
 }
 

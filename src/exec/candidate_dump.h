@@ -4,8 +4,12 @@
 // with the report a tdiff backend gets.
 //
 // A dump holds "<stage>/<tensor>" datasets under one group (default "/"), and optionally the
-// attributes tdiff_dump_mode ("run": the implementation's own forward; "isolated": each stage
-// on the reference's inputs from the case) and env.* (its environment record). Checked before
+// attributes tdiff_dump_mode ("run": the implementation's own forward, its own selections
+// followed, the tokens they moved judged apart (diff/divergence.h); "replay": its own forward
+// with the reference's expert and indexer choices handed to the stages after each selection,
+// its own choices recorded, judged as `tdiff run --selections replay` judges a backend;
+// "isolated": each stage on the reference's inputs from the case) and env.* (its environment
+// record). Checked before
 // anything is compared, so a bad dump is one error naming the tensor (InputError):
 //   - a dump that records the case file it was written on (attribute "case") was written on
 //     this case (check_dump_case);
@@ -37,9 +41,10 @@ namespace tdiff {
 
 struct CandidateDump {
   std::string path, group;
-  std::string mode = "run";                 // "run" | "isolated"
+  std::string mode = "run";                 // "run" | "replay" | "isolated"
   std::map<std::string, std::string> env;   // env.* attributes, without the prefix
   std::string written_on;                   // the case file it was written on (attribute "case"; tdiff-capture's), or ""
+  std::string inputs_sha256;                // that case's inputs (attribute case_inputs_sha256: model/batch.h), or ""
   std::vector<std::string> keys;            // "<stage>/<tensor>", checked stage outputs
   std::vector<std::string> extra;           // tensors under a stage that it does not produce
   std::vector<std::string> lacking_stages;  // stages with a stored reference and no tensor in the dump
@@ -51,8 +56,10 @@ struct CandidateDump {
 };
 
 // One rule for `tdiff run --candidate-dump` and `tdiff ci --candidate-dumps`: a dump that
-// records the case file it was written on (`written_on`; tdiff-capture's do) was written on
-// the case `case_file` holds. With that file at hand its inputs (token ids and mask) must be
+// records the hash of the inputs it was written on (`inputs_sha256`; the tap's with
+// tdiff_tap_case) was written on this case's inputs, wherever either file travelled. A dump
+// that records the case file it was written on (`written_on`; tdiff-capture's do) was written
+// on the case `case_file` holds. With that file at hand its inputs (token ids and mask) must be
 // this case's: a copy or a move of the case passes, another case of the same shapes does not
 // (the cases of a golden set share them). Without it (the dump travelled) the file names must
 // agree. InputError naming the dump and both files otherwise.

@@ -40,7 +40,10 @@ FloorRun attach_measured_floor(CaseSession& session, const Policy& candidate, co
   MixedRunOptions o;
   o.compare = mo.compare;
   o.diff = mo.diff;
-  o.replay_selections = mo.replay_selections;
+  // The formats' error on the reference's choices, whatever the candidate's selection mode: a
+  // replayed run has no flips, a free one is judged on its own path (followed_reference.h),
+  // where a flip adds nothing either.
+  o.replay_selections = true;
   RunContext ctx = session.context();
   const std::vector<bool> all(session.stages.size(), true);
   const MixedRunResult r = run_mixed(session, floor, reference, all, ctx, o);

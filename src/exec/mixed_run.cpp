@@ -12,6 +12,7 @@
 #include "diff/pairing.h"
 #include "diff/real_rows.h"
 #include "diff/selection_scores.h"
+#include "exec/followed_reference.h"
 #include "exec/stage_cache.h"
 #include "model/pattern.h"
 #include "numerics/policy.h"
@@ -41,7 +42,14 @@ class MixedRun {
     result_.diff.locator = std::make_shared<const Locator>(stages, session.info.config, session.info.batch);
     // Logits and selections counted on real tokens, as a dump's are (diff/real_rows.h).
     if ((result_.diff.padding_tokens = padding_tokens(session.info.batch)))
-      rule_.token_view = [&batch = session.info.batch](const Tensor& t) { return real_rows(t, batch, 0); };
+      rule_.token_rows = [&batch = session.info.batch](const Stage&, const Shape& shape) {
+        return real_rows(shape, batch, 0);
+      };
+    // Following its own choices, the candidate is judged against the reference on its path.
+    if (opt.follow_selections && !opt.replay_selections) {
+      result_.diff.label_ref += ", following the candidate's selections";
+      followed_ = std::make_unique<FollowedReference>(session, rule_, opt.compare, result_.diff);
+    }
     for (const auto& s : stages)
       if (const std::string k = selection_scores_key(s).key; !k.empty()) score_keys_.insert(k);
   }
@@ -113,6 +121,10 @@ class MixedRun {
     // The candidate's selection scores, for the routing comparison of the top-k that follows.
     for (std::size_t k = 0; k < out.size(); ++k)
       if (score_keys_.count(s.name + "/" + s.outputs[k])) cand_scores_[s.name + "/" + s.outputs[k]] = out[k];
+    if (followed_) {
+      followed_->step(i, candidate_side(s, out));
+      return;
+    }
     if (!pattern_matches(opt_.compare, s.name)) return;
     if (!have_ref(s.name))
       input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session_.path, s.name,
@@ -129,14 +141,18 @@ class MixedRun {
                            return have_ref(stage) ? read_ref(stage, tensor, true) : Tensor();
                          },
                          [&](const std::string& key) { return refs_.conditioning(key); }};
-    const TensorSide cand{candidate_.name(), candidate_.name() + " ", [&](const std::string& key, const Tensor*) {
-                            for (std::size_t k = 0; k < out.size(); ++k)
-                              if (key == s.name + "/" + s.outputs[k]) return out[k];
-                            const auto it = cand_scores_.find(key);
-                            return it == cand_scores_.end() ? Tensor() : it->second;
-                          },
-                          nullptr};
-    pair_stage(s, ref, cand, rule_, result_.diff);
+    pair_stage(s, ref, candidate_side(s, out), rule_, result_.diff);
+  }
+
+  // This stage's outputs and the scores the candidate's earlier stages produced.
+  TensorSide candidate_side(const Stage& s, const std::vector<Tensor>& out) const {
+    return {candidate_.name(), candidate_.name() + " ", [&s, &out, this](const std::string& key, const Tensor*) {
+              for (std::size_t k = 0; k < out.size(); ++k)
+                if (key == s.name + "/" + s.outputs[k]) return out[k];
+              const auto it = cand_scores_.find(key);
+              return it == cand_scores_.end() ? Tensor() : it->second;
+            },
+            nullptr};
   }
 
   CaseSession& session_;
@@ -152,6 +168,7 @@ class MixedRun {
   std::vector<bool> from_cache_;
   std::set<std::string> score_keys_;           // the stored scores some selection stage chooses on
   std::map<std::string, Tensor> cand_scores_;  // this run's values of them
+  std::unique_ptr<FollowedReference> followed_;  // free and followed: the reference on the candidate's path
 };
 
 }  // namespace

@@ -32,6 +32,11 @@ struct MixedRunOptions {
   // cache) so that their choices are compared and replaced; every other cached output was
   // computed on replayed choices, so one cache serves runs of one replay setting only.
   bool replay_selections = false;
+  // Without replay: the candidate's outputs are compared with the reference that follows its
+  // choices (exec/followed_reference.h: one more reference forward from the first flip on), so
+  // a near-tie it broke otherwise moves nothing a verdict reads. Off (bisect's free runs): with
+  // /reference, every flip's consequences included.
+  bool follow_selections = false;
   // Expected errors (diff/expected.h) judged end to end: every input carries its modelled
   // error, not the one this run measured (a bisect's watched output); otherwise each stage is
   // judged on what it adds to its inputs' measured errors.

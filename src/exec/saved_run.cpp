@@ -7,6 +7,7 @@
 #include "casefile/h5io.h"
 #include "diff/expected.h"
 #include "diff/pairing.h"
+#include "exec/followed_reference.h"
 #include "exec/measured_floor.h"
 #include "diff/real_rows.h"
 
@@ -109,22 +110,36 @@ CompareResult compare_saved_run(const std::string& case_path, const std::string&
   const CaseInfo info = read_case(case_file);
   // Per-token statistics on real tokens, as the run counted them.
   const std::int64_t padding = padding_tokens(info.batch);
-  if (padding) rule.token_view = [&info](const Tensor& t) { return real_rows(t, info.batch, 0); };
+  if (padding)
+    rule.token_rows = [&info](const Stage&, const Shape& shape) { return real_rows(shape, info.batch, 0); };
   const auto contract = std::make_shared<const TensorContract>(stages, info.config, info.batch.rows(), info.batch.seq());
   const H5File run_file = file == case_path ? case_file : H5File(file);
   const StoredBy ref_by = group_stored_by(ref_group);
   rule.opt.contract = contract.get();
-  CompareResult r = pair_stages(stages, stored_keys(case_file, ref_group, *contract), stored_keys(run_file, group, *contract),
-                                stored_side(case_file, ref_group, contract, ref_by),
-                                stored_side(run_file, group, contract, StoredBy::saved_run), rule);
-  r.locator = std::make_shared<const Locator>(stages, info.config, info.batch);
+  const std::vector<std::string> run_keys = stored_keys(run_file, group, *contract);
+  CompareResult r;
+  // A free run was judged against the reference that followed its choices; so is its compare
+  // where the model is at hand and the run kept its selections.
+  if (session && !rule.opt.replayed_selections && ref_group == "/reference" && can_follow(*session, run_keys)) {
+    FollowedCounts counts;
+    r = compare_stored_on_followed_path(*session, {stored_side(run_file, group, contract, StoredBy::saved_run), run_keys,
+                                                   nullptr, rule.token_rows},
+                                        rule.opt, counts);
+  } else {
+    // Without the model to follow them with: the tokens that chose otherwise are judged apart.
+    if (!rule.opt.replayed_selections) rule.divergence = std::make_shared<DivergedTokens>(stages, info.config, info.batch);
+    r = pair_stages(stages, stored_keys(case_file, ref_group, *contract), run_keys,
+                    stored_side(case_file, ref_group, contract, ref_by),
+                    stored_side(run_file, group, contract, StoredBy::saved_run), rule);
+  }
+  r.divergence = rule.divergence;
+  r.locator = std::make_shared<const Locator>(stages, info.config, info.batch, r.divergence);
   r.padding_tokens = padding;
   if (session && policy) {
     set_expected(r, {session, policy, StageInputs::run});
-    if (run.measured_floor) {  // judged as the run was: its floor, on its stages and selection mode
+    if (run.measured_floor) {  // judged as the run was: its floor, on its stages
       MixedRunOptions mo;
       mo.compare = rule.opt.stages;
-      mo.replay_selections = rule.opt.replayed_selections;
       (void)attach_measured_floor(*session, *policy, mo, r);
     }
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/sha256.h"
 
 namespace tdiff {
 
@@ -39,6 +40,19 @@ Batch Batch::make(Tensor ids, Tensor mask, std::int64_t vocab_size, const std::s
     for (std::int64_t i = 0; i < S; ++i) pos[r * S + i] = i - first;
   }
   return b;
+}
+
+std::string inputs_sha256(const Batch& b) {
+  Sha256 h;
+  const std::int64_t shape[2] = {b.rows(), b.seq()};
+  h.add(shape, sizeof shape);
+  for (std::int64_t i = 0; i < b.ids.numel(); ++i) {  // as i64 and u8 whatever they were read as
+    const std::int64_t id = b.ids.data<std::int64_t>()[i];
+    const std::uint8_t m = b.mask.data<std::uint8_t>()[i];
+    h.add(&id, sizeof id);
+    h.add(&m, sizeof m);
+  }
+  return h.hex();
 }
 
 }  // namespace tdiff

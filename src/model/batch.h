@@ -21,4 +21,9 @@ struct Batch {
   static Batch make(Tensor ids, Tensor mask, std::int64_t vocab_size, const std::string& source);
 };
 
+// SHA-256 of the batch's token ids and mask (shape and values): what a dump records of the
+// inputs it was written on (attribute case_inputs_sha256), so that a dump of other inputs is
+// refused wherever the case file travelled.
+std::string inputs_sha256(const Batch& b);
+
 }  // namespace tdiff

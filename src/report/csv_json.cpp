@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/version.h"
+#include "diff/divergence.h"
 #include "diff/location.h"
 #include "diff/metric_fields.h"
 #include "report/report.h"
@@ -74,6 +75,13 @@ void add_expected_columns(std::vector<Column>& c) {
                  return std::isnan(d.floor_ratio) ? "" : full(d.floor_ratio);
                }});
   c.push_back({"decided_by", [](const TensorDiff& d, const CompareResult&) { return csv_field(d.decided_by); }});
+  // A free-running candidate's rows left out because their token followed its own selection.
+  c.push_back({"diverged_rows", [](const TensorDiff& d, const CompareResult& r) {
+                 return r.divergence ? std::to_string(d.diverged_rows) : std::string();
+               }});
+  c.push_back({"diverged_rel_l2", [](const TensorDiff& d, const CompareResult&) {
+                 return std::isnan(d.diverged_rel_l2) ? std::string() : full(d.diverged_rel_l2);
+               }});
 }
 
 // The strongest slice of the systematic fits (diff/systematic.h): its score, always, and its
@@ -240,6 +248,7 @@ nlohmann::json row_json(const CompareResult& r, const TensorDiff& d) {
   }
   if (d.routing) j["routing"] = fields_json(*d.routing, routing_metric_fields());
   if (d.systematic) j["systematic"] = systematic_json(d);
+  if (d.diverged_rows) j["diverged"] = {{"rows", d.diverged_rows}, {"rel_l2", number(d.diverged_rel_l2)}};
   return j;
 }
 
@@ -300,6 +309,8 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
       {"counts", {{"pass", counts.pass}, {"warn", counts.warn}, {"fail", counts.fail},
                   {"only_ref", r.only_ref.size()}, {"only_cand", r.only_cand.size()}}},
       {"padding_tokens", r.padding_tokens},
+      {"diverged_tokens", r.divergence ? nlohmann::json(r.divergence->tokens()) : nlohmann::json()},
+      {"diverged_from", r.divergence && r.divergence->tokens() ? nlohmann::json(r.divergence->first_stage()) : nlohmann::json()},
       {"first_fail", r.first_fail >= 0 ? nlohmann::json(r.rows[static_cast<std::size_t>(r.first_fail)].key())
                                        : nlohmann::json()},
       {"thresholds", thr},

@@ -1,10 +1,12 @@
 #include "report/summary.h"
 
+
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
+#include "diff/divergence.h"
 #include "diff/location.h"
 
 namespace tdiff::report {
@@ -122,6 +124,13 @@ std::string verdict_line(const CompareResult& r) {
 
 std::string padding_note(const CompareResult& r) {
   return r.padding_tokens ? fmt::format(" ({} padding tokens left out)", r.padding_tokens) : "";
+}
+
+std::string divergence_note(const CompareResult& r) {
+  if (!r.divergence || r.divergence->tokens() == 0) return "";
+  return fmt::format("{} tokens followed their own selection (the first at {}): their later rows are judged apart "
+                     "(diverged_rows, diverged_rel_l2 in report.csv), their flips at the selection",
+                     r.divergence->tokens(), r.divergence->first_stage());
 }
 
 std::string group_name(const std::string& stage) {

@@ -57,6 +57,9 @@ std::string verdict_cause(const CompareResult& r);
 std::string verdict_line(const CompareResult& r);
 // " (30 padding tokens left out)" when the per-token statistics left some out, else "".
 std::string padding_note(const CompareResult& r);
+// "N tokens followed their own selection (the first at STAGE): ..." for a free-running
+// candidate whose diverged tokens were judged apart (diff/divergence.h); "" otherwise.
+std::string divergence_note(const CompareResult& r);
 
 // "L03" for layer stages, otherwise "prologue" or "head" (the stage's part, stage_part).
 std::string group_name(const std::string& stage);

@@ -145,6 +145,7 @@ void print_terminal(std::FILE* out, const CompareResult& r, const RunInfo& info,
                  100 * d.logits->top1_agree, d.logits->tokens, r.padding_tokens ? "real " : "",
                  report::padding_note(r), 100 * d.logits->topk_overlap_mean,
                  d.logits->nonfinite_tokens ? fmt::format(" ({} tokens with NaN/Inf left out)", d.logits->nonfinite_tokens) : "");
+  if (const std::string note = report::divergence_note(r); !note.empty()) fmt::print(out, "diverged    {}\n", note);
   if (r.first_fail >= 0) {
     const TensorDiff& f = r.rows[static_cast<std::size_t>(r.first_fail)];
     fmt::print(out, "first FAIL  {} ({})\n", p.bold(f.key()), f.reason);

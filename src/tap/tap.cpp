@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -13,14 +15,21 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
-#include "casefile/h5io.h"
 #include "base/tensor.h"
+#include "casefile/case_file.h"
+#include "casefile/h5io.h"
+#include "casefile/stored_tensor.h"
+#include "model/stage_graph.h"
+#include "model/tensor_contract.h"
 
 struct tdiff_tap {
-  std::string path;
+  std::string path, mode;
   std::unique_ptr<tdiff::H5Writer> writer;
   std::set<std::string> names;
   bool failed = false;  // after an error the dump is incomplete: nothing more is written
+  // The case it is written on (tdiff_tap_case), read through its tensor contract.
+  std::optional<tdiff::H5File> case_file;
+  std::shared_ptr<const tdiff::TensorContract> contract;
 };
 
 namespace {
@@ -41,22 +50,39 @@ void check_name(const std::string& name) {
     tdiff::input_error("'{}' is not a tensor name of the form <stage>/<tensor> (e.g. L03.attn.core/o)", name);
 }
 
-tdiff::Tensor copy_tensor(const char* dtype, const int64_t* shape, int ndim, const void* data) {
+tdiff::DType parsed_dtype(const char* dtype) {
   const auto dt = tdiff::parse_dtype(dtype ? dtype : "");
   if (!dt) tdiff::input_error("dtype '{}' is not one of f64, f32, f16, bf16, f8_e4m3, i64, i32, u8, bool", dtype ? dtype : "(null)");
+  return *dt;
+}
+
+tdiff::Shape checked_shape(const int64_t* shape, int ndim) {
   if (ndim < 0 || ndim > tdiff::kMaxRank || (ndim > 0 && !shape))
     tdiff::input_error("a rank of {} (0 to {} allowed)", ndim, tdiff::kMaxRank);
   tdiff::Shape s(shape, shape + ndim);
   for (auto d : s)
     if (d < 0) tdiff::input_error("a negative dimension in shape {}", tdiff::shape_str(s));
+  return s;
+}
+
+tdiff::Shape squeezed(const tdiff::Shape& s) {
+  tdiff::Shape out;
+  for (auto d : s)
+    if (d != 1) out.push_back(d);
+  return out;
+}
+
+tdiff::Tensor copy_tensor(const char* dtype, const int64_t* shape, int ndim, const void* data) {
+  const auto dt = parsed_dtype(dtype);
+  const tdiff::Shape s = checked_shape(shape, ndim);
   // The byte count is computed here, before anything is allocated: [2^32, 2^32] wrapped to 0
   // elements in 64 bits and was written as an empty tensor.
   const bool empty = std::find(s.begin(), s.end(), 0) != s.end();
-  std::int64_t bytes = static_cast<std::int64_t>(tdiff::dtype_size(*dt));
+  std::int64_t bytes = static_cast<std::int64_t>(tdiff::dtype_size(dt));
   for (auto d : s)
     if (!empty && __builtin_mul_overflow(bytes, d, &bytes))
       tdiff::input_error("shape {} of {} holds more than 2^63 bytes", tdiff::shape_str(s), dtype);
-  tdiff::Tensor t(*dt, s);
+  tdiff::Tensor t(dt, s);
   if (t.nbytes() && !data) tdiff::input_error("no data for a tensor of shape {}", tdiff::shape_str(s));
   if (t.nbytes()) std::memcpy(t.raw(), data, t.nbytes());
   return t;
@@ -92,8 +118,10 @@ tdiff_tap* tdiff_tap_open(const char* path, const char* mode) {
   const int rc = guarded(nullptr, "open", [&] {
     if (!path || !*path) tdiff::input_error("no path");
     const std::string m = mode ? mode : "";
-    if (m != "run" && m != "isolated") tdiff::input_error("mode '{}' is not 'run' or 'isolated'", m);
+    if (m != "run" && m != "replay" && m != "isolated")
+      tdiff::input_error("mode '{}' is not 'run', 'replay' or 'isolated'", m);
     tap->path = path;
+    tap->mode = m;
     tap->writer = std::make_unique<tdiff::H5Writer>(tap->path);
     tap->writer->set_attr("/", "tdiff_dump", "candidate");
     tap->writer->set_attr("/", "tdiff_dump_mode", m);
@@ -107,6 +135,40 @@ int tdiff_tap_attr(tdiff_tap* tap, const char* key, const char* value) {
     const std::string k = key ? key : "";
     if (k.empty() || k.rfind("tdiff_", 0) == 0) tdiff::input_error("attribute name '{}' (empty or reserved)", k);
     tap->writer->set_attr("/", "env." + k, value ? value : "");
+  });
+}
+
+int tdiff_tap_case(tdiff_tap* tap, const char* case_path) {
+  if (!tap) return null_tap("case");
+  return guarded(tap, "case", [&] {
+    if (!case_path || !*case_path) tdiff::input_error("no case path");
+    if (tap->case_file) tdiff::input_error("the case is given once");
+    const std::string path = std::filesystem::absolute(case_path).lexically_normal().string();
+    tap->case_file.emplace(path);
+    const tdiff::CaseInfo info = tdiff::read_case(*tap->case_file);
+    tap->contract = std::make_shared<const tdiff::TensorContract>(tdiff::build_stages(info.config), info.config,
+                                                                  info.batch.rows(), info.batch.seq());
+    tap->writer->set_attr("/", "case", path);
+    tap->writer->set_attr("/", "case_inputs_sha256", tdiff::inputs_sha256(info.batch));
+  });
+}
+
+int tdiff_tap_reference(tdiff_tap* tap, const char* name, const char* dtype, const int64_t* shape, int ndim, void* out) {
+  if (!tap) return null_tap("reference");
+  const std::string n = name ? name : "";
+  return guarded(tap, n.empty() ? "reference" : n.c_str(), [&] {
+    if (!tap->case_file) tdiff::input_error("no case: call tdiff_tap_case first");
+    check_name(n);
+    const tdiff::DType dt = parsed_dtype(dtype);
+    const tdiff::Shape s = checked_shape(shape, ndim);
+    const tdiff::Tensor ref =
+        tdiff::read_stage_tensor(*tap->case_file, "/reference", n, *tap->contract, tdiff::StoredBy::reference);
+    if (!ref.defined()) tdiff::input_error("{} holds no reference of it (run `tdiff golden`)", tap->case_file->path());
+    if (squeezed(ref.shape()) != squeezed(s))
+      tdiff::input_error("the buffer is {}, the reference {}", tdiff::shape_str(s), tdiff::shape_str(ref.shape()));
+    const tdiff::Tensor t = ref.to(dt);
+    if (t.nbytes() && !out) tdiff::input_error("no buffer for a tensor of shape {}", tdiff::shape_str(s));
+    if (t.nbytes()) std::memcpy(out, t.raw(), t.nbytes());
   });
 }
 

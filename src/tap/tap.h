@@ -28,10 +28,22 @@ extern "C" {
 
 typedef struct tdiff_tap tdiff_tap;
 
-/* mode: "run" (every stage on the engine's own inputs, as in a normal forward) or "isolated"
- * (each stage run on the reference's inputs from the case: local errors, ranked by tdiff).
- * Returns NULL on error. */
+/* mode: "run" (every stage on the engine's own inputs, as in a normal forward: its own expert
+ * and indexer choices followed), "replay" (its own forward, but after each selection stage the
+ * engine takes the reference's choices, tdiff_tap_reference, and dumps its own: every stage is
+ * judged on the reference's choices) or "isolated" (each stage run on the reference's inputs
+ * from the case: local errors, ranked by tdiff). Returns NULL on error. */
 tdiff_tap* tdiff_tap_open(const char* path, const char* mode);
+/* The case the dump is written on: recorded in the dump (its path and the SHA-256 of its token
+ * ids and mask, so that tdiff refuses the dump against other inputs) and opened for
+ * tdiff_tap_reference. Needed by "replay" and "isolated"; recommended for "run". */
+int tdiff_tap_case(tdiff_tap* tap, const char* case_path);
+/* The case's reference tensor `name` ("<stage>/<tensor>", e.g. L03.moe.select/idx) converted to
+ * `dtype` into `out`, which holds the given shape (the reference's, size-1 dimensions aside).
+ * Replay: after a selection stage, the engine reads the reference's choice into the buffer its
+ * later stages read, having written its own with tdiff_tap_write. Isolated: a stage's inputs. */
+int tdiff_tap_reference(tdiff_tap* tap, const char* name, const char* dtype, const int64_t* shape, int ndim,
+                        void* out);
 /* An entry of the dump's environment record (engine, version, device, dtype, ...). */
 int tdiff_tap_attr(tdiff_tap* tap, const char* key, const char* value);
 /* One tensor, copied before the call returns. Each name may be written once. */

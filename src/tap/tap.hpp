@@ -4,6 +4,7 @@
 // exception unwinding through the engine leaves no dump). Errors throw std::runtime_error.
 //
 //   tdiff::Tap tap("dump.h5");
+//   tap.on_case("case.h5");
 //   tap.attr("engine", "my-engine 0.3");
 //   tap.write("L03.attn.core/o", host_values, {1, 128, 4096});        // float, double, int32/64
 //   tap.write_raw("L03.attn.core/o", "bf16", bits, {1, 128, 4096});   // 16-bit patterns
@@ -31,6 +32,12 @@ class Tap {
   Tap& operator=(const Tap&) = delete;
 
   void attr(const std::string& key, const std::string& value) { check(tdiff_tap_attr(tap_, key.c_str(), value.c_str())); }
+  // The case the dump is written on (tap.h: tdiff_tap_case).
+  void on_case(const std::string& case_path) { check(tdiff_tap_case(tap_, case_path.c_str())); }
+  // The case's reference tensor into `out` of that shape, as `dtype` (tap.h: tdiff_tap_reference).
+  void reference_raw(const std::string& name, const std::string& dtype, void* out, const std::vector<std::int64_t>& shape) {
+    check(tdiff_tap_reference(tap_, name.c_str(), dtype.c_str(), shape.data(), static_cast<int>(shape.size()), out));
+  }
 
   template <class T>
   void write(const std::string& name, const T* data, const std::vector<std::int64_t>& shape) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <hdf5.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
@@ -31,7 +32,7 @@ class CliDump : public testing::CliTest {
     ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 2 --len 24 --seed 2 -o '{}'", path("m"), path("c.h5"))).code, 0);
     ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
   }
-  std::string c() const { return "'" + path("c.h5") + "'"; }
+  std::string c() const { return fmt::format("'{}'", path("c.h5")); }
   void tap_emu(const std::string& policy, const std::string& out, const std::string& mode = "run") const {
     const int status = std::system(fmt::format("'{}' {} {} 7 '{}' {} >/dev/null", TAP_EMU_BIN, c(), policy, out, mode).c_str());
     ASSERT_EQ(WEXITSTATUS(status), 0);
@@ -140,6 +141,60 @@ TEST_F(CliDump, BadDumpsExitTwoNamingTheTensor) {
   }
   expect_refused(path("dtype.h5"), "dataset '/L00.moe.select/idx' is f32 [48,2], expected integers [N,K] = [48,2]");
   expect_refused(path("c.h5") + "' --backend 'emu", "--backend");
+}
+
+// A dump that records its case's inputs (tdiff_tap_case) is refused against other inputs,
+// wherever either file travelled; bf16 bit patterns without their dtype attribute get a hint.
+TEST_F(CliDump, ADumpOfOtherInputsAndUntaggedBitsExitTwoSayingWhy) {
+  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 2 --len 24 --seed 9 -o '{}'", path("m"), path("o.h5"))).code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("o.h5"))).code, 0);
+  ASSERT_EQ(WEXITSTATUS(std::system(fmt::format("'{}' '{}' fixed 7 '{}' >/dev/null", TAP_EMU_BIN, path("o.h5"), path("o-dump.h5")).c_str())), 0);
+  fs::rename(path("o.h5"), path("gone.h5"));  // the case it names is not here to compare with
+  const CliResult other = run(fmt::format("run {} --candidate-dump '{}' --no-reports", c(), path("o-dump.h5")));
+  EXPECT_EQ(other.code, 2) << other.out << other.err;
+  EXPECT_NE(other.err.find("o-dump.h5: written on other inputs than those of " + path("c.h5")), std::string::npos) << other.err;
+
+  const Tensor e = h5_read(path("c.h5"), "/reference/embed/e").to(DType::bf16);
+  {  // What numpy writes of bf16 viewed as uint16: the bits without tdiff's dtype attribute.
+    const hid_t f = H5Fcreate(path("u16.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    std::vector<hsize_t> dims(e.shape().begin(), e.shape().end());
+    const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    const hid_t d = H5Dcreate2(f, "embed_e", H5T_STD_U16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Dwrite(d, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, e.raw()), 0);
+    const hid_t g = H5Gcreate2(f, "embed", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Lmove(f, "embed_e", g, "e", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Gclose(g);
+    H5Dclose(d);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  const CliResult u16 = run(fmt::format("run {} --candidate-dump '{}' --no-reports", c(), path("u16.h5")));
+  EXPECT_EQ(u16.code, 2) << u16.out << u16.err;
+  EXPECT_NE(u16.err.find("uint16 without a dtype attribute"), std::string::npos) << u16.err;
+}
+
+// A replayed dump (the engine took the reference's choices after each selection, tap.h) gets
+// the report of the backend's replayed run; a free one the report of its free run, both
+// against the reference that follows the engine's choices.
+TEST_F(CliDump, ReplayedAndFreeDumpsGetTheReportsOfTheBackendsRuns) {
+  tap_emu("fixed", path("replay.h5"), "replay");
+  const CliResult emu = run(fmt::format("run {} --policy fixed --seed 7 --no-record -o '{}'", c(), path("emu")));
+  const CliResult dump = run(fmt::format("run {} --candidate-dump '{}' --dump-policy fixed --no-record -o '{}'", c(),
+                                         path("replay.h5"), path("dump")));
+  ASSERT_EQ(dump.code, emu.code) << dump.out << dump.err;
+  EXPECT_EQ(slurp(path("emu/report.csv")), slurp(path("dump/report.csv")));
+  EXPECT_EQ(dump.out.find("selections:"), std::string::npos) << "replayed: nothing to follow: " << dump.out;
+
+  tap_emu("fixed", path("free.h5"), "run");
+  const CliResult free = run(fmt::format("run {} --candidate-dump '{}' --no-reports", c(), path("free.h5")));
+  EXPECT_NE(free.out.find("selections: the reference followed the dump's choices at "), std::string::npos) << free.out;
+  // Without the model, its tokens that chose otherwise are judged apart instead.
+  fs::rename(path("m"), path("elsewhere"));
+  const CliResult alone = run(fmt::format("run {} --candidate-dump '{}' --no-reports", c(), path("free.h5")));
+  EXPECT_NE(alone.code, 2) << alone.err;
+  EXPECT_NE(alone.out.find("selections: no model to follow them with; a token that chose otherwise is judged apart"),
+            std::string::npos)
+      << alone.out;
 }
 
 // transformers' own float64 capture (python/capture_hf.py, tests/support/oracle/) as the candidate:
