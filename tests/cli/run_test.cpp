@@ -137,8 +137,14 @@ TEST_F(CliRun, ReplayedSelectionsPassFixedAndStillCatchATopkFault) {
       flipped += line_.find(",PASS,") != std::string::npos && line_.find("all right on the candidate's own scores") != std::string::npos;
   EXPECT_GE(flipped, 2) << rows;
 
+  // Free: the candidate follows its own choices and is judged against the reference that
+  // follows them too (exec/followed_reference.h): a correct port passes, a top-k fault FAILs.
   const CliResult free = run(fmt::format("run '{}' --selections free --no-reports", c));
-  EXPECT_EQ(free.code, 1) << free.out;
+  EXPECT_EQ(free.code, 0) << free.out;
+  EXPECT_NE(free.out.find("following the candidate's selections"), std::string::npos) << free.out;
+  const CliResult free_fault = run(fmt::format("run '{}' --selections free --set topk_compare=bf16 --no-reports", c));
+  EXPECT_EQ(free_fault.code, 1) << free_fault.out;
+  EXPECT_NE(free_fault.out.find("rank lower"), std::string::npos) << free_fault.out;
 
   const CliResult bf16_compare = run(fmt::format("run '{}' --set topk_compare=bf16 --no-reports", c));
   EXPECT_EQ(bf16_compare.code, 1) << bf16_compare.out;

@@ -68,8 +68,16 @@ TEST_F(TapTest, WritesWhatTdiffReads) {
 
 TEST_F(TapTest, RefusesBadInputWithAMessageAndLeavesNoFile) {
   const std::string out = path("dump.h5");
-  EXPECT_EQ(tdiff_tap_open(out.c_str(), "replay"), nullptr);
-  EXPECT_NE(std::string(tdiff_tap_error()).find("mode 'replay'"), std::string::npos) << tdiff_tap_error();
+  EXPECT_EQ(tdiff_tap_open(out.c_str(), "sometimes"), nullptr);
+  EXPECT_NE(std::string(tdiff_tap_error()).find("mode 'sometimes'"), std::string::npos) << tdiff_tap_error();
+  tdiff_tap* no_case = tdiff_tap_open(out.c_str(), "replay");
+  ASSERT_NE(no_case, nullptr);
+  std::int64_t idx[2] = {0, 0};
+  const std::int64_t s2[] = {2};
+  EXPECT_EQ(tdiff_tap_reference(no_case, "L00.moe.select/idx", "i64", s2, 1, idx), -1);
+  EXPECT_NE(std::string(tdiff_tap_error()).find("no case: call tdiff_tap_case first"), std::string::npos) << tdiff_tap_error();
+  tdiff_tap_discard(no_case);
+  EXPECT_EQ(tdiff_tap_case(nullptr, "c.h5"), -1);
   EXPECT_EQ(tdiff_tap_open(path("no/such/folder/d.h5").c_str(), "run"), nullptr);
   EXPECT_NE(std::string(tdiff_tap_error()).find("no/such/folder"), std::string::npos) << tdiff_tap_error();
 
