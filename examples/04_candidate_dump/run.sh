@@ -2,7 +2,8 @@
 # An engine tdiff did not write, judged from its dump: tap_emu (tdiff's emu standing in for
 # your engine, writing every stage through the tap) under naive, then `tdiff run
 # --candidate-dump`. Mode run: exit 1 (naive fails); mode isolated: the stages ranked by their
-# own error. tap_minimal writes a one-tensor dump through the C interface.
+# own error; under fixed, modes run and replay pass. tap_minimal writes a one-tensor dump
+# through the C interface.
 source "$(dirname "$0")/../common.sh"
 TAP_EMU="${TAP_EMU:-$(dirname "$TDIFF")/tap_emu}"
 TAP_MINIMAL="${TAP_MINIMAL:-$(dirname "$TDIFF")/tap_minimal}"
@@ -14,5 +15,12 @@ grep -q '^first divergence: rope.main/cos' judged.txt
 "$TAP_EMU" tiny.h5 naive 7 iso.h5 isolated >/dev/null
 expect 1 "$TDIFF" run tiny.h5 --candidate-dump iso.h5 --dump-policy naive --no-record -o isolated >iso.txt 2>/dev/null
 grep -q "^isolated stages (each on the reference.s inputs), ranked by local error" iso.txt
+# A correct bf16 port (fixed) passes free-running, against the reference that follows its
+# choices, and replayed, on the reference's choices.
+"$TAP_EMU" tiny.h5 fixed 7 free.h5 run >/dev/null
+expect 0 "$TDIFF" run tiny.h5 --candidate-dump free.h5 --dump-policy fixed --no-record --no-reports >free.txt 2>/dev/null
+grep -q "^selections: the reference followed the dump's choices" free.txt
+"$TAP_EMU" tiny.h5 fixed 7 replay.h5 replay >/dev/null
+expect 0 "$TDIFF" run tiny.h5 --candidate-dump replay.h5 --dump-policy fixed --no-record --no-reports >/dev/null 2>&1
 if [ -x "$TAP_MINIMAL" ]; then "$TAP_MINIMAL" minimal.h5 >/dev/null && [ -s minimal.h5 ]; fi
 echo "$name: the tapped engine's dump is judged like a backend (first divergence rope.main/cos)"

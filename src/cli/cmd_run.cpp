@@ -24,7 +24,9 @@ void setup_run(CLI::App& app) {
   cmd->add_option("--stages", c->stages, "compare only stages matching these globs (all stages still run)");
   cmd->add_option("--selections", c->selections,
                   "replay: later stages get the reference's expert and indexer choices, so each stage is judged on "
-                  "the same choices and only top-k faults fail a selection; free: the candidate follows its own")
+                  "the same choices and only top-k faults fail a selection; free: the candidate follows its own, and "
+                  "is judged against the reference that follows the same choices (one more reference forward from "
+                  "the first flip on)")
       ->check(CLI::IsMember({"replay", "free"}))
       ->capture_default_str();
   auto* save = cmd->add_flag("--save", c->save,

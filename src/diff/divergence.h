@@ -15,8 +15,10 @@
 // are left out of a later selection's counts too: their scores were computed on another path.
 //
 // What is left: a token that diverged still feeds the others' attention (its keys and values at
-// later layers). That share is small where attention spreads over many tokens, and the golden
-// sets measure it (docs/design/tolerance-model.md § Free-running selections).
+// later layers, its compressed entries), and the token right after one can carry an O(0.1)
+// error (docs/design/tolerance-model.md § Free-running selections). So this is the fallback for
+// when nothing can follow the candidate (no model, a dump without its selections); the
+// followed reference (exec/followed_reference.h) has no such blind spot.
 #include <cstdint>
 #include <map>
 #include <string>

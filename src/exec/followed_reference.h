@@ -16,6 +16,7 @@
 // the first token that chose otherwise the inputs equal /reference bit for bit, and those
 // stages are read from the case instead of computed.
 //
+// docs/design/tolerance-model.md § Free-running selections has the three rules side by side.
 // Costs one reference forward from the first flip on (tdiff golden's cost at worst); needs the
 // model. Without it, or for a stored candidate that lacks a selection stage, diff/divergence.h's
 // rule (the diverged tokens' rows judged apart) is the approximation. `tdiff bisect` keeps its
