@@ -244,7 +244,7 @@ int run_bisect(BisectCmd c) {
   const std::string run_id = app::run_id_for(c.report.run_id, "bisect");
   c.cand.seed = app::run_seed_for(c.cand.seed, run_id);
   auto setup = times.measure("backend setup");
-  auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
+  auto candidate = c.cand.make(session, policy, c.cand.seed);
   std::string floor_label;
   const std::unique_ptr<Backend> floor = make_floor(c, session, floor_label);
   refcpu::RefCpuBackend reference;
@@ -256,7 +256,7 @@ int run_bisect(BisectCmd c) {
 
   BisectReport rep;
   rep.mode = c.mode;
-  rep.candidate = fmt::format("{} under {}", c.cand.backend, policy.describe());
+  rep.candidate = c.cand.label(policy);
   rep.floor = floor_label;
   rep.rest = suffix == Suffix::floor ? "the floor" : "the reference";
   TraceStream stream{rep};

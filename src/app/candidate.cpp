@@ -5,6 +5,7 @@
 #include "app/shell.h"
 #include "base/error.h"
 #include "exec/backend_registry.h"
+#include "exec/engine_backend.h"
 
 namespace tdiff::app {
 
@@ -18,11 +19,22 @@ Policy CandidateOptions::make_policy(const CaseSession& session) const {
 std::string CandidateOptions::flags() const {
   // --model first: without it a reproduce line of a case whose model was given elsewhere fails.
   std::string s = model_dir.empty() ? "" : " --model " + shell_quote(absolute_path(model_dir));
-  s += fmt::format(" --backend {} --policy {}", backend, shell_quote(policy));
+  s += candidate_cmd.empty() ? fmt::format(" --backend {} --policy {}", backend, shell_quote(policy))
+                            : fmt::format(" --candidate-cmd {} --policy {}", shell_quote(candidate_cmd), shell_quote(policy));
   for (const auto& x : sets) s += " --set " + shell_quote(x);
   s += fmt::format(" --seed {}", seed);
-  if (backend == "hip") s += " --hip-gemm " + hip_gemm;
+  if (backend == "hip" && candidate_cmd.empty()) s += " --hip-gemm " + hip_gemm;
   return s;
+}
+
+std::unique_ptr<Backend> CandidateOptions::make(CaseSession& session, const Policy& p, std::uint64_t run_seed) const {
+  if (!candidate_cmd.empty()) return std::make_unique<EngineBackend>(candidate_cmd, session, p, run_seed);
+  return make_candidate(backend, p, run_seed, hip_gemm);
+}
+
+std::string CandidateOptions::label(const Policy& p) const {
+  return candidate_cmd.empty() ? fmt::format("{} under {}", backend, p.describe())
+                               : fmt::format("engine '{}' under {}", candidate_cmd, p.describe());
 }
 
 std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed,

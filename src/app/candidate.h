@@ -20,11 +20,18 @@ struct CandidateOptions {
   std::uint64_t seed = 0;         // run seed (atomic orders, unstable ties); 0: derived from the run id
   std::string model_dir;
   std::string hip_gemm = "matrix";  // hip: "matrix" (matrix cores where the device has them) or "vector"
+  // An engine tdiff runs as a process instead of a backend (exec/engine_backend.h); `policy`
+  // then names the formats it computes in.
+  std::string candidate_cmd;
 
   // The policy with the --set overrides, validated against the model's stages.
   Policy make_policy(const CaseSession& session) const;
   // " --backend emu --policy fixed --set ..." for reproduce commands.
   std::string flags() const;
+  // The candidate: the backend by name, or the engine of candidate_cmd run on `session`.
+  std::unique_ptr<Backend> make(CaseSession& session, const Policy& policy, std::uint64_t seed) const;
+  // "emu under fixed", "engine 'CMD' under fixed".
+  std::string label(const Policy& policy) const;
 };
 
 // The candidate backend by name, from the registry (exec/backend_registry.h). `hip_gemm`:

@@ -17,6 +17,7 @@
 #include "model/pattern.h"
 #include "synth/synth.h"
 #include "exec/candidate_dump.h"
+#include "exec/engine_backend.h"
 #include "report/ci_index.h"
 #include "report/report.h"
 #include "report/summary.h"
@@ -36,7 +37,8 @@ std::string policy_arg(const std::string& policy) {
 std::string command_line(const CiCmd& c, const Suite& s) {
   std::string cmd = fmt::format("tdiff ci {}", shell_quote(s.dir));
   if (!c.dumps_dir.empty()) {
-    cmd += " --candidate-dumps " + shell_quote(absolute_path(c.dumps_dir));
+    cmd += c.candidate_cmd.empty() ? " --candidate-dumps " + shell_quote(absolute_path(c.dumps_dir))
+                                   : " --candidate-cmd " + shell_quote(c.candidate_cmd);
     if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(policy_arg(c.dump_policy));
   } else {
     cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(policy_arg(c.policy)));
@@ -60,7 +62,8 @@ std::string case_command(const CiCmd& c, const Suite& suite, const SuiteCase& sc
                          const std::string& thresholds) {
   std::string cmd = fmt::format("tdiff run {}", shell_quote(case_file));
   if (!c.dumps_dir.empty()) {
-    cmd += " --candidate-dump " + shell_quote(absolute_path(dump_file(c, sc)));
+    cmd += c.candidate_cmd.empty() ? " --candidate-dump " + shell_quote(absolute_path(dump_file(c, sc)))
+                                   : " --candidate-cmd " + shell_quote(c.candidate_cmd);
     if (!c.dump_policy.empty()) cmd += " --dump-policy " + shell_quote(policy_arg(c.dump_policy));
   } else {
     cmd += fmt::format(" --backend {} --policy {}", c.backend, shell_quote(policy_arg(c.policy)));
@@ -86,6 +89,22 @@ std::vector<CandidateDump> open_dumps(const CiCmd& c, const std::vector<const Su
   for (const SuiteCase* sc : cases)
     dumps.push_back(open_candidate_dump(cache.case_file(*sc), stages_of_model[sc->model], dump_file(c, *sc)));
   return dumps;
+}
+
+// --candidate-cmd: the engine run on every case (no stage substituted), its dump <folder>/<case>.h5.
+std::string run_engine_on_cases(const CiCmd& c, const std::vector<const SuiteCase*>& cases, const SuiteCache& cache,
+                                const EngineFolder& folder) {
+  double seconds = 0;
+  for (const SuiteCase* sc : cases) {
+    EngineRequest r;
+    r.case_path = cache.case_file(*sc);
+    r.dump_path = folder.path() + "/" + sc->name + ".h5";
+    r.seed = sc->seed;
+    fmt::print(stderr, "ci: the engine on {}\n", sc->name);
+    seconds += run_engine(c.candidate_cmd, r, folder.path() + "/" + sc->name + ".request.json");
+  }
+  fmt::print(stderr, "ci: the engine ran on {} cases in {:.2f} s\n", cases.size(), seconds);
+  return folder.path();
 }
 
 void check_dumps_exist(const CiCmd& c, const Suite& suite, const std::vector<const SuiteCase*>& cases) {
@@ -260,7 +279,9 @@ CiSummary start_summary(const CiCmd& c, const Suite& suite, const SuiteCache& ca
 int run_ci(CiCmd c) {
   Suite suite = load_suite(c.suite);
   if (c.repeat > 0) suite.repeat = c.repeat;
-  const bool dumps = !c.dumps_dir.empty();
+  const bool engine = !c.candidate_cmd.empty();
+  const bool dumps = !c.dumps_dir.empty() || engine;
+  if (!c.dump_policy.empty() && !dumps) input_error("--dump-policy needs --candidate-dumps or --candidate-cmd");
   Policy policy = Policy::load(c.policy);
   for (const auto& s : c.sets) policy.add_set(s);
   std::optional<Policy> dump_policy;
@@ -289,7 +310,7 @@ int run_ci(CiCmd c) {
   for (const auto& sc : suite.cases)
     if (pattern_matches(c.cases, sc.name)) cases.push_back(&sc);
   if (cases.empty()) input_error("{}: --cases '{}' matches no case", suite.dir, c.cases);
-  if (dumps)
+  if (dumps && !engine)
     check_dumps_exist(c, suite, cases);
   else if (!c.prepare)
     make_candidate(c.backend, policy, 0, c.hip_gemm);  // a backend this build lacks: an input error before any work
@@ -307,6 +328,8 @@ int run_ci(CiCmd c) {
     print_prepared(suite, cache, cases);
     return 0;
   }
+  std::optional<EngineFolder> engine_dumps;  // --candidate-cmd: the engine's <case>.h5, made now
+  if (engine) c.dumps_dir = run_engine_on_cases(c, cases, cache, engine_dumps.emplace());
   const std::vector<CandidateDump> dump_files =
       dumps ? open_dumps(c, cases, cache, stages_of_model) : std::vector<CandidateDump>{};
 

@@ -25,6 +25,7 @@ struct CiCmd {
   bool prepare = false;     // build the cache, list the cases' files, run nothing
   std::string dumps_dir;    // --candidate-dumps: an external implementation's <case>.h5 per case
   std::string dump_policy;  // --dump-policy: the formats those dumps store in ("" : the scaled rule)
+  std::string candidate_cmd;  // --candidate-cmd: an engine tdiff runs on each case for those dumps
   std::string measured_floor = "on";  // "on" | "off", as `tdiff run --measured-floor`
 };
 

@@ -16,6 +16,7 @@
 #include "app/progress.h"
 #include "app/shell.h"
 #include "exec/backend_registry.h"
+#include "exec/engine_backend.h"
 #include "casefile/env_record.h"
 #include "base/error.h"
 #include "report/report.h"
@@ -24,7 +25,11 @@ namespace tdiff::app {
 
 namespace {
 
-BackendFactory factory(const DeterminismCmd& c, const Policy& policy) {
+BackendFactory factory(const DeterminismCmd& c, CaseSession& session, const Policy& policy) {
+  if (!c.cand.candidate_cmd.empty())  // the engine, run once per run
+    return [&session, cmd = c.cand.candidate_cmd, policy](std::uint64_t seed) -> std::unique_ptr<Backend> {
+      return std::make_unique<EngineBackend>(cmd, session, policy, seed);
+    };
   make_candidate(c.cand.backend, policy, 0, c.cand.hip_gemm);  // an input error here for a backend this build lacks
   return [backend = c.cand.backend, gemm = c.cand.hip_gemm, policy](std::uint64_t seed) {
     return make_candidate(backend, policy, seed, gemm);
@@ -32,7 +37,9 @@ BackendFactory factory(const DeterminismCmd& c, const Policy& policy) {
 }
 
 std::string command_line(const DeterminismCmd& c, const std::string& run_id) {
-  std::string s = fmt::format("tdiff determinism {} --backend {}", shell_quote(absolute_path(c.case_path)), c.cand.backend);
+  std::string s = fmt::format("tdiff determinism {} {}", shell_quote(absolute_path(c.case_path)),
+                              c.cand.candidate_cmd.empty() ? "--backend " + c.cand.backend
+                                                           : "--candidate-cmd " + shell_quote(c.cand.candidate_cmd));
   if (c.cand.backend != "refcpu") {
     s += " --policy " + shell_quote(c.cand.policy);
     for (const auto& x : c.cand.sets) s += " --set " + shell_quote(x);
@@ -100,11 +107,12 @@ Outcome run_to_run(const DeterminismCmd& c, CaseSession& session, const BackendF
     progress.step(static_cast<std::size_t>(r.number - 1) * n + i + 1, fmt::format("run {}: {}", r.number, s.name));
   };
   DeterminismResult r = check_determinism(session, make, o);
-  progress.finish(fmt::format("determinism: {} runs of {} stages on {} in {:.2f} s", r.runs.size(), n, c.cand.backend,
-                              r.seconds));
+  progress.finish(fmt::format("determinism: {} runs of {} stages on {} in {:.2f} s", r.runs.size(), n,
+                              c.cand.candidate_cmd.empty() ? c.cand.backend : "the engine", r.seconds));
   for (std::size_t i = 0; i < r.run_times.size(); ++i)
     if (!r.run_times[i].phases().empty()) fmt::print(stderr, "timing run {}: {}\n", i + 1, r.run_times[i].line());
-  fmt::print("determinism {}: {} under {}\n", c.case_path, c.cand.backend, policy_text);
+  fmt::print("determinism {}: {}\n", c.case_path, c.cand.candidate_cmd.empty() ? c.cand.backend + " under " + policy_text
+                                                                             : "engine '" + c.cand.candidate_cmd + "'");
   for (const auto& spec : r.runs) fmt::print("  {}\n", spec.label());
   print_findings(r.findings, "runs differing from run 1", c.all_rows, {});
   std::vector<std::string> seeds, threads;
@@ -181,7 +189,10 @@ int run_determinism(DeterminismCmd c) {
     input_error("--on-device: backend {} compares on the host (only hip keeps its outputs on a device)", c.cand.backend);
   const std::string run_id = app::run_id_for(c.run_id, sweep ? "batch-sweep" : "determinism");
   c.cand.seed = app::run_seed_for(c.seed_given ? c.cand.seed : 0, run_id);
-  const BackendFactory make = factory(c, policy);
+  if (!c.cand.candidate_cmd.empty() && (sweep || c.on_device || !c.threads.empty()))
+    input_error("--candidate-cmd runs your engine whole, run after run: --batch-sweep, --on-device and --threads are "
+                "tdiff's backends' own");
+  const BackendFactory make = factory(c, session, policy);
 
   EnvRecord env = refcpu ? capture_env(c.cand.backend, policy_text, process_command_line())
                          : candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);

@@ -11,6 +11,7 @@
 
 #include "exec/measured_floor.h"
 #include "exec/candidate_dump.h"
+#include "exec/engine_backend.h"
 #include "exec/followed_reference.h"
 #include "exec/mixed_run.h"
 #include "exec/saved_run.h"
@@ -210,8 +211,10 @@ int run_dump(RunCmd c) {
   info.run_id = run_id;
   info.title = fmt::format("tdiff run {}: dump {}{}", std::filesystem::path(c.case_path).filename().string(), what,
                            dump.mode == "isolated" ? ", each stage isolated on the reference's inputs" : "");
-  info.command = fmt::format("tdiff run {} --candidate-dump {}{}{}{}", shell_quote(absolute_path(c.case_path)),
-                             shell_quote(absolute_path(c.dump)), c.dump_group == "/" ? "" : " --dump-group " + shell_quote(c.dump_group),
+  const std::string source = c.cand.candidate_cmd.empty() ? "--candidate-dump " + shell_quote(absolute_path(c.dump))
+                                                          : "--candidate-cmd " + shell_quote(c.cand.candidate_cmd);
+  info.command = fmt::format("tdiff run {} {}{}{}{}", shell_quote(absolute_path(c.case_path)), source,
+                             c.dump_group == "/" ? "" : " --dump-group " + shell_quote(c.dump_group),
                              c.cand.model_dir.empty() ? "" : " --model " + shell_quote(absolute_path(c.cand.model_dir)),
                              c.report.flags() + (c.dump_policy.empty() ? "" : " --dump-policy " + shell_quote(c.dump_policy))) +
                  (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --run-id " + shell_quote(run_id);
@@ -266,6 +269,18 @@ H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, SaveFile
 }
 
 int run_run(RunCmd c) {
+  if (!c.dump_policy.empty() && c.dump.empty() && c.cand.candidate_cmd.empty())
+    input_error("--dump-policy needs --candidate-dump or --candidate-cmd");
+  if (!c.cand.candidate_cmd.empty()) {  // the engine run once, its dump judged
+    const EngineFolder folder;
+    EngineRequest r;
+    r.case_path = absolute_path(c.case_path);
+    r.dump_path = folder.path() + "/dump.h5";
+    const double seconds = run_engine(c.cand.candidate_cmd, r, folder.path() + "/request.json");
+    fmt::print("engine: '{}' ran in {:.2f} s\n", c.cand.candidate_cmd, seconds);
+    c.dump = r.dump_path;
+    return run_dump(c);
+  }
   if (!c.dump.empty()) return run_dump(c);
   PhaseTimes times;  // printed last (stderr) and kept in report.json
   auto recording = times.measure("case update");

@@ -46,6 +46,9 @@ class Backend {
   // No later stage reads `key` ("<stage>/<tensor>", an output of this backend): a backend
   // that keeps device copies of its outputs may free that one.
   virtual void release(const std::string& key) {}
+  // Before a mixed run (exec/mixed_run.h): which stages of the model it runs on this backend.
+  // An engine run as a process (exec/engine_backend.h) runs once per such assignment.
+  virtual void assign(const std::vector<bool>& on_candidate) {}
   // Facts about the device for the run's environment record (GPU name and arch, driver and
   // runtime versions, ...); empty for CPU backends.
   virtual std::map<std::string, std::string> environment() const { return {}; }

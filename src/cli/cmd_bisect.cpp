@@ -21,6 +21,7 @@ void setup_bisect(CLI::App& app) {
       "  tdiff bisect case.h5 --policy naive --mode isolate              # every stage on the reference's inputs, ranked\n"
       "  tdiff bisect case.h5 --policy fp32 --set 'L01.moe.router:router=bf16' --watch L02.moe.select/idx --floor none\n"
       "  tdiff bisect big.h5 --backend hip --set 'L01.attn.core:pv_accum=fp16' --suffix reference   # exact suffix, slower\n"
+      "  tdiff bisect case.h5 --candidate-cmd 'build/tap_emu --request fault.toml'   # your engine, run by tdiff\n"
       "Search: stages 1..k on the candidate and the rest on the reference (--suffix reference) or on the floor\n"
       "(--suffix floor: the floor policy's own kernels, each split then one forward; auto, the default, takes the\n"
       "floor on hip and the reference elsewhere); the smallest k that makes the watched output FAIL names the first\n"
@@ -32,6 +33,7 @@ void setup_bisect(CLI::App& app) {
       "Exit code: 0 nothing crosses the threshold, 1 a culprit found (isolate: a stage fails), 2 usage or input error.");
   cmd->add_option("case", c->case_path, "case file with a reference (tdiff golden)")->required();
   add_options(cmd, c->cand);
+  add_candidate_cmd_option(cmd, c->cand);
   cmd->add_option("--watch", c->watch, "watched output: logits (default), STAGE or STAGE/tensor");
   cmd->add_option("--floor", c->floor, "noise-floor policy on the same backend (preset or file), or none (default fixed)");
   cmd->add_option("--mode", c->mode, "search (default): mixed runs; isolate: each stage on the reference's inputs")

@@ -19,6 +19,7 @@ void setup_ci(CLI::App& app) {
       "  tdiff ci cases/small --cases 'long-*' -o reports/ci-small\n"
       "  tdiff ci cases/tiny --prepare                        # each case's file and the model, to run an engine on\n"
       "  tdiff ci cases/tiny --candidate-dumps dumps/ --dump-policy fixed   # that engine's dumps/<case>.h5 judged\n"
+      "  tdiff ci cases/tiny --candidate-cmd 'build/tap_emu --request fixed' --dump-policy fixed   # tdiff runs it\n"
       "Models and references are built on first use into <set>/cache/<hash>/ (rebuilt when\n"
       "suite.toml, the token file or the tdiff version change). cases/README.md describes the format.\n"
       "--backend hip needs a tdiff built with -DTDIFF_HIP=AMD or NVIDIA and a GPU.\n"
@@ -40,10 +41,14 @@ void setup_ci(CLI::App& app) {
   auto* dumps = cmd->add_option("--candidate-dumps", c->dumps_dir,
                                 "judge an external implementation's dumps instead of running a backend: FOLDER/<case>.h5 "
                                 "per case (tdiff-capture, the tap; python/README.md)");
+  auto* engine = cmd->add_option("--candidate-cmd", c->candidate_cmd,
+                                 "run your engine on every case instead: a shell command tdiff runs once per case with "
+                                 "the request file in $TDIFF_REQUEST (docs/reference/engine-protocol.md), its dumps "
+                                 "then judged as --candidate-dumps")
+                     ->excludes(dumps);
   cmd->add_option("--dump-policy", c->dump_policy,
                   "the formats the dumps store in (fixed: a bf16 port with float32 sums), which gives their tensors "
-                  "the tolerances from precision (default: none, the scaled rule)")
-      ->needs(dumps);
+                  "the tolerances from precision (default: none, the scaled rule)");
   cmd->add_option("--measured-floor", c->measured_floor,
                   "on: hold each tensor to both rules, the expected error and the ratio to emu run in the candidate's "
                   "storage and stream formats, as tdiff run does (dumps: with --dump-policy); off: the expected error "
@@ -53,8 +58,11 @@ void setup_ci(CLI::App& app) {
   auto* prepare = cmd->add_flag("--prepare", c->prepare,
                                 "build the model and the references only, and print each case's name, case file and "
                                 "model folder (tab-separated) for the implementation to run on");
-  for (const char* opt : {"--backend", "--policy", "--set", "--repeat", "--hip-gemm"}) dumps->excludes(cmd->get_option(opt));
-  for (const char* opt : {"--candidate-dumps", "-o", "--run-id", "--repeat", "--backend", "--policy", "--set", "--hip-gemm",
+  for (const char* opt : {"--backend", "--policy", "--set", "--repeat", "--hip-gemm"}) {
+    dumps->excludes(cmd->get_option(opt));
+    engine->excludes(cmd->get_option(opt));
+  }
+  for (const char* opt : {"--candidate-dumps", "--candidate-cmd", "-o", "--run-id", "--repeat", "--backend", "--policy", "--set", "--hip-gemm",
                           "--thresholds", "--threshold"})
     prepare->excludes(cmd->get_option(opt));
   add_verify_case_option(cmd);

@@ -31,6 +31,10 @@ void setup_determinism(CLI::App& app) {
   cmd->add_option_function<std::uint64_t>("--seed", [c](std::uint64_t s) { c->cand.seed = s, c->seed_given = true; },
                                           "run seed of run 1 (default: from the run id)");
   cmd->add_option("--model", c->cand.model_dir, "model folder (default: the path the case records)");
+  cmd->add_option("--candidate-cmd", c->cand.candidate_cmd,
+                  "your engine instead of a backend: a shell command tdiff runs once per run (the request file in "
+                  "$TDIFF_REQUEST: docs/reference/engine-protocol.md); its dumps are compared bit for bit")
+      ->excludes(cmd->get_option("--backend"));
   cmd->add_option("--runs", c->runs, "number of runs (at least 2)")->capture_default_str();
   cmd->add_option("--threads", c->threads, "OpenMP thread counts cycled over the runs (refcpu default 1,2,4)")
       ->delimiter(',');

@@ -42,15 +42,21 @@ void setup_run(CLI::App& app) {
   auto* dump = cmd->add_option("--candidate-dump", c->dump,
                                "judge this dump (python/ capture, the tap of src/tap/tap.h) instead of running a backend")
                    ->check(CLI::ExistingFile);
+  auto* engine = cmd->add_option("--candidate-cmd", c->cand.candidate_cmd,
+                                 "run your engine and judge its dump: a shell command tdiff runs once, with the request "
+                                 "file in $TDIFF_REQUEST (docs/reference/engine-protocol.md)")
+                     ->excludes(dump);
   cmd->add_option("--dump-group", c->dump_group, "the dump's group holding <stage>/<tensor> datasets (default /)")
       ->needs(dump);
   cmd->add_option("--dump-policy", c->dump_policy,
                   "the formats the dump's implementation stores in (a preset such as fixed for a bf16 port, or a policy "
-                  "file): its expected errors, as a backend's policy gives them")
-      ->needs(dump);
+                  "file): its expected errors, as a backend's policy gives them");
   for (const char* name :
        {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to", "--stats"})
-    if (auto* o = cmd->get_option_no_throw(name)) dump->excludes(o);
+    if (auto* o = cmd->get_option_no_throw(name)) {
+      dump->excludes(o);
+      engine->excludes(o);
+    }
   cmd->add_option("--measured-floor", c->measured_floor,
                   "on: also run emu in the candidate's storage and stream formats (every other knob correct) and hold "
                   "each tensor to both rules, the a-priori expected error and the ratio to that floor (a dump: with "

@@ -16,6 +16,16 @@ void add_options(CLI::App* cmd, app::CandidateOptions& o) {
   add_hip_gemm_option(cmd, o.hip_gemm);
 }
 
+void add_candidate_cmd_option(CLI::App* cmd, app::CandidateOptions& o) {
+  cmd->add_option("--candidate-cmd", o.candidate_cmd,
+                  "your engine as the candidate: a shell command tdiff runs for every run it needs, with the "
+                  "request file in $TDIFF_REQUEST (and for {request}): the case, where to write the dump, the stages "
+                  "to take from the reference (docs/reference/engine-protocol.md); --policy names the formats it "
+                  "computes in")
+      ->excludes(cmd->get_option("--backend"))
+      ->excludes(cmd->get_option("--hip-gemm"));
+}
+
 void add_verify_case_option(CLI::App* cmd) {
   cmd->add_option_function<std::string>(
          "--verify-case",

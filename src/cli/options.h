@@ -13,6 +13,8 @@ namespace tdiff::cli {
 
 // --backend, --policy, --set, --seed, --model, --hip-gemm.
 void add_options(CLI::App* cmd, app::CandidateOptions& o);
+// --candidate-cmd (after add_options: it excludes --backend and --hip-gemm).
+void add_candidate_cmd_option(CLI::App* cmd, app::CandidateOptions& o);
 // --thresholds, --threshold, -o, --run-id, --all, --no-reports.
 void add_options(CLI::App* cmd, app::ReportOptions& o);
 // --force, --verify-weights.

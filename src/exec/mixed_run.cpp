@@ -176,6 +176,7 @@ class MixedRun {
 MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& reference,
                          const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
+  candidate.assign(on_candidate);
   MixedRun run(session, candidate, on_candidate, ctx, opt);
   MixedRunResult& result = run.result();
   PhaseTimes& times = result.times;

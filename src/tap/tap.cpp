@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "base/error.h"
 #include "base/tensor.h"
 #include "casefile/case_file.h"
+#include "casefile/engine_request.h"
 #include "casefile/h5io.h"
 #include "casefile/stored_tensor.h"
 #include "model/stage_graph.h"
@@ -30,6 +32,8 @@ struct tdiff_tap {
   // The case it is written on (tdiff_tap_case), read through its tensor contract.
   std::optional<tdiff::H5File> case_file;
   std::shared_ptr<const tdiff::TensorContract> contract;
+  // A request's (tdiff_tap_open_request): the stages taken from the reference.
+  std::set<std::string> substitute;
 };
 
 namespace {
@@ -136,6 +140,32 @@ int tdiff_tap_attr(tdiff_tap* tap, const char* key, const char* value) {
     if (k.empty() || k.rfind("tdiff_", 0) == 0) tdiff::input_error("attribute name '{}' (empty or reserved)", k);
     tap->writer->set_attr("/", "env." + k, value ? value : "");
   });
+}
+
+tdiff_tap* tdiff_tap_open_request(const char* request) {
+  const char* path = request ? request : std::getenv(tdiff::kEngineRequestEnv);
+  tdiff::EngineRequest r;
+  const int rc = guarded(nullptr, "open request", [&] {
+    if (!path || !*path) tdiff::input_error("no request file (${} is not set)", tdiff::kEngineRequestEnv);
+    r = tdiff::read_engine_request(path);
+  });
+  if (rc != 0) return nullptr;
+  tdiff_tap* tap = tdiff_tap_open(r.dump_path.c_str(), r.mode.c_str());
+  if (!tap) return nullptr;
+  if (tdiff_tap_case(tap, r.case_path.c_str()) != 0) {
+    tdiff_tap_discard(tap);
+    return nullptr;
+  }
+  tap->substitute.insert(r.substitute.begin(), r.substitute.end());
+  return tap;
+}
+
+int tdiff_tap_substitute(tdiff_tap* tap, const char* name, const char* dtype, const int64_t* shape, int ndim, void* out) {
+  if (!tap) return null_tap("substitute");
+  const std::string n = name ? name : "";
+  const auto slash = n.find('/');
+  if (!tap->substitute.count(n.substr(0, slash))) return 0;
+  return tdiff_tap_reference(tap, name, dtype, shape, ndim, out) == 0 ? 1 : -1;
 }
 
 int tdiff_tap_case(tdiff_tap* tap, const char* case_path) {

@@ -44,6 +44,16 @@ int tdiff_tap_case(tdiff_tap* tap, const char* case_path);
  * later stages read, having written its own with tdiff_tap_write. Isolated: a stage's inputs. */
 int tdiff_tap_reference(tdiff_tap* tap, const char* name, const char* dtype, const int64_t* shape, int ndim,
                         void* out);
+/* A dump that tdiff asked for (`tdiff bisect|determinism|run|ci --candidate-cmd`): opens the
+ * request file (`request`, or $TDIFF_REQUEST when NULL; casefile/engine_request.h), the dump it
+ * names in its mode, and its case (as tdiff_tap_case). Returns NULL on error. */
+tdiff_tap* tdiff_tap_open_request(const char* request);
+/* Before the engine computes stage `name`'s output ("<stage>/<tensor>"): 1 when the request
+ * takes that stage from the reference, with `out` (the shape, as `dtype`) filled with the
+ * reference's tensor for the engine's later stages to read; 0 when the engine computes it;
+ * -1 on error. A tap without a request always answers 0. */
+int tdiff_tap_substitute(tdiff_tap* tap, const char* name, const char* dtype, const int64_t* shape, int ndim,
+                         void* out);
 /* An entry of the dump's environment record (engine, version, device, dtype, ...). */
 int tdiff_tap_attr(tdiff_tap* tap, const char* key, const char* value);
 /* One tensor, copied before the call returns. Each name may be written once. */

@@ -25,6 +25,13 @@ class Tap {
   explicit Tap(const std::string& path, const std::string& mode = "run") : tap_(tdiff_tap_open(path.c_str(), mode.c_str())) {
     if (!tap_) throw std::runtime_error(tdiff_tap_error());
   }
+  // The dump a tdiff request asks for (tap.h: tdiff_tap_open_request; "" reads $TDIFF_REQUEST).
+  static Tap from_request(const std::string& request = "") {
+    tdiff_tap* t = tdiff_tap_open_request(request.empty() ? nullptr : request.c_str());
+    if (!t) throw std::runtime_error(tdiff_tap_error());
+    return Tap(t);
+  }
+  Tap(Tap&& o) noexcept : tap_(o.tap_) { o.tap_ = nullptr; }
   ~Tap() {
     if (tap_) tdiff_tap_discard(tap_);
   }
@@ -61,6 +68,13 @@ class Tap {
     check(tdiff_tap_write(tap_, name.c_str(), dtype.c_str(), shape.data(), static_cast<int>(shape.size()), data));
   }
 
+  // Whether the request takes stage `name`'s output from the reference: then `out` holds it.
+  bool substitute_raw(const std::string& name, const std::string& dtype, void* out, const std::vector<std::int64_t>& shape) {
+    const int rc = tdiff_tap_substitute(tap_, name.c_str(), dtype.c_str(), shape.data(), static_cast<int>(shape.size()), out);
+    check(rc < 0 ? rc : 0);
+    return rc == 1;
+  }
+
   void close() {
     tdiff_tap* t = tap_;
     tap_ = nullptr;
@@ -80,6 +94,7 @@ class Tap {
   static void check(int rc) {
     if (rc != 0) throw std::runtime_error(tdiff_tap_error());
   }
+  explicit Tap(tdiff_tap* t) : tap_(t) {}
   tdiff_tap* tap_;
 };
 
