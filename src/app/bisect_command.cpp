@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "bisect/bisect.h"
+#include "exec/engine_backend.h"
 #include "app/envelope.h"
 #include "app/candidate.h"
 #include "app/progress.h"
@@ -293,6 +294,8 @@ int run_bisect(BisectCmd c) {
   record_bisect(update, c, run_id, env, policy, rep);
   recording.stop();
   fmt::print(stderr, "timing: {}\n", times.line());
+  if (const auto* engine = dynamic_cast<const EngineBackend*>(candidate.get()))
+    fmt::print(stderr, "engine: {} runs of '{}' in {:.2f} s\n", engine->invocations(), c.cand.candidate_cmd, engine->seconds());
   return rep.exit_code();
 }
 

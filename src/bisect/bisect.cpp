@@ -362,6 +362,9 @@ IsolationResult Bisector::isolate() {
     const std::vector<Tensor> in = reference_inputs(session_, s);
     std::vector<const Tensor*> ptrs;
     for (const auto& t : in) ptrs.push_back(&t);
+    std::vector<bool> alone(stage_count(), false);  // this stage on the candidate, on the reference's inputs
+    alone[i] = true;
+    candidate_.assign(alone);
     const std::vector<Tensor> out = candidate_.run(s, ptrs, ctx_);
     std::vector<Tensor> out_floor;
     if (floor_backend_) out_floor = floor_backend_->run(s, ptrs, ctx_);

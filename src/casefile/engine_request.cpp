@@ -47,7 +47,8 @@ EngineRequest read_engine_request(const std::string& path) {
   r.case_path = text_field(j, "case", path, true);
   r.dump_path = text_field(j, "dump", path, true);
   r.mode = j.contains("mode") ? text_field(j, "mode", path, true) : "run";
-  if (r.mode != "run" && r.mode != "replay") input_error("{}: engine request mode '{}' is not run or replay", path, r.mode);
+  if (r.mode != "run" && r.mode != "replay" && r.mode != "isolated")
+    input_error("{}: engine request mode '{}' is not run, replay or isolated", path, r.mode);
   if (j.contains("seed")) {
     if (!j["seed"].is_number_unsigned()) input_error("{}: engine request field \"seed\" is not a non-negative integer", path);
     r.seed = j["seed"].get<std::uint64_t>();

@@ -23,7 +23,7 @@ inline constexpr const char* kEngineRequestEnv = "TDIFF_REQUEST";
 
 struct EngineRequest {
   std::string case_path, dump_path;
-  std::string mode = "run";             // the dump's mode: "run" or "replay"
+  std::string mode = "run";             // the dump's mode: "run", "replay" or "isolated"
   std::vector<std::string> substitute;  // stage names
   std::uint64_t seed = 0;
 };

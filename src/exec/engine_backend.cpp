@@ -101,13 +101,14 @@ double run_engine(const std::string& command, const EngineRequest& r, const std:
   return seconds;
 }
 
-const CandidateDump& EngineBackend::dump_for(const std::vector<std::string>& substitute) {
-  auto& slot = dumps_[substitute];
+const CandidateDump& EngineBackend::dump_for(const std::vector<std::string>& substitute, const std::string& mode) {
+  auto& slot = mode == "isolated" ? isolated_ : dumps_[substitute];
   if (slot) return *slot;
-  const std::string n = std::to_string(dumps_.size());
+  const std::string n = std::to_string(invocations_ + 1);
   EngineRequest r;
   r.case_path = fs::absolute(session_.path).string();
   r.dump_path = folder_.path() + "/dump-" + n + ".h5";
+  r.mode = mode;
   r.substitute = substitute;
   r.seed = seed_;
   seconds_ += run_engine(command_, r, folder_.path() + "/request-" + n + ".json");
@@ -123,10 +124,16 @@ void EngineBackend::assign(const std::vector<bool>& on_candidate) {
     if (on_candidate[i]) last = i;
   current_ = nullptr;
   if (last == on_candidate.size()) return;  // nothing on the engine
+  // One stage on the engine and every one before it on the reference: that stage on the
+  // reference's inputs, which one isolated run of the engine gives for every stage at once.
+  if (last > 0 && std::count(on_candidate.begin(), on_candidate.end(), true) == 1) {
+    current_ = &dump_for({}, "isolated");
+    return;
+  }
   std::vector<std::string> substitute;
   for (std::size_t i = 0; i < last; ++i)
     if (!on_candidate[i]) substitute.push_back(session_.stages[i].name);
-  current_ = &dump_for(substitute);
+  current_ = &dump_for(substitute, "run");
 }
 
 std::vector<Tensor> EngineBackend::run(const Stage& stage, const std::vector<const Tensor*>&, RunContext&) {

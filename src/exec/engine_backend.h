@@ -11,7 +11,9 @@
 // candidate, as if computed. Before a mixed run, assign() says which stages those are: every
 // reference stage before the last candidate stage is substituted; the stages after it are not
 // read from the engine, so one dump per substitution set serves every split of a search (the
-// whole prefix search of a bisect is one engine run, each culprit pinned one more).
+// whole prefix search of a bisect is one engine run, each culprit pinned one more). A stage
+// alone on the engine after reference stages is that stage on the reference's inputs: one
+// run in mode "isolated" serves them all (bisect --mode isolate, an inconclusive search's leads).
 //
 // What differs from a backend of tdiff's: a reference stage inside the candidate's prefix (a
 // pinned culprit) gives the engine the reference's stored tensor, where tdiff's mixed run
@@ -64,7 +66,8 @@ class EngineBackend : public Backend {
   double seconds() const { return seconds_; }  // in the engine's processes
 
  private:
-  const CandidateDump& dump_for(const std::vector<std::string>& substitute);
+  // The dump of a run with these stages substituted (mode "run"), or the isolated run's.
+  const CandidateDump& dump_for(const std::vector<std::string>& substitute, const std::string& mode);
 
   std::string command_;
   CaseSession& session_;
@@ -72,6 +75,7 @@ class EngineBackend : public Backend {
   std::uint64_t seed_;
   EngineFolder folder_;  // the requests, dumps and logs of this backend's engine runs
   std::map<std::vector<std::string>, std::unique_ptr<CandidateDump>> dumps_;  // by substitution set
+  std::unique_ptr<CandidateDump> isolated_;  // every stage on the reference's inputs (mode "isolated")
   const CandidateDump* current_ = nullptr;
   std::map<std::string, std::string> env_;  // the last dump's env.* (the engine's own record)
   std::size_t invocations_ = 0;
