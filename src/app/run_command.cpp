@@ -240,6 +240,18 @@ int run_dump(RunCmd c) {
   return diff.verdict == Verdict::fail ? 1 : 0;
 }
 
+// --candidate-cmd: the engine run once on the case, its dump judged as --candidate-dump's.
+int run_engine_dump(RunCmd c) {
+  const EngineFolder folder;
+  EngineRequest r;
+  r.case_path = absolute_path(c.case_path);
+  r.dump_path = folder.path() + "/dump.h5";
+  const double seconds = run_engine(c.cand.candidate_cmd, r, folder.path() + "/request.json");
+  fmt::print("engine: '{}' ran in {:.2f} s\n", c.cand.candidate_cmd, seconds);
+  c.dump = r.dump_path;
+  return run_dump(c);
+}
+
 }  // namespace
 
 // A --save-to file's writer, under the file's lock while the run writes it.
@@ -268,20 +280,8 @@ H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, SaveFile
   return &update->writer();
 }
 
-int run_run(RunCmd c) {
-  if (!c.dump_policy.empty() && c.dump.empty() && c.cand.candidate_cmd.empty())
-    input_error("--dump-policy needs --candidate-dump or --candidate-cmd");
-  if (!c.cand.candidate_cmd.empty()) {  // the engine run once, its dump judged
-    const EngineFolder folder;
-    EngineRequest r;
-    r.case_path = absolute_path(c.case_path);
-    r.dump_path = folder.path() + "/dump.h5";
-    const double seconds = run_engine(c.cand.candidate_cmd, r, folder.path() + "/request.json");
-    fmt::print("engine: '{}' ran in {:.2f} s\n", c.cand.candidate_cmd, seconds);
-    c.dump = r.dump_path;
-    return run_dump(c);
-  }
-  if (!c.dump.empty()) return run_dump(c);
+// A backend's run: every stage on the candidate, compared as it goes.
+static int run_backend(RunCmd c) {
   PhaseTimes times;  // printed last (stderr) and kept in report.json
   auto recording = times.measure("case update");
   RunRecord record(c);  // first: --save's update takes the case's lock before the session reads the case
@@ -379,6 +379,14 @@ int run_run(RunCmd c) {
   print_first_divergence(r.diff);
   fmt::print(stderr, "timing: {}\n", times.line());
   return r.diff.verdict == Verdict::fail ? 1 : 0;
+}
+
+int run_run(RunCmd c) {
+  if (!c.dump_policy.empty() && c.dump.empty() && c.cand.candidate_cmd.empty())
+    input_error("--dump-policy needs --candidate-dump or --candidate-cmd");
+  if (!c.cand.candidate_cmd.empty()) return run_engine_dump(c);
+  if (!c.dump.empty()) return run_dump(c);
+  return run_backend(c);
 }
 
 }  // namespace tdiff::app

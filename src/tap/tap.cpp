@@ -208,7 +208,16 @@ int tdiff_tap_write(tdiff_tap* tap, const char* name, const char* dtype, const i
   return guarded(tap, n.empty() ? "write" : n.c_str(), [&] {
     check_name(n);
     if (!tap->names.insert(n).second) tdiff::input_error("written twice");
-    tap->writer->write("/" + n, copy_tensor(dtype, shape, ndim, data));
+    tdiff::Tensor t = copy_tensor(dtype, shape, ndim, data);
+    // With its case, each stage output is checked against the case's tensor contract now, where
+    // the engine can say where it came from, not when tdiff reads the dump (a capture's helper
+    // tensors under a stage's name are not stage outputs: written as they are).
+    if (tap->contract)
+      if (const tdiff::TensorSpec* spec = tap->contract->find(n)) {
+        tdiff::TensorContract::check_layout(*spec, t.dtype(), t.shape(), tdiff::StoredBy::dump, tap->path, "/" + n);
+        tdiff::TensorContract::check_values(*spec, t, tap->path, "/" + n);
+      }
+    tap->writer->write("/" + n, t);
   });
 }
 

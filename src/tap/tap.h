@@ -56,7 +56,9 @@ int tdiff_tap_substitute(tdiff_tap* tap, const char* name, const char* dtype, co
                          void* out);
 /* An entry of the dump's environment record (engine, version, device, dtype, ...). */
 int tdiff_tap_attr(tdiff_tap* tap, const char* key, const char* value);
-/* One tensor, copied before the call returns. Each name may be written once. */
+/* One tensor, copied before the call returns. Each name may be written once. With the case
+ * given (tdiff_tap_case, a request), a stage output's dtype, shape and selection range are
+ * checked against the case's tensor contract here (`tdiff info CASE --stages --json`). */
 int tdiff_tap_write(tdiff_tap* tap, const char* name, const char* dtype, const int64_t* shape, int ndim,
                     const void* data);
 /* Renames the dump into place and frees the tap (also after an error, then writing nothing). */

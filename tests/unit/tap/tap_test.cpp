@@ -12,6 +12,7 @@
 #include "cli_support.h"
 #include "backend/backend.h"
 #include "base/dtype.h"
+#include "casefile/engine_request.h"
 #include "casefile/h5io.h"
 #include "tap/tap.h"
 #include "tap/tap.hpp"
@@ -166,6 +167,41 @@ TEST_F(TapTest, MinimalCProgramWritesItsDump) {
   ASSERT_EQ(WEXITSTATUS(status), 0) << slurp(path("log"));
   EXPECT_EQ(h5_read(out, "/lm_head/logits").shape(), (Shape{2, 3, 4}));
   EXPECT_NE(slurp(path("log")).find("refused as expected"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tdiff
+
+namespace tdiff {
+namespace {
+
+// A request (casefile/engine_request.h): the tap opens the dump and the case it names, hands the
+// reference's tensor for a substituted stage and nothing for the others, and with the case at
+// hand refuses a stage output whose shape the contract does not allow, when it is written.
+TEST_F(TapTest, ARequestSubstitutesItsStagesAndTheCaseChecksEveryWrite) {
+  ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("m"))).code, 0);
+  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 1 --len 16 --seed 2 -o '{}'", path("m"), path("c.h5"))).code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
+  EngineRequest r;
+  r.case_path = path("c.h5");
+  r.dump_path = path("dump.h5");
+  r.substitute = {"embed"};
+  write_engine_request(path("request.json"), r);
+  tdiff_tap* tap = tdiff_tap_open_request(path("request.json").c_str());
+  ASSERT_NE(tap, nullptr) << tdiff_tap_error();
+  const Tensor e = h5_read(path("c.h5"), "/reference/embed/e");
+  std::vector<double> buffer(static_cast<std::size_t>(e.numel()), 0.0);
+  EXPECT_EQ(tdiff_tap_substitute(tap, "embed/e", "f64", e.shape().data(), e.rank(), buffer.data()), 1) << tdiff_tap_error();
+  EXPECT_EQ(buffer[5], e.value(5));
+  EXPECT_EQ(tdiff_tap_substitute(tap, "hc.expand/X", "f64", e.shape().data(), e.rank(), buffer.data()), 0);
+  Shape wrong = e.shape();
+  wrong.back() -= 1;
+  EXPECT_EQ(tdiff_tap_write(tap, "embed/e", "f64", wrong.data(), static_cast<int>(wrong.size()), buffer.data()), -1);
+  EXPECT_NE(std::string(tdiff_tap_error()).find("expected floats [B,S,D]"), std::string::npos) << tdiff_tap_error();
+  tdiff_tap_discard(tap);
+  EXPECT_FALSE(fs::exists(path("dump.h5")));
+  EXPECT_EQ(tdiff_tap_open_request(path("none.json").c_str()), nullptr);
+  EXPECT_NE(std::string(tdiff_tap_error()).find("cannot read the engine request"), std::string::npos) << tdiff_tap_error();
 }
 
 }  // namespace
