@@ -1,5 +1,7 @@
 #include "app/info_command.h"
 
+#include "synth/synth.h"
+
 // catalogue and the operator table.
 #include <algorithm>
 #include <filesystem>
@@ -289,6 +291,39 @@ void print_knobs() {
     fmt::print("| `{}` | {} | {} | {} | {} | {} | {}{} |\n", k.name, fmt::join(k.values, ", "), k.bad, k.good,
                k.in_naive ? "yes" : "no", all, k.effect, paper);
   }
+}
+
+void print_dump_format() {
+  // The tiny preset's stage graph has a layer of every attention type; rows are the model's
+  // stage outputs with the layer number folded (Lxx), in model order.
+  const ModelConfig config = synth_preset("tiny");
+  const std::vector<Stage> stages = build_stages(config);
+  const TensorContract contract(stages, config, 1, 1);
+  struct Row {
+    std::string key, axes, dtype, kind;
+    std::vector<std::string> layers;
+  };
+  std::vector<Row> rows;
+  for (const auto& s : stages)
+    for (const auto& t : s.outputs) {
+      const TensorSpec& spec = *contract.find(s.name + "/" + t);
+      const std::string key = (s.layer >= 0 ? "Lxx" + s.name.substr(3) : s.name) + "/" + t;
+      const char* dtype = spec.value == ValueClass::floating ? "float"
+                          : spec.value == ValueClass::index  ? "integer ids"
+                                                             : "flags (bool or integers)";
+      auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.key == key; });
+      if (it == rows.end()) it = rows.insert(rows.end(), {key, spec.axes_str(), dtype, op_kind_name(spec.kind), {}});
+      const std::string layer = s.layer < 0                                 ? ""
+                                : s.layer_type == LayerType::csa            ? "CSA"
+                                : s.layer_type == LayerType::hca            ? "HCA"
+                                                                            : "sliding";
+      if (!layer.empty() && std::find(it->layers.begin(), it->layers.end(), layer) == it->layers.end())
+        it->layers.push_back(layer);
+    }
+  fmt::print("| tensor | axes | values | operator kind | layers |\n|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    fmt::print("| `{}` | `{}` | {} | {} | {} |\n", r.key, r.axes, r.dtype, r.kind,
+               r.layers.empty() ? "-" : r.layers.size() == 3 ? "every" : fmt::format("{}", fmt::join(r.layers, ", ")));
 }
 
 void print_ops() {

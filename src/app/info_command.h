@@ -17,6 +17,7 @@ struct InfoOptions {
   std::string stages;  // glob; empty: no stage list
   bool knobs = false;
   bool ops = false;
+  bool dump_format = false;
   bool json = false;  // with a case: the tensor contract of the --stages as JSON (model/tensor_contract.h)
 };
 
@@ -24,6 +25,10 @@ struct InfoOptions {
 void print_knobs();
 // The operator table with its coverage.
 void print_ops();
+// Every tensor a dump may hold, one row per stage output of the model with the layer folded
+// (Lxx): its axes, the dtypes a dump may store it in, its operator kind and the layer types
+// that have it (a Markdown table: docs/reference/dump-format.md is this output).
+void print_dump_format();
 // A model folder: its config, weights and, with --stages, the stage list.
 void info_model(const InfoOptions& o);
 // A case file: its inputs, model, reference and recorded runs; with `json`, only the tensor

@@ -33,6 +33,10 @@ void setup_info(CLI::App& app) {
       ->excludes(c)
       ->excludes(m)
       ->excludes(k);
+  auto* dump_format = cmd->add_flag("--dump-format", o->dump_format,
+                                    "Print every tensor a dump may hold: its axes, the dtypes a dump may store it in, "
+                                    "its operator kind and the layer types that have it (a Markdown table)");
+  dump_format->excludes(c)->excludes(m)->excludes(k)->excludes(cmd->get_option("--ops"));
   cmd->footer(
       "Examples:\n"
       "  tdiff info tiny.h5\n"
@@ -40,11 +44,13 @@ void setup_info(CLI::App& app) {
       "  tdiff info --model tiny-model --stages 'L00.attn.*'\n"
       "  tdiff info tiny.h5 --stages --json   (what each stored tensor must be, for this case)\n"
       "  tdiff info --knobs\n"
-      "  tdiff info --ops\n");
+      "  tdiff info --ops\n"
+      "  tdiff info --dump-format   (every tensor a dump may hold)\n");
   add_verify_case_option(cmd);
   cmd->callback([o] {
     if (o->knobs) return app::print_knobs();
     if (o->ops) return app::print_ops();
+    if (o->dump_format) return app::print_dump_format();
     if (o->case_path.empty() && o->model.empty()) throw CLI::RequiredError("a case file or --model");
     if (!o->model.empty()) app::info_model(*o);
     else app::info_case(*o);

@@ -1,6 +1,8 @@
 // `tdiff info --ops` prints the operator table with each kind's coverage.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -43,6 +45,27 @@ TEST_F(InfoOps, PrintsEveryKindWithItsCoverage) {
   EXPECT_NE(line.find("missing: " + untested.front()), std::string::npos) << line;
   for (const BackendEntry& e : backend_registry())
     if (!e.built) EXPECT_NE(r.out.find("not built"), std::string::npos) << e.name;
+}
+
+}  // namespace
+}  // namespace tdiff
+
+namespace tdiff {
+namespace {
+
+// `tdiff info --dump-format`: docs/reference/dump-format.md ends with its output, so the
+// table users read cannot drift from the contract; every stage output of the tiny preset has
+// its row, and the selections say they are ids.
+TEST_F(InfoOps, DumpFormatDocIsTheContractsTable) {
+  const testing::CliResult r = run("info --dump-format");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream f(std::string(TDIFF_SOURCE_DIR) + "/docs/reference/dump-format.md");
+  const std::string doc((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_GT(doc.size(), r.out.size());
+  EXPECT_EQ(doc.substr(doc.size() - r.out.size()), r.out) << "regenerate: see the page's last paragraph";
+  EXPECT_NE(r.out.find("| `Lxx.moe.select/idx` | `[N,K]` | integer ids | moe_select | every |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| `Lxx.attn.idx.topk/sel` | `[B,S,k]` | integer ids | idx_topk | CSA |"), std::string::npos);
+  EXPECT_EQ(run("info --dump-format --ops").code, 2);
 }
 
 }  // namespace
