@@ -130,6 +130,17 @@ void print_lacking(const CandidateDump& dump, std::size_t with_reference) {
              l.size() > shown.size() ? ", ..." : "");
 }
 
+// A dump whose embedding is not this case's, although it records no other inputs: the one
+// stage that reads only the token ids differs like another prompt's would (cosine far from 1).
+void hint_other_inputs(const CandidateDump& dump, const CompareResult& diff) {
+  if (!dump.inputs_sha256.empty()) return;  // checked exactly (check_dump_case)
+  for (const auto& d : diff.rows)
+    if (d.key() == "embed/e" && d.metrics.cosine < 0.9)
+      fmt::print("hint: the dump's embed/e is not this case's embedding (cosine {:.3f}): was it written on other token "
+                 "ids? A dump that records its inputs (the tap's tdiff_tap_case) is refused when they differ\n",
+                 d.metrics.cosine);
+}
+
 // An isolated dump (each stage on the reference's inputs): stages ranked by local error, as
 // `tdiff bisect --mode isolate --floor none` ranks tdiff's own backends.
 void print_local_ranking(const CompareResult& diff) {
@@ -230,6 +241,7 @@ int run_dump(RunCmd c) {
   c.report.write(diff, info);  // before the record: a report that cannot be written leaves the case as it was
   record.commit(run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff, true);
   print_lacking(dump, reference_stages(*dump.case_file).size());
+  hint_other_inputs(dump, diff);
   const Tensor& mask = dump.case_info.batch.mask;
   std::int64_t real = 0;
   for (auto m : mask.span<const std::uint8_t>()) real += m != 0;

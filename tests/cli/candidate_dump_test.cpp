@@ -154,6 +154,16 @@ TEST_F(CliDump, ADumpOfOtherInputsAndUntaggedBitsExitTwoSayingWhy) {
   EXPECT_EQ(other.code, 2) << other.out << other.err;
   EXPECT_NE(other.err.find("o-dump.h5: written on other inputs than those of " + path("c.h5")), std::string::npos) << other.err;
 
+  {  // No record of its inputs: judged, with a hint where the embedding says they differ.
+    const Tensor other = h5_read(path("gone.h5"), "/reference/embed/e");
+    Tap tap(path("unrecorded.h5"));
+    tap.write_raw("embed/e", "f64", other.raw(), other.shape());
+    tap.close();
+  }
+  const CliResult unrecorded = run(fmt::format("run {} --candidate-dump '{}' --no-reports --no-record", c(), path("unrecorded.h5")));
+  EXPECT_EQ(unrecorded.code, 1) << unrecorded.out << unrecorded.err;
+  EXPECT_NE(unrecorded.out.find("hint: the dump's embed/e is not this case's embedding"), std::string::npos) << unrecorded.out;
+
   const Tensor e = h5_read(path("c.h5"), "/reference/embed/e").to(DType::bf16);
   {  // What numpy writes of bf16 viewed as uint16: the bits without tdiff's dtype attribute.
     const hid_t f = H5Fcreate(path("u16.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
