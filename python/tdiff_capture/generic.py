@@ -14,13 +14,17 @@ from .mapping import TRANSFORMS, parse_where
 
 
 class Recorder:
-    def __init__(self, model, taps, num_layers=0, store="native", reference=None, shapes=None):
+    def __init__(self, model, taps, num_layers=0, store="native", reference=None, shapes=None, feed=None):
         """taps: [Tap]; "{l}" in a module path is expanded for l in range(num_layers).
         reference: the case's /reference group to isolate with (each tapped value is recorded
-        and then replaced by the reference's). shapes: {"stage/tensor": shape} for the
-        "reshape" transform (default: the reference's shapes when given)."""
+        and then replaced by the reference's). feed: which stages get the reference's values
+        (a predicate on the stage name; default: every one, isolate; a tdiff request's
+        `substituted`: the stages it takes from the reference, protocol.py). shapes:
+        {"stage/tensor": shape} for the "reshape" transform (default: the reference's shapes
+        when given)."""
         self.store = store
         self.reference = reference
+        self.feed = feed or (lambda stage: True)
         self.shapes = dict(shapes or {})
         self.values = {}      # "stage/tensor" -> (tensor in tdiff's layout, kind)
         self.fed = set()
@@ -49,7 +53,7 @@ class Recorder:
         self.values[key] = (to_tdiff(value, self._shape(key)).detach(), tap.kind)
 
     def _feed(self, key, like, tap):
-        if self.reference is None or key not in self.reference:
+        if self.reference is None or key not in self.reference or not self.feed(key.split("/")[0]):
             return like
         _, from_tdiff = TRANSFORMS[tap.transform]
         ds = self.reference[key]

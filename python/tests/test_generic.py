@@ -81,6 +81,44 @@ class GenericTest(unittest.TestCase):
             self.assertTrue(torch.equal(expected, iso.values["L01.attn_norm/h"][0]))
 
 
+    def test_a_request_feeds_only_its_substituted_stages(self):
+        import json
+        from tdiff_capture.dump import InputError
+        from tdiff_capture.generic import Recorder
+        from tdiff_capture.mapping import Tap
+        from tdiff_capture.protocol import read_request
+        m = self.model()
+        taps = [Tap("Lxx.attn_norm", "h", "layers.{l}.norm")]
+        x = torch.randn(1, 3, 4, dtype=torch.bfloat16)
+        d = tempfile.mkdtemp()
+        request = os.path.join(d, "request.json")
+        with open(request, "w") as f:
+            json.dump({"format": "tdiff-engine-request", "version": 1, "case": "/c.h5", "dump": "/d.h5",
+                       "substitute": ["L00.attn_norm"], "seed": 7}, f)
+        os.environ["TDIFF_REQUEST"] = request
+        try:
+            r = read_request()
+        finally:
+            del os.environ["TDIFF_REQUEST"]
+        self.assertEqual((r.case, r.dump, r.mode, r.seed), ("/c.h5", "/d.h5", "run", 7))
+        with h5py.File(os.path.join(d, "ref.h5"), "w") as ref:
+            g = ref.create_group("reference")
+            for key in ("L00.attn_norm/h", "L01.attn_norm/h"):
+                g[key] = torch.zeros(1, 3, 4).double().numpy()
+            rec = Recorder(m, taps, 2, reference=g, feed=r.substituted)
+            with torch.no_grad():
+                out = m(x)
+            rec.remove()
+        self.assertEqual(rec.fed, {"L00.attn_norm/h"})
+        with torch.no_grad():  # L00's norm output replaced by zeros: its projection's bias alone
+            expected = m.down(m.layers[1](m.down(m.layers[0].proj(torch.zeros(1, 3, 4, dtype=torch.bfloat16)))))
+        self.assertTrue(torch.equal(out, expected))
+        with open(request, "w") as f:
+            f.write('{"format": "tdiff-engine-request", "version": 1, "case": "/c.h5"}')
+        with self.assertRaisesRegex(InputError, 'without "dump"'):
+            read_request(request)
+
+
 @unittest.skipIf(torch is None, "needs torch")
 class RopeTest(unittest.TestCase):
     def test_yarn_frequencies_of_the_spec(self):
