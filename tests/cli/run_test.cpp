@@ -116,9 +116,10 @@ TEST_F(CliRun, BadInputsExitTwoWithOneLine) {
 // Selection replay (the default) on a tiny model whose expert and indexer scores sit close
 // together: fixed flips some choices on bf16 noise alone. Replayed, later stages get the
 // reference's choices, the flips are reported (a note on a PASS: the candidate's own scores
-// explain them) and the run passes the default thresholds; followed (--selections free), one flipped token moves its activations by O(1)
-// and the run fails. A top-k that compares in bf16 picks ids its own float32 scores rank
-// lower: replay or not, that fails at a moe.select.
+// explain them) and the run passes the default thresholds; free (--selections free), the
+// candidate follows its own choices and is judged against the reference that follows them
+// too, and passes as well. A top-k that compares in bf16 picks ids its own float32 scores
+// rank lower: replayed or free, that fails at a moe.select.
 TEST_F(CliRun, ReplayedSelectionsPassFixedAndStillCatchATopkFault) {
   ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 1 -o '{}'", path("m1"))).code, 0);
   const std::string c = path("near-ties.h5");
