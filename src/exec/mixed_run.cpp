@@ -121,15 +121,15 @@ class MixedRun {
     // The candidate's selection scores, for the routing comparison of the top-k that follows.
     for (std::size_t k = 0; k < out.size(); ++k)
       if (score_keys_.count(s.name + "/" + s.outputs[k])) cand_scores_[s.name + "/" + s.outputs[k]] = out[k];
-    if (followed_) {
-      followed_->step(i, candidate_side(s, out));
+    if (!pattern_matches(opt_.compare, s.name)) {
+      if (followed_) followed_->step(i, candidate_side(s, out));  // every stage is on the path
       return;
     }
-    if (!pattern_matches(opt_.compare, s.name)) return;
     if (!have_ref(s.name))
       input_error("{}: stage {} has no reference (run `tdiff golden {}` without --stages)", session_.path, s.name,
                   session_.path);
-    compare(s, out);
+    if (followed_) followed_->step(i, candidate_side(s, out));
+    else compare(s, out);
   }
 
   // The reference side reads /reference as shared tensors; the candidate's side is this stage's
