@@ -1,5 +1,7 @@
 #include "exec/engine_backend.h"
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -18,6 +22,8 @@
 #include "casefile/stored_tensor.h"
 #include "diff/real_rows.h"
 #include "model/op_table.h"
+
+extern char** environ;  // POSIX: the process's environment, handed on to the engine
 
 namespace tdiff {
 
@@ -40,16 +46,29 @@ std::string last_line(const std::string& log) {
   return last.empty() ? "no output" : last;
 }
 
-// Runs `sh -c line` with $TDIFF_REQUEST = request, stdout and stderr into `log`; its wait status.
+// Runs `sh -c line` with $TDIFF_REQUEST = request, stdout and stderr into `log`; its wait
+// status. posix_spawn: nothing runs between the fork and the exec but the spawn's own file
+// actions (tdiff has OpenMP threads, and a forked child of a threaded process may only call
+// async-signal-safe functions).
 int run_shell(const std::string& line, const std::string& request, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid < 0) input_error("--candidate-cmd: cannot start a process ({})", std::strerror(errno));
-  if (pid == 0) {
-    setenv(kEngineRequestEnv, request.c_str(), 1);
-    if (!std::freopen(log.c_str(), "w", stdout) || dup2(fileno(stdout), STDERR_FILENO) < 0) _exit(127);
-    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).substr(0, std::strlen(kEngineRequestEnv) + 1) != std::string(kEngineRequestEnv) + "=")
+      env_text.emplace_back(*e);
+  env_text.push_back(std::string(kEngineRequestEnv) + "=" + request);
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string sh = "sh", dash_c = "-c", cmd = line;
+  char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, "/bin/sh", &actions, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) input_error("--candidate-cmd: cannot start /bin/sh ({})", std::strerror(rc));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) input_error("--candidate-cmd: lost the engine's process ({})", std::strerror(errno));
