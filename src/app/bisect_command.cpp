@@ -167,7 +167,7 @@ void run_searches(const BisectCmd& c, Bisector& bisector, BisectReport& rep, Pha
 // The report's title, reproduce command and environment record.
 void describe_bisect(const BisectCmd& c, const CaseSession& session, const Policy& policy, const std::string& run_id,
                      const std::string& floor_label, Suffix suffix, CaseHash& case_hash, PhaseTimes& times,
-                     BisectReport& rep, EnvRecord& env) {
+                     BisectReport& rep, EnvRecord& env, const Backend& candidate) {
   RunInfo& info = rep.info;
   info.case_name = std::filesystem::path(c.case_path).stem().string();
   info.run_id = run_id;
@@ -175,6 +175,7 @@ void describe_bisect(const BisectCmd& c, const CaseSession& session, const Polic
   info.command = fmt::format("tdiff bisect {}{}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), flags(c),
                              c.report.flags()) + " --run-id " + shell_quote(run_id);
   env = candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
+  c.cand.note_engine(env, &candidate);
   auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
   add_run_facts(env, c.case_path, session.info.checksums, c.cand.seed, case_hash.get());
   hashing.stop();
@@ -285,7 +286,7 @@ int run_bisect(BisectCmd c) {
   if (rep.search) note_first_fail(rep, session.stages, bisector.full_run());
   if (rep.leads) suggest_next(rep, c);
   EnvRecord env;
-  describe_bisect(c, session, policy, run_id, floor_label, suffix, case_hash, times, rep, env);
+  describe_bisect(c, session, policy, run_id, floor_label, suffix, case_hash, times, rep, env, *candidate);
   emit_bisect(c, bisector, rep, stream, streamed, times);
 
   auto recording = times.measure("record");

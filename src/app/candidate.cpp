@@ -37,6 +37,14 @@ std::string CandidateOptions::label(const Policy& p) const {
                                : fmt::format("engine '{}' under {}", candidate_cmd, p.describe());
 }
 
+void CandidateOptions::note_engine(EnvRecord& env, const Backend* candidate) const {
+  if (candidate_cmd.empty()) return;
+  env.backend = "engine";
+  env.extra["candidate_cmd"] = candidate_cmd;
+  if (candidate)
+    for (const auto& [k, v] : candidate->environment()) env.extra["engine." + k] = v;
+}
+
 std::unique_ptr<Backend> make_candidate(const std::string& backend, const Policy& policy, std::uint64_t seed,
                                         const std::string& hip_gemm) {
   return make_backend(backend, policy, {seed, hip_gemm});

@@ -32,6 +32,9 @@ struct CandidateOptions {
   std::unique_ptr<Backend> make(CaseSession& session, const Policy& policy, std::uint64_t seed) const;
   // "emu under fixed", "engine 'CMD' under fixed".
   std::string label(const Policy& policy) const;
+  // With candidate_cmd, the environment record says so: backend "engine", the command, and the
+  // engine's own record from its last dump (`candidate`, when at hand) as engine.*.
+  void note_engine(EnvRecord& env, const Backend* candidate) const;
 };
 
 // The candidate backend by name, from the registry (exec/backend_registry.h). `hip_gemm`:

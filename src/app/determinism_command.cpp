@@ -196,6 +196,7 @@ int run_determinism(DeterminismCmd c) {
 
   EnvRecord env = refcpu ? capture_env(c.cand.backend, policy_text, process_command_line())
                          : candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
+  c.cand.note_engine(env, nullptr);
   // Checked before the runs, as run's: a case that cannot take the record fails now; the record
   // is made at the end, under the case's lock (casefile/case_file.h CaseUpdate).
   CaseUpdate::check(c.case_path);

@@ -39,14 +39,18 @@ class EngineCmd : public testing::CliTest {
 
 TEST_F(EngineCmd, BisectNamesAnEnginesFaultAsItNamesTheBackends) {
   const CliResult emu = run(fmt::format("bisect {} --policy '{}' --floor fp32 --no-reports", c(), path("fault.toml")));
-  const CliResult eng = run(fmt::format("bisect {} {} --policy fp32 --floor fp32 --no-reports", c(),
-                                        engine("fault.toml")));
+  const CliResult eng = run(fmt::format("bisect {} {} --policy fp32 --floor fp32 -o '{}'", c(), engine("fault.toml"),
+                                        path("bis")));
   ASSERT_EQ(emu.code, 1) << emu.out << emu.err;
   ASSERT_EQ(eng.code, 1) << eng.out << eng.err;
   const std::string culprit = line_of(emu.out, "result    ");
   EXPECT_NE(culprit.find("first culprit L02.attn.core"), std::string::npos) << emu.out;
   EXPECT_EQ(line_of(eng.out, "result    "), culprit) << eng.out;
   EXPECT_NE(eng.out.find("--candidate-cmd"), std::string::npos) << "the reproduce line runs the engine: " << eng.out;
+  // The environment record names the engine, not the backend the floor runs on.
+  const std::string record = slurp(path("bis/bisect.json"));
+  EXPECT_NE(record.find("\"backend\": \"engine\""), std::string::npos) << record.substr(0, 2000);
+  EXPECT_NE(record.find("\"engine.engine\": \"tdiff emu via examples/tap/tap_emu.cpp\""), std::string::npos);
 }
 
 TEST_F(EngineCmd, DeterminismRunsTheEngineRunAfterRun) {
