@@ -22,7 +22,6 @@
 // replaced by the reference's rows before anything reads them.
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 

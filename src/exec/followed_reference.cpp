@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "backend/executor.h"
-#include "casefile/h5io.h"
 #include "diff/divergence.h"
 #include "diff/pairing.h"
 #include "diff/real_rows.h"

@@ -21,6 +21,7 @@
 // model. Without it, or for a stored candidate that lacks a selection stage, diff/divergence.h's
 // rule (the diverged tokens' rows judged apart) is the approximation. `tdiff bisect` keeps its
 // free mixed runs as they were: there a flip's effect on the watched output is the evidence.
+#include <map>
 #include <memory>
 #include <set>
 #include <string>

@@ -25,7 +25,7 @@
 #include "model/tensor_contract.h"
 
 struct tdiff_tap {
-  std::string path, mode;
+  std::string path;
   std::unique_ptr<tdiff::H5Writer> writer;
   std::set<std::string> names;
   bool failed = false;  // after an error the dump is incomplete: nothing more is written
@@ -67,13 +67,6 @@ tdiff::Shape checked_shape(const int64_t* shape, int ndim) {
   for (auto d : s)
     if (d < 0) tdiff::input_error("a negative dimension in shape {}", tdiff::shape_str(s));
   return s;
-}
-
-tdiff::Shape squeezed(const tdiff::Shape& s) {
-  tdiff::Shape out;
-  for (auto d : s)
-    if (d != 1) out.push_back(d);
-  return out;
 }
 
 tdiff::Tensor copy_tensor(const char* dtype, const int64_t* shape, int ndim, const void* data) {
@@ -125,7 +118,6 @@ tdiff_tap* tdiff_tap_open(const char* path, const char* mode) {
     if (m != "run" && m != "replay" && m != "isolated")
       tdiff::input_error("mode '{}' is not 'run', 'replay' or 'isolated'", m);
     tap->path = path;
-    tap->mode = m;
     tap->writer = std::make_unique<tdiff::H5Writer>(tap->path);
     tap->writer->set_attr("/", "tdiff_dump", "candidate");
     tap->writer->set_attr("/", "tdiff_dump_mode", m);
@@ -194,7 +186,7 @@ int tdiff_tap_reference(tdiff_tap* tap, const char* name, const char* dtype, con
     const tdiff::Tensor ref =
         tdiff::read_stage_tensor(*tap->case_file, "/reference", n, *tap->contract, tdiff::StoredBy::reference);
     if (!ref.defined()) tdiff::input_error("{} holds no reference of it (run `tdiff golden`)", tap->case_file->path());
-    if (squeezed(ref.shape()) != squeezed(s))
+    if (tdiff::squeezed(ref.shape()) != tdiff::squeezed(s))
       tdiff::input_error("the buffer is {}, the reference {}", tdiff::shape_str(s), tdiff::shape_str(ref.shape()));
     const tdiff::Tensor t = ref.to(dt);
     if (t.nbytes() && !out) tdiff::input_error("no buffer for a tensor of shape {}", tdiff::shape_str(s));
