@@ -1,5 +1,5 @@
-"""capture and isolate: run transformers' DeepseekV4ForCausalLM on a case's tokens and mask and
-write its stage tensors as a tdiff candidate dump (see README.md)."""
+"""capture, replay, isolate and engine: run transformers' DeepseekV4ForCausalLM on a case's tokens
+and mask and write its stage tensors as a tdiff candidate dump (see README.md)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ import time
 
 import numpy as np
 
-from .dump import AtomicH5, InputError, check_right_padding, read_case, read_reference, set_dump_attrs
+from .dump import (AtomicH5, InputError, check_right_padding, inputs_sha256, read_case, read_reference,
+                   set_dump_attrs)
 from .mapping import (CONVENTIONS, EXTRA_TENSORS, ISOLATION, MAPPING, expected_shapes, pattern_matches,
                       stage_class, stage_graph)
 
@@ -56,15 +57,24 @@ def read_case_list(path):
     return cases
 
 
-def run(args, isolate=False, written_by="tdiff-capture"):
+DUMP_MODES = {"capture": "run", "replay": "replay", "isolate": "isolated"}
+NEEDS_REFERENCE = {"replay": "replay feeds the reference's expert and indexer choices to the model",
+                   "isolated": "isolate feeds the reference's tensors to the model"}
+
+
+def run(args, mode="run", written_by="tdiff-capture", request=None):
     """args: model, case, output, stages, no_derived, no_attn_wrap, hidden_states_check, threads,
-    dtype, device, store, rope_f64, experts, attn, allow_left_padding, cases_from. One case into
-    args.output; with cases_from, every case listed into args.output/<name>.h5, each model
-    folder loaded once (a set's cases may run on several models; --model: that one for all).
-    Returns the exit code (0 or 1)."""
+    dtype, device, store, rope_f64, experts, attn, allow_left_padding, cases_from, fault. mode:
+    the dump's mode (run, replay, isolated). One case into args.output; with cases_from, every
+    case listed into args.output/<name>.h5, each model folder loaded once (a set's cases may
+    run on several models; --model: that one for all); with request (protocol.Request), its
+    case into its dump in its mode, its stages substituted. Returns the exit code (0 or 1)."""
     t_start = time.perf_counter()
     allow_left = getattr(args, "allow_left_padding", False)
-    if getattr(args, "cases_from", None):
+    substitute = None
+    if request is not None:
+        jobs, mode, substitute = [(request.case, request.dump, None)], request.mode, request.substituted
+    elif getattr(args, "cases_from", None):
         jobs = [(case, os.path.join(args.output, name + ".h5"), model)
                 for name, case, model in read_case_list(args.cases_from)]
     else:
@@ -80,11 +90,11 @@ def run(args, isolate=False, written_by="tdiff-capture"):
             vocab[model_dir] = model_vocab(model_dir)
     if args.dtype not in DTYPES:
         raise InputError("--dtype %s: not one of %s" % (args.dtype, ", ".join(sorted(DTYPES))))
-    if isolate and args.hidden_states_check:
-        raise InputError("--hidden-states-check checks a normal forward; isolate replaces the layers' outputs")
-    if isolate:
+    if mode != "run" and args.hidden_states_check:
+        raise InputError("--hidden-states-check checks a normal forward; %s replaces what the layers compute" % mode)
+    if mode != "run" or (request is not None and request.substitute):
         for case, _, _ in jobs:  # each has its /reference, before the model loads
-            read_reference(case).close()
+            read_reference(case, NEEDS_REFERENCE.get(mode, "the request substitutes the reference's tensors")).close()
     for (case, _, model_dir), (ids, _, _, _) in zip(jobs, cases):  # every case, before any dump is written
         if ids.min() < 0 or ids.max() >= vocab[model_dir]:
             raise InputError("%s: token ids outside 0..%d" % (case, vocab[model_dir] - 1))
@@ -97,7 +107,8 @@ def run(args, isolate=False, written_by="tdiff-capture"):
         loaded = load(args, model_dir)
         for (case, output, m), (ids, mask, pos, _) in zip(jobs, cases):
             if m == model_dir:
-                ok = capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by, t_start) and ok
+                how = {"mode": mode, "substitute": substitute, "written_by": written_by}
+                ok = capture_case(args, loaded, case, output, (ids, mask, pos), how, t_start) and ok
                 loaded["load_s"], t_start = 0.0, time.perf_counter()  # the next case's timing line: its own time only
     return 0 if ok else 1
 
@@ -137,6 +148,7 @@ def load(args, model_dir):
     t_load = time.perf_counter()
     model, load_notes = hf.load_model(model_dir, dtype=dtype, device=device, experts=experts, attn=args.attn)
     load_s = time.perf_counter() - t_load
+    load_notes += hf.inject_faults(model, getattr(args, "fault", None))
     config = model.config
     graph = stage_graph(config.layer_types, config.mlp_layer_types)
     if args.stages and not any(pattern_matches(args.stages, s) for s, _ in graph):
@@ -149,7 +161,8 @@ def load(args, model_dir):
               % (len(non_native), DTYPES[args.dtype], ", ".join(non_native[:5])), file=sys.stderr)
     source = "transformers %s %s %s%s%s" % (transformers.__version__, DTYPES[args.dtype], args.attn,
                                             "" if device.type == "cpu" else " on " + str(device),
-                                            " rope-f64" if args.rope_f64 else "")
+                                            " rope-f64" if args.rope_f64 else "") + \
+        "".join(" fault %s" % f for f in getattr(args, "fault", None) or ())
     env = {"engine": "transformers %s (torch %s)" % (transformers.__version__, torch.__version__),
            "transformers": transformers.__version__, "torch": torch.__version__,
            "device": device.type + (" " + torch.cuda.get_device_name(device) if device.type == "cuda" else ""),
@@ -158,6 +171,8 @@ def load(args, model_dir):
            "experts_implementation": str(getattr(config, "_experts_implementation", None)),
            "rope": ("float64 (tdiff_capture --rope-f64: a deliberate deviation from stock transformers)"
                     if args.rope_f64 else "transformers' own (float32 tables)")}
+    if getattr(args, "fault", None):
+        env["fault"] = ", ".join(args.fault)
     return {"torch": torch, "transformers": transformers, "hf": hf, "model": model, "config": config,
             "dims": hf.model_dims(config), "graph": graph, "dtype": dtype, "device": device,
             "load_s": load_s, "load_notes": load_notes, "non_native": non_native,
@@ -165,12 +180,15 @@ def load(args, model_dir):
             "model_dir": model_dir}
 
 
-def capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by, t_start):
-    """One case's forward with the hooks, written to `output`; its lines printed. True when every
-    check held."""
+def capture_case(args, loaded, case, output, inputs, how, t_start):
+    """One case's forward with the hooks, written to `output`; its lines printed. inputs: (ids,
+    mask, pos). how: the dump's mode, the substituted stages' predicate (a request) and the
+    writer. True when every check held."""
     from .rope import patch_model_rotary_f64
     hf, model, config = loaded["hf"], loaded["model"], loaded["config"]
-    env = dict(loaded["env"], written_by=written_by)
+    mode, substitute = how["mode"], how["substitute"]
+    env = dict(loaded["env"], written_by=how["written_by"])
+    ids, mask, pos = inputs
     B, S = ids.shape
     shape_of = expected_shapes(loaded["dims"], B, S)
     load_notes = list(loaded["load_notes"])
@@ -181,26 +199,32 @@ def capture_case(args, loaded, case, output, ids, mask, pos, isolate, written_by
         except ValueError as e:
             raise InputError(str(e))
         load_notes += rope_notes
-    reference = read_reference(case) if isolate else None
+    fed = mode != "run" or substitute is not None
+    reference = read_reference(case) if fed else None
 
     try:
         with AtomicH5(output, prefix=".capture_hf.") as h5:
             rec = hf.Recorder(h5, loaded["graph"], shape_of, args.stages, derive=not args.no_derived,
                               wrap=not args.no_attn_wrap, keep_streams=args.hidden_states_check,
-                              store=args.store, reference=reference["reference"] if reference else None)
+                              store=args.store, reference=reference["reference"] if reference else None,
+                              feed=None if mode == "isolated" else (substitute or (lambda stage: False)),
+                              replay=mode == "replay")
             outputs, forward_s = _hooked_forward(loaded, rec, ids, mask, pos, args.hidden_states_check, undo_rope)
+            rec.unfed_substitutions()
             missing = rec.missing()
             hs_ok, hs_lines = True, []
             if args.hidden_states_check:
                 hs_ok, hs_lines = hf.hidden_states_check(outputs.hidden_states, rec.kept, config.num_hidden_layers)
-            _write_attrs(h5, args, loaded, env, rec, case, isolate, missing, load_notes, hs_lines)
+            h5.attrs["case_inputs_sha256"] = inputs_sha256(ids, mask)
+            _write_attrs(h5, args, loaded, env, rec, case, mode, missing, load_notes, hs_lines)
     finally:
         if reference is not None:
             reference.close()
 
-    print("# %s%s, B=%d S=%d -> %s" % (loaded["source"], ", isolated stages" if isolate else "", B, S, output))
-    _print_stages(loaded["graph"], rec, args.stages, isolate, missing)
-    ok = _print_checks(rec, isolate, load_notes, hs_lines)
+    what = {"run": "", "replay": ", the reference's selections", "isolated": ", isolated stages"}[mode]
+    print("# %s%s, B=%d S=%d -> %s" % (loaded["source"], what, B, S, output))
+    _print_stages(loaded["graph"], rec, args.stages, mode == "isolated", missing)
+    ok = _print_checks(rec, mode, load_notes, hs_lines)
     if not hs_ok:
         ok = False
     torch = loaded["torch"]
@@ -233,11 +257,11 @@ def _hooked_forward(loaded, rec, ids, mask, pos, hidden_states, undo_rope):
             undo_rope()
 
 
-def _write_attrs(h5, args, loaded, env, rec, case, isolate, missing, load_notes, hs_lines):
+def _write_attrs(h5, args, loaded, env, rec, case, mode, missing, load_notes, hs_lines):
     """The dump's root attributes: the dump mode and environment, the source, the mapping, what
     was not captured, the self-checks and notes."""
     torch, transformers = loaded["torch"], loaded["transformers"]
-    set_dump_attrs(h5, "isolated" if isolate else "run", env)
+    set_dump_attrs(h5, mode, env)
     a = h5.attrs
     a["source"] = loaded["source"]
     a["transformers_version"] = str(transformers.__version__)
@@ -258,9 +282,13 @@ def _write_attrs(h5, args, loaded, env, rec, case, isolate, missing, load_notes,
     non_native = loaded["non_native"]
     a["non_float64_tensors" if loaded["dtype"] == torch.float64 else "non_native_tensors"] = json.dumps(non_native)
     a["notes"] = json.dumps(load_notes + rec.notes)
-    if isolate:
+    if rec.isolating:
         a["isolation"] = json.dumps({"%s/%s" % k: v for k, v in sorted(ISOLATION.items())})
+    if rec.reference is not None:
         a["not_fed"] = json.dumps(rec.not_fed)
+        a["fed"] = json.dumps(sorted(rec.fed))
+    if rec.replay:
+        a["replay_flips"] = json.dumps({k: {"rows": n, "of": total} for k, (n, total) in sorted(rec.flips.items())})
     if args.hidden_states_check:
         a["hidden_states_check"] = json.dumps(hs_lines)
 
@@ -295,13 +323,20 @@ def _print_stages(graph, rec, stages, isolate, missing):
         print("# not captured: %s%s: %s" % (name, layers, v["reason"]))
 
 
-def _print_checks(rec, isolate, load_notes, hs_lines):
-    """What was fed (isolate), the notes, the self-checks, shape errors and the hidden-states
-    check's lines. False when a shape was wrong."""
+def _print_checks(rec, mode, load_notes, hs_lines):
+    """What was fed (isolate, a request's substitutions), the flips replay took the reference's
+    choice over, the notes, the self-checks, shape errors and the hidden-states check's lines.
+    False when a shape was wrong."""
     ok = True
-    if isolate:
-        print("# isolate: %d reference tensors fed to the model; %d not fed%s"
-              % (len(rec.fed), len(rec.not_fed), "".join("\n#   not fed: %s: %s" % kv for kv in sorted(rec.not_fed.items())[:10])))
+    if mode == "isolated" or rec.fed or rec.not_fed:
+        what = "isolate" if mode == "isolated" else "substituted"
+        print("# %s: %d reference tensors fed to the model; %d not fed%s"
+              % (what, len(rec.fed), len(rec.not_fed),
+                 "".join("\n#   not fed: %s: %s" % kv for kv in sorted(rec.not_fed.items())[:10])))
+    if rec.replay:
+        flips = sorted(rec.flips.items())
+        print("# replay: the reference's choices taken at %d selection stages; the model's own differed in %s"
+              % (len(flips), ", ".join("%s %d of %d rows" % (k, n, t) for k, (n, t) in flips if n) or "no row"))
     for note in load_notes + rec.notes:
         print("# note: %s" % note)
     bad_checks = [(w, d) for w, d in rec.checks if d != 0.0]

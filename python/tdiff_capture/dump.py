@@ -1,13 +1,14 @@
 """Case files in, candidate dumps out (the layout tdiff's dump reader and the C tap use).
 
 A dump holds /<stage>/<tensor> datasets and the root attributes tdiff_dump = "candidate",
-tdiff_dump_mode = "run" | "isolated" and env.* (the environment record that `tdiff run
+tdiff_dump_mode = "run" | "replay" | "isolated", case_inputs_sha256 and env.* (the environment record that `tdiff run
 --candidate-dump` shows). Storage of dtypes as src/casefile/h5_reader.cpp reads them: f64, f32, f16 as
 IEEE floats; bf16 as uint16 bit patterns with the attribute dtype="bf16"; indices int64; masks
 uint8 with dtype="bool".
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -100,14 +101,25 @@ def check_right_padding(mask, path, allow_left=False):
           (path, len(left), "" if len(left) == 1 else "s", b, first), file=sys.stderr)
 
 
-def read_reference(case_path):
-    """An open h5py group /reference of the case (for isolate), or InputError."""
+def read_reference(case_path, why="isolate feeds the reference's tensors to the model"):
+    """An open h5py file of the case that holds /reference (isolate, replay, a request's
+    substitutions), or InputError saying why it is needed."""
     f = h5py.File(case_path, "r")
     if "reference" not in f:
         f.close()
-        raise InputError("%s: no /reference (run `tdiff golden %s` first: isolate feeds the reference's "
-                         "tensors to the model)" % (case_path, case_path))
+        raise InputError("%s: no /reference (run `tdiff golden %s` first: %s)" % (case_path, case_path, why))
     return f
+
+
+def inputs_sha256(ids, mask):
+    """The SHA-256 of a case's inputs as tdiff computes it (src/model/batch.h): the shape [B, S]
+    as two int64, then per position the id as int64 and the mask as uint8."""
+    per_position = np.empty(ids.size, dtype=[("id", "<i8"), ("mask", "u1")])
+    per_position["id"] = ids.reshape(-1)
+    per_position["mask"] = mask.reshape(-1)
+    h = hashlib.sha256(np.array(ids.shape, dtype="<i8").tobytes())
+    h.update(per_position.tobytes())
+    return h.hexdigest()
 
 
 # torch dtype name -> the tdiff dtype it is written as (store="native").

@@ -41,13 +41,40 @@ def _visible(mask):
     return mask if mask.dtype == torch.bool else mask == 0
 
 
+def _routing_weights(scores, idx, scale):
+    """DeepseekV4TopKRouter's weights at a choice (model-spec §5.16), as its code computes them."""
+    w = scores.gather(1, idx.long())
+    w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+    return w * scale
+
+
+def _tdiff_order(gate, scores, indices):
+    """The permutation of each row of a router's choice into tdiff's order: biased score
+    descending, then expert id; hash routing keeps tid2eid's order."""
+    idx = indices.long()
+    if not hasattr(gate, "e_score_correction_bias"):
+        return torch.arange(idx.shape[1], device=idx.device).expand_as(idx)
+    vals = (scores + gate.e_score_correction_bias).gather(1, idx).double().cpu().numpy()
+    order = np.lexsort((idx.cpu().numpy(), -vals), axis=-1)
+    return torch.from_numpy(np.ascontiguousarray(order)).to(idx.device)
+
+
 class Recorder:
-    def __init__(self, h5, graph, shape_of, pattern, derive, wrap, keep_streams, store="f64", reference=None):
+    def __init__(self, h5, graph, shape_of, pattern, derive, wrap, keep_streams, store="f64", reference=None,
+                 feed=None, replay=False):
         """store: "f64" (floats widened to float64) or "native" (the dtype the model held).
-        reference: the case's /reference group (h5py) to isolate with, or None (capture)."""
+        reference: the case's /reference group (h5py) to feed from, or None (a plain capture).
+        feed: the stages whose outputs the model takes from the reference (a predicate on the
+        stage name; default: every one, isolate; an engine request's `substituted`). replay:
+        after each router and indexer the reference's choice is taken, the model's own recorded."""
         self.h5 = h5
         self.store = store
         self.reference = reference
+        self.isolating = reference is not None and feed is None and not replay
+        self.feed = feed or ((lambda stage: False) if replay else (lambda stage: True))
+        self.replay = replay and reference is not None
+        self.flips = {}       # stage -> rows whose own choice differs from the reference's (replay)
+        self.replayed = set()  # "stage/tensor" of the reference's choices replay took
         self.fed = {}         # "stage/tensor" -> how the reference's value was fed (isolate)
         self.not_fed = {}     # "stage/tensor" -> why not
         self.graph = graph
@@ -100,16 +127,21 @@ class Recorder:
         if expected is not None and tuple(arr.shape) != tuple(expected):
             self.shape_errors.append("%s: shape %s, tdiff's is %s" % (key, list(arr.shape), list(expected)))
         attrs = {"hf_module": module, "how": row[3]}
-        if self.reference is not None:
+        if self.isolating:
             attrs["isolation"] = ISOLATION.get((cls, tensor), "local")
         write_tensor(self.h5, key, arr, attr_dtype, attrs)
         self.meta[key] = (tuple(arr.shape), dtype_name, module, row[3])
 
-    # -- isolate: the reference's values fed back ------------------------------------------
-    def ref(self, stage, tensor, like, how="as is"):
-        """The reference's stage/tensor shaped, typed and placed like `like` (isolate), or `like`
-        itself when not isolating or the reference lacks it (noted)."""
-        if self.reference is None:
+    # -- isolate, substitute, replay: the reference's values fed in --------------------------
+    def feeds(self, stage):
+        """Whether `stage`'s outputs are the reference's (isolate, or a substituted stage)."""
+        return self.reference is not None and self.feed(stage)
+
+    def ref(self, stage, tensor, like, how="as is", always=False):
+        """The reference's stage/tensor shaped, typed and placed like `like` when the stage is fed
+        (always: even when not, replay's choices), else `like` itself; `like` too when the
+        reference lacks it (noted)."""
+        if self.reference is None or not (always or self.feed(stage)):
             return like
         key = "%s/%s" % (stage, tensor)
         if key not in self.reference:
@@ -120,12 +152,15 @@ class Recorder:
         if r.numel() != like.numel():
             self.not_fed[key] = "the reference has %s elements, the module %s" % (list(r.shape), list(like.shape))
             return like
-        self.fed[key] = how
+        if always and not self.feed(stage):
+            self.replayed.add(key)
+        else:
+            self.fed[key] = how
         return r.reshape(like.shape).to(device=like.device, dtype=like.dtype)
 
     def ref_t12(self, stage, tensor, like):
         """As ref() for a module value [B,H,S,d] whose tdiff layout is [B,S,H,d]."""
-        if self.reference is None:
+        if not self.feeds(stage):
             return like
         t = like.transpose(1, 2)
         return self.ref(stage, tensor, t, "transpose(1, 2)").transpose(1, 2)
@@ -402,7 +437,7 @@ class Recorder:
             w = out.float() * ix.scorer.weights_scaling
             if self.derive:
                 self.put(L + "attn.idx.weights", "w", w)
-            if self.reference is None:
+            if not self.feeds(L + "attn.idx.weights"):
                 return None
             fed = self.ref(L + "attn.idx.weights", "w", w, "reference w / weights_scaling")
             return (fed / ix.scorer.weights_scaling).to(dtype=out.dtype)
@@ -431,40 +466,92 @@ class Recorder:
                 self.put(*item)
             if self.reference is None:
                 return None
-            return self.ref(L + "attn.idx.topk", "sel", out, "the reference's picks (ascending, -1 last)")
+            fed = self.ref(L + "attn.idx.topk", "sel", out, "the reference's picks (ascending, -1 last)",
+                           always=self.replay)
+            if self.replay:
+                self.count_flips(L + "attn.idx.topk", _canonical_sel(out), fed)
+            return fed
         self.handles.append(ix.register_forward_hook(lambda mod, args, out: indexer_out(mod, args, {}, out)))
 
     def install_moe(self, mlp, L):
+        if self.feeds(L + "moe.router"):
+            self.feed_router_scores(mlp.gate, L)
+
         def gate(mod, args, kwargs, out):
             logits, weights, indices = out
-            scores = mod.score_fn(logits)
+            scores = mod.score_fn(logits)       # what the router chose on (the reference's when fed)
+            order = _tdiff_order(mod, scores, indices)
+            if self.derive:
+                self.check(L + "moe.weights/wt == the scores at the choice, normalised",
+                           _routing_weights(scores, indices, mod.routed_scaling_factor), weights)
+            own, own_wt = indices.long().gather(1, order), weights.gather(1, order)  # tdiff's order
+            idx_used, wt_used, rec_idx, rec_wt = self.routing_used(mod, L, scores, (indices, weights), (own, own_wt))
+            if self.replay:
+                self.count_flips(L + "moe.select", own.sort(dim=1).values, idx_used.long().sort(dim=1).values)
+            by_id = rec_idx.argsort(dim=1, stable=True)
             items = [(L + "moe.router", "logit", logits)]
             if self.derive:
                 items.append((L + "moe.router", "score", scores))
-            idx = indices.long()
-            idx_np = idx.cpu().numpy()
-            if hasattr(mod, "e_score_correction_bias"):   # learned top-k: tdiff's order
-                biased = scores + mod.e_score_correction_bias
-                vals = biased.gather(1, idx).double().cpu().numpy()
-                order = np.lexsort((idx_np, -vals), axis=-1)
-            else:                                         # hash routing: tid2eid order is tdiff's
-                order = np.broadcast_to(np.arange(idx_np.shape[1]), idx_np.shape)
-            order = torch.from_numpy(np.ascontiguousarray(order)).to(idx.device)
-            by_id = torch.from_numpy(np.ascontiguousarray(np.argsort(idx_np, axis=-1, kind="stable"))).to(idx.device)
-            items += [(L + "moe.select", "idx", idx.gather(1, order)),
-                      (L + "moe.select", "idx_sorted", idx.gather(1, by_id)),
-                      (L + "moe.weights", "wt", weights.gather(1, order)),
-                      (L + "moe.weights", "wt_sorted", weights.gather(1, by_id))]
+            items += [(L + "moe.select", "idx", own), (L + "moe.select", "idx_sorted", own.sort(dim=1).values),
+                      (L + "moe.weights", "wt", rec_wt), (L + "moe.weights", "wt_sorted", rec_wt.gather(1, by_id))]
             for item in items:
                 self.put(*item)
             if self.reference is None:
                 return None
-            return (self.ref(L + "moe.router", "logit", logits), self.ref(L + "moe.weights", "wt", weights),
-                    self.ref(L + "moe.select", "idx", indices))
+            return self.ref(L + "moe.router", "logit", logits), wt_used, idx_used
         self.handles.append(mlp.gate.register_forward_hook(lambda mod, args, out: gate(mod, args, {}, out)))
         self.feed_out(mlp.experts, L + "moe.experts", "routed")
         self.feed_out(mlp.shared_experts, L + "moe.shared", "shared", lambda out: out.reshape(-1, out.shape[-1]))
         self.feed_out(mlp, L + "moe.out", "f")
+
+    def routing_used(self, mod, L, scores, hf, own):
+        """What the experts get and what is recorded: (indices, weights, recorded choice,
+        recorded weights). hf: the router's (indices, weights); own: the same in tdiff's order.
+        Replay: rows whose own choice is the reference's keep the router's own; the others take
+        the reference's choice with the weights of the model's own scores at it. A substituted
+        moe.select or moe.weights: the reference's tensor (in tdiff's order), the weights then
+        recomputed, or the choice put in tdiff's order."""
+        (indices, weights), (own_idx, own_wt) = hf, own
+        take_idx = self.replay or self.feeds(L + "moe.select")
+        take_wt = self.feeds(L + "moe.weights")
+        if not (take_idx or take_wt):
+            return indices, weights, own_idx, own_wt
+        idx = own_idx
+        if take_idx:
+            idx = self.ref(L + "moe.select", "idx", indices, "the reference's choice (tdiff's order)",
+                           always=self.replay)
+            if idx is indices:  # not in the reference (noted)
+                idx = own_idx
+        wt = self.ref(L + "moe.weights", "wt", weights) if take_wt else \
+            _routing_weights(scores, idx, mod.routed_scaling_factor)
+        if not self.replay or self.feeds(L + "moe.select") or take_wt:
+            return idx, wt, idx.long(), wt
+        same = (own_idx.sort(dim=1).values == idx.long().sort(dim=1).values).all(dim=1, keepdim=True)
+        return (torch.where(same, indices, idx.to(indices.dtype)), torch.where(same, weights, wt),
+                torch.where(same, own_idx, idx.long()), torch.where(same, own_wt, wt))
+
+    def feed_router_scores(self, gate, L):
+        """The router takes the reference's scores: its own top-k and weights then run on them
+        (HF's gate calls score_fn between its logits and its top-k)."""
+        fn, key = gate.score_fn, L + "moe.router/score"
+        self.not_fed[key] = "the router did not call its score_fn"  # until it does
+
+        def fed(out):
+            self.not_fed.pop(key, None)
+            return self.ref(L + "moe.router", "score", out)
+        if isinstance(fn, torch.nn.Module):
+            self.handles.append(fn.register_forward_hook(lambda mod, args, out: fed(out)))
+        else:
+            gate.score_fn = lambda logits: fed(fn(logits))
+            self.restore.append(lambda: setattr(gate, "score_fn", fn))
+
+    def count_flips(self, stage, own, used):
+        """Replay: the rows whose own choice (sorted) differs from the one taken."""
+        if own.numel() == 0 or tuple(own.shape) != tuple(used.shape):
+            return
+        k = own.shape[-1]
+        rows = (own.reshape(-1, k) != used.reshape(-1, k).to(own.dtype)).any(dim=1)
+        self.flips[stage] = (int(rows.sum()), int(rows.numel()))
 
     def install_attention_wrap(self, hf_module):
         """Wraps the module-level eager_attention_forward, which DeepseekV4Attention.forward
@@ -477,13 +564,13 @@ class Recorder:
         rec = self
 
         def eager_attention_forward(module, query, key, value, attention_mask, *args, **kwargs):
-            if rec.reference is None:
+            L = "L%02d." % module.layer_idx
+            if not (rec.feeds(L + "attn.q_rope") or rec.feeds(L + "attn.kv_rope")):
                 out = original(module, query, key, value, attention_mask, *args, **kwargs)
                 rec.on_attention(module, query, key, out[0])
-                return out
-            # isolate: q_rope and kv_rope as computed (from the fed q_norm, kv_norm and tables)
-            # are recorded, the reference's are attended, and attn.core is recorded and fed.
-            L = "L%02d." % module.layer_idx
+                return (rec.ref(L + "attn.core", "o", out[0]),) + tuple(out[1:])
+            # q_rope and kv_rope as computed (from the fed q_norm, kv_norm and tables) are
+            # recorded, the reference's are attended, and attn.core is recorded and fed.
             S = query.shape[2]
             q_fed = rec.ref_t12(L + "attn.q_rope", "q", query)
             k_fed = key.clone()
@@ -512,6 +599,22 @@ class Recorder:
             self.put(*item)
 
     # -- after the forward -----------------------------------------------------------------
+    def unfed_substitutions(self):
+        """A request's substituted stages none of whose tensors a hook fed, into not_fed with
+        why (a stage transformers computes inside one module with the next); the exact ones
+        (masks of positions only) need no feeding."""
+        if self.isolating or self.reference is None:
+            return
+        fed_stages = {k.split("/")[0] for k in self.fed}
+        for stage, tensors in self.graph:
+            if not self.feed(stage) or stage in fed_stages:
+                continue
+            cls, _ = stage_class(stage)
+            why = [ISOLATION.get((cls, t), "no hook feeds it") for t in tensors]
+            if all(w.startswith("exact") for w in why):
+                continue
+            self.not_fed[stage] = "substituted but not fed: %s" % why[0]
+
     def missing(self):
         """{"class/tensor": {"reason": ..., "layers": [...]}} for wanted tensors not captured."""
         out = {}
@@ -596,6 +699,48 @@ def load_model(model_dir, dtype=None, device="cpu", experts="eager", attn="eager
                 cfg._experts_implementation = "eager"
                 notes.append("%s: experts implementation set to eager on its own config" % name)
     return model, notes
+
+
+FAULT_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def _cast_floats(value, dtype):
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, tuple):
+        return tuple(_cast_floats(v, dtype) for v in value)
+    return value
+
+
+def inject_faults(model, specs):
+    """--fault MODULE=DTYPE: the module (a name of model.named_modules(), e.g.
+    model.layers.1.self_attn.o_b_proj) computes in DTYPE: its parameters and floating inputs
+    cast to it, its floating outputs cast back to its input's dtype. A planted fault for a
+    bisect to name. Returns one note per fault; InputError for an unknown module or dtype."""
+    modules = dict(model.named_modules())
+    notes = []
+    for spec in specs or ():
+        path, _, name = spec.partition("=")
+        if name not in FAULT_DTYPES:
+            raise InputError("--fault %s: DTYPE must be one of %s" % (spec, ", ".join(sorted(FAULT_DTYPES))))
+        if not path or path not in modules:
+            near = sorted(m for m in modules if path and m.endswith(path.rsplit(".", 1)[-1]))[:3]
+            raise InputError("--fault %s: the model has no module '%s'%s" % (spec, path, (", e.g. " + ", ".join(near))
+                                                                             if near else ""))
+        module, dtype, seen = modules[path], FAULT_DTYPES[name], []
+        module.to(dtype)
+
+        def pre(mod, args, kwargs, dtype=dtype, seen=seen):
+            first = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
+            seen[:] = [first.dtype if first is not None else None]
+            return _cast_floats(args, dtype), {k: _cast_floats(v, dtype) for k, v in kwargs.items()}
+
+        def post(mod, args, kwargs, out, seen=seen):
+            return _cast_floats(out, seen[0]) if seen and seen[0] is not None else out
+        module.register_forward_pre_hook(pre, with_kwargs=True)
+        module.register_forward_hook(post, with_kwargs=True)
+        notes.append("fault planted: %s computes in %s" % (path, name))
+    return notes
 
 
 def model_dims(config):

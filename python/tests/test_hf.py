@@ -30,6 +30,13 @@ if SKIP is None and not os.access(TDIFF, os.X_OK):
     SKIP = "needs the tdiff binary: set TDIFF or build build/tdiff (%s not found)" % TDIFF
 
 
+def _floats(ds):
+    """A dump's floating dataset as float64 (bf16 bit patterns widened)."""
+    if ds.attrs.get("dtype") == "bf16":
+        return (ds[()].astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return ds[()].astype(np.float64)
+
+
 def sh(*cmd, ok=(0,)):
     p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode not in ok:
@@ -156,6 +163,88 @@ class HfTest(unittest.TestCase):
         text = sh(TDIFF, "run", self.case, "--model", self.model, "--candidate-dump", out, "--no-record",
                   "--dump-policy", "fixed", ok=(0, 1))
         self.assertIn("dump lacks", text)
+
+    def test_replay_changes_nothing_where_the_choices_agree(self):
+        # float64 chooses as the reference does (tie rule torch-cpu): replay takes the reference's
+        # choices, the routing weights recomputed from its own scores, and writes what capture writes.
+        free, _ = self.capture("free64", "--dtype", "float64", "--device", "cpu", "--store", "f64")
+        replay, log = self.capture("replay64", "--dtype", "float64", "--device", "cpu", "--store", "f64",
+                                   "--selections", "replay")
+        self.assertIn("replay: the reference's choices taken at", log)
+        self.assertIn("differed in no row", log)
+        self.assertIn("self-checks:", log)  # the recomputed weights equal the router's own, bit for bit
+        self.assertNotIn("self-check not bitwise", log)
+        with h5py.File(free, "r") as a, h5py.File(replay, "r") as b:
+            self.assertEqual(b.attrs["tdiff_dump_mode"], "replay")
+            self.assertEqual(a.attrs["case_inputs_sha256"], b.attrs["case_inputs_sha256"])
+            flips = json.loads(b.attrs["replay_flips"])
+            self.assertTrue(any(k.endswith("moe.select") for k in flips), flips)
+            self.assertTrue(all(v["rows"] == 0 for v in flips.values()), flips)
+            keys = []
+            a.visititems(lambda k, v: keys.append(k) if isinstance(v, h5py.Dataset) else None)
+            self.assertGreater(len(keys), 100)
+            for k in keys:
+                self.assertTrue(np.array_equal(a[k][()], b[k][()]), k)
+        text = sh(TDIFF, "run", self.case, "--model", self.model, "--candidate-dump", replay, "--no-record",
+                  "--dump-policy", "fp32", "--no-reports")
+        self.assertNotIn("followed the dump's choices", text)
+
+    def test_replay_in_bf16_takes_the_references_choices(self):
+        # bf16 flips some choices: replay records the model's own, routes on the reference's, and
+        # the weights it writes are its own scores at the reference's experts.
+        out, log = self.capture("replay-bf16", "--dtype", "bfloat16", "--device", "cpu", "--selections", "replay")
+        self.assertIn("replay: the reference's choices taken at", log)
+        with h5py.File(out, "r") as f, h5py.File(self.case, "r") as c:
+            flips = json.loads(f.attrs["replay_flips"])
+            self.assertTrue(flips)
+            for stage, v in flips.items():  # the rows counted are those whose own choice differs
+                tensor = "sel" if stage.endswith("topk") else "idx_sorted"
+                own, ref = f["%s/%s" % (stage, tensor)][()], c["reference/%s/%s" % (stage, tensor)][()]
+                self.assertEqual(v["rows"], int((own != ref).reshape(-1, own.shape[-1]).any(axis=-1).sum()), stage)
+            for stage in (k[:-len(".select")] for k in flips if k.endswith("moe.select")):
+                g = torch.from_numpy(_floats(f[stage + ".router/score"])).gather(
+                    1, torch.from_numpy(c["reference/%s.select/idx" % stage][()]))
+                got = torch.from_numpy(_floats(f[stage + ".weights/wt"]))
+                self.assertLess(float((got / got.sum(-1, keepdim=True) - g / g.sum(-1, keepdim=True)).abs().max()),
+                                2e-2, stage)
+
+    def engine_cmd(self, *extra):
+        return " ".join([sys.executable, "-m", "tdiff_capture", "engine", "--model", self.model, "--dtype", "float64",
+                         "--device", "cpu", "--store", "f64", "--rope-f64"] + list(extra))
+
+    def test_engine_substitutes_the_requested_stages(self):
+        # A fault in layer 1's output projection: substituted, its error stays out of the streams.
+        fault = "--fault model.layers.1.self_attn.o_b_proj=float16"
+        errors = {}
+        for name, substitute in (("faulty", []), ("substituted", ["L01.attn.o_b"])):
+            request = os.path.join(self.dir, "request-%s.json" % name)
+            dump = os.path.join(self.dir, "engine-%s.h5" % name)
+            with open(request, "w") as f:
+                json.dump({"format": "tdiff-engine-request", "version": 1, "case": self.case, "dump": dump,
+                           "mode": "run", "substitute": substitute, "seed": 1}, f)
+            p = subprocess.run(self.engine_cmd(fault).split(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env=dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."),
+                                                   TDIFF_REQUEST=request))
+            self.assertEqual(p.returncode, 0, p.stdout[-4000:])
+            with h5py.File(dump, "r") as d, h5py.File(self.case, "r") as c:
+                self.assertIn("o_b_proj=float16", d.attrs["env.fault"])
+                ref = c["reference/L01.hc_attn.post/X"][()]
+                errors[name] = float(np.linalg.norm(d["L01.hc_attn.post/X"][()] - ref) / np.linalg.norm(ref))
+                if substitute:
+                    self.assertEqual(json.loads(d.attrs["fed"]), ["L01.attn.o_b/a"])
+        self.assertGreater(errors["faulty"], 1e-5, errors)
+        self.assertLess(errors["substituted"], 1e-9, errors)
+
+    def test_bisect_names_a_planted_fault_in_transformers(self):
+        bis = os.path.join(self.dir, "bisect-hf")
+        cmd = self.engine_cmd("--fault", "model.layers.1.self_attn.o_b_proj=float16")
+        p = subprocess.run([TDIFF, "bisect", self.case, "--candidate-cmd", cmd, "--policy", "fp32", "--floor", "fp32",
+                            "-o", bis], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")))
+        with open(os.path.join(self.dir, "bisect-hf.log"), "w") as f:
+            f.write(p.stdout)
+        self.assertEqual(p.returncode, 1, p.stdout[-4000:])
+        self.assertRegex(p.stdout, r"first culprit L01\.attn\.o_b", p.stdout[-4000:])
 
     def release_model(self):
         """The tiny preset in DeepSeek's release layout (FP8 linears, FP4 experts, release

@@ -252,12 +252,14 @@ int run_dump(RunCmd c) {
   return diff.verdict == Verdict::fail ? 1 : 0;
 }
 
-// --candidate-cmd: the engine run once on the case, its dump judged as --candidate-dump's.
+// --candidate-cmd: the engine run once on the case (its own choices, or the reference's with
+// --selections replay), its dump judged as --candidate-dump's.
 int run_engine_dump(RunCmd c) {
   const EngineFolder folder;
   EngineRequest r;
   r.case_path = absolute_path(c.case_path);
   r.dump_path = folder.path() + "/dump.h5";
+  r.mode = c.selections_given && c.selections == "replay" ? "replay" : "run";
   const double seconds = run_engine(c.cand.candidate_cmd, r, folder.path() + "/request.json");
   fmt::print("engine: '{}' ran in {:.2f} s\n", c.cand.candidate_cmd, seconds);
   c.dump = r.dump_path;

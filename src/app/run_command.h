@@ -15,6 +15,7 @@ struct RunCmd {
   std::string case_path;
   std::string stages;
   std::string selections = "replay";
+  bool selections_given = false;  // on the command line: an engine (--candidate-cmd) is asked for that mode
   bool save = false;    // the candidate's tensors into /runs/<run-id> of the case
   std::string save_to;  // ... or of this HDF5 file
   bool stats = false;

@@ -22,11 +22,12 @@ void setup_run(CLI::App& app) {
       "Exit code: 0 all stages pass (warnings allowed), 1 a stage fails, 2 usage or input error.");
   cmd->add_option("case", c->case_path, "case file with a reference (tdiff golden)")->required();
   cmd->add_option("--stages", c->stages, "compare only stages matching these globs (all stages still run)");
-  cmd->add_option("--selections", c->selections,
+  auto* selections = cmd->add_option("--selections", c->selections,
                   "replay: later stages get the reference's expert and indexer choices, so each stage is judged on "
                   "the same choices and only top-k faults fail a selection; free: the candidate follows its own, and "
                   "is judged against the reference that follows the same choices (one more reference forward from "
-                  "the first flip on)")
+                  "the first flip on). With --candidate-cmd: the engine is asked for a dump in that mode "
+                  "(default free)")
       ->check(CLI::IsMember({"replay", "free"}))
       ->capture_default_str();
   auto* save = cmd->add_flag("--save", c->save,
@@ -55,7 +56,7 @@ void setup_run(CLI::App& app) {
        {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to", "--stats"})
     if (auto* o = cmd->get_option_no_throw(name)) {
       dump->excludes(o);
-      engine->excludes(o);
+      if (o != selections) engine->excludes(o);
     }
   cmd->add_option("--measured-floor", c->measured_floor,
                   "on: also run emu in the candidate's storage and stream formats (every other knob correct) and hold "
@@ -68,7 +69,10 @@ void setup_run(CLI::App& app) {
   cmd->add_flag("--no-record", c->no_record,
                 "leave the case file untouched (no /env and /runs record of this run; a read-only case can be run)");
   add_verify_case_option(cmd);
-  cmd->callback([c] { exit_code() = app::run_run(*c); });
+  cmd->callback([c, selections] {
+    c->selections_given = selections->count() > 0;
+    exit_code() = app::run_run(*c);
+  });
 }
 
 }  // namespace tdiff::cli

@@ -4,7 +4,10 @@
 // dump, and an engine that fails is one line, exit 2.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -77,6 +80,23 @@ TEST_F(EngineCmd, RunJudgesTheEnginesDumpAndAFailingEngineIsOneLine) {
     EXPECT_NE(bad.err.find(says), std::string::npos) << bad.err;
     EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
   }
+}
+
+TEST_F(EngineCmd, RunAsksTheEngineForTheReplayedModeWhenToldTo) {
+  // --selections replay with --candidate-cmd: the request's mode is replay, and the engine's dump
+  // is judged as the same engine's replayed dump given by hand.
+  std::ofstream(path("fixed.toml")) << "preset = \"fixed\"\n";
+  const CliResult asked = run(fmt::format("run {} {} --selections replay --dump-policy fixed --no-record -o '{}'", c(),
+                                          engine("fixed.toml"), path("asked")));
+  ASSERT_EQ(asked.code, 0) << asked.out << asked.err;
+  const int tapped = std::system(
+      fmt::format("'{}' {} '{}' 0 '{}' replay >/dev/null", TAP_EMU_BIN, c(), path("fixed.toml"), path("replay.h5")).c_str());
+  ASSERT_EQ(WEXITSTATUS(tapped), 0);
+  const CliResult given = run(fmt::format("run {} --candidate-dump '{}' --dump-policy fixed --no-record -o '{}'", c(),
+                                          path("replay.h5"), path("given")));
+  ASSERT_EQ(given.code, 0) << given.out << given.err;
+  EXPECT_EQ(slurp(path("asked/report.csv")), slurp(path("given/report.csv")));
+  EXPECT_EQ(asked.out.find("followed the dump's choices"), std::string::npos) << "a replayed dump: " << asked.out;
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
 # shellcheck shell=bash disable=SC2034,SC2154
-# step: transformers bf16 captured and isolated on every case of the golden sets (HF_SETS, default "tiny small"), judged by tdiff ci --candidate-dumps, hip fixed beside
+# step: transformers bf16 captured (free and replayed) and isolated on every case of the golden sets (HF_SETS, default "tiny small"), judged by tdiff ci --candidate-dumps, hip fixed beside
 #
 # As a user runs an engine of their own on a set: `tdiff ci --prepare` names each case's file
 # and the model, the engine writes <case>.h5 into a folder (tdiff-capture --cases-from: the
 # model loaded once), `tdiff ci --candidate-dumps --dump-policy fixed` judges them. Every case,
 # the left-padded ones too (a candidate is judged there as anywhere); HF_MODES picks the modes
-# (default "capture isolate"); hip fixed on the same cases beside.
+# (default "capture replay isolate": free, the reference's selections, isolated); hip fixed on the same cases beside.
 skipping hf-client-golden SKIP_TORCH && return
 for set in ${HF_SETS:-tiny small}; do
   fits "hf-golden-$set" 60 || continue
@@ -15,10 +15,11 @@ for set in ${HF_SETS:-tiny small}; do
     failed=1
     continue
   fi
-  for mode in ${HF_MODES:-capture isolate}; do
+  for mode in ${HF_MODES:-capture replay isolate}; do
     dumps="$WORK/hf-golden-$set-$mode" t0=$SECONDS
     rm -rf "$dumps"
-    if ! PYTHONPATH=python timeout "$(left)" python3 -m tdiff_capture "$mode" --cases-from "$list" -o "$dumps" \
+    # shellcheck disable=SC2046
+    if ! PYTHONPATH=python timeout "$(left)" python3 -m tdiff_capture $(hf_mode_args "$mode") --cases-from "$list" -o "$dumps" \
       --dtype bfloat16 --device cuda --allow-left-padding >"$OUT/hf-golden-$set-$mode.log" 2>&1; then
       note "FAIL hf-golden-$set-$mode: $(tail -1 "$OUT/hf-golden-$set-$mode.log")"
       failed=1

@@ -246,21 +246,22 @@ judge_dump() {
   local name="$1" case="$2" dump="$3" rc
   tdiff run "$case" --candidate-dump "$dump" --dump-policy fixed --no-record -o "$OUT/$name-run" >"$OUT/$name-run.log" 2>&1
   rc=$?
-  note "$name: exit $rc | $(grep -iE 'verdict|first divergence|logits|ranked|isolated|not in the dump|lacks' "$OUT/$name-run.log" | head -8 | tr '\n' '|')"
+  note "$name: exit $rc | $(grep -iE 'verdict|first divergence|logits|ranked|isolated|not in the dump|lacks|selections' "$OUT/$name-run.log" | head -9 | tr '\n' '|')"
 }
-# hf_client NAME HIPNAME PREFIX SECS: transformers bf16 on the GPU, `capture` then `isolate`, on
+# hf_client NAME HIPNAME PREFIX SECS: transformers bf16 on the GPU, `capture`, replay, `isolate`, on
 # $model and $case (each given about SECS seconds; the dump PREFIX-bf16-MODE.h5, deleted once
 # judge_dump has judged it), then tdiff's hip `fixed` on the same case (the run HIPNAME).
-# HF_MODES (default "capture isolate") picks the modes, SKIP_HIP=1 leaves hip out: a step cut
+# HF_MODES (default "capture replay isolate") picks the modes, SKIP_HIP=1 leaves hip out: a step cut
 # by the budget goes on, run again, with what is left.
 hf_client() {
   local name="$1" hip="$2" prefix="$3" secs="$4" mode dump
-  for mode in ${HF_MODES:-capture isolate}; do
+  for mode in ${HF_MODES:-capture replay isolate}; do
     dump="$prefix-bf16-$mode.h5"
     rm -f "$dump"
     fits "$name-$mode" "$secs" || continue
-    expect "$name-$mode" 0 env PYTHONPATH=python timeout "$(left)" python3 -m tdiff_capture "$mode" --model "$model" \
-      --case "$case" -o "$dump" --dtype bfloat16 --device cuda &&
+    # shellcheck disable=SC2046
+    expect "$name-$mode" 0 env PYTHONPATH=python timeout "$(left)" python3 -m tdiff_capture $(hf_mode_args "$mode") \
+      --model "$model" --case "$case" -o "$dump" --dtype bfloat16 --device cuda &&
       note "$name-$mode: $(hf_timing "$OUT/$name-$mode.log")"
     [ -f "$dump" ] && judge_dump "$name-$mode" "$case" "$dump"
     rm -f "$dump"
@@ -270,6 +271,8 @@ hf_client() {
     note "hip fixed, same case: exit $? | $(grep -iE 'verdict|first divergence|logits' "$OUT/$hip-run.log" | head -4 | tr '\n' '|')"
   }
 }
+# tdiff-capture's arguments for a mode of HF_MODES: capture (free), replay, isolate.
+hf_mode_args() { case "$1" in replay) echo "capture --selections replay" ;; *) echo "$1" ;; esac; }
 # The forward-time line of python/capture_hf.py's log.
 hf_timing() { sed -n 's/^# timing: //p' "$1" 2>/dev/null; }
 # The wall clock of a tests/gpu/measure PREFIX (its PREFIX.time), as m:ss.
