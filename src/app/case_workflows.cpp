@@ -25,7 +25,7 @@ void check_case_target(const std::string& out, bool replace) {
               out);
 }
 
-CaseInfo make_case(const CaseRequest& request, const std::string& out) {
+CaseInfo make_case(const CaseRequest& request, const std::string& out, ChecksumReport* checksums) {
   check_case_target(out, request.replace);
   CaseInfo info = case_for_model(request.model_dir);
   info.batch = pad_prompts(request.prompts, request.pad_to, request.pad_left, info.config.vocab_size);
@@ -33,7 +33,10 @@ CaseInfo make_case(const CaseRequest& request, const std::string& out) {
   info.pad_to = request.pad_to;
   info.pad_side = request.pad_left ? "left" : "right";
   info.prompts = request.prompts.lines;
-  add_weight_checksums(info);
+  ChecksumOptions hashing;
+  hashing.rehash = request.rehash;
+  const ChecksumReport report = add_weight_checksums(info, hashing);
+  if (checksums) *checksums = report;
   create_case(out, info);
   return info;
 }

@@ -20,6 +20,7 @@ struct CaseRequest {
   bool pad_left = false;
   std::uint64_t seed = 0;   // recorded: where the prompts came from
   bool replace = false;     // an existing file at `out` is replaced (case new --force; ci's own cache)
+  bool rehash = false;      // hash every weight file whole, whatever the folder's checksum cache says (case new --rehash)
 };
 
 // A case file written over an existing one takes its reference and recorded runs with it (a
@@ -28,8 +29,9 @@ void check_case_target(const std::string& out, bool replace);
 
 // Writes the case file `out` (the model's config and weight checksums, the padded inputs) and
 // returns what it holds. Prompts are checked against the model's vocabulary (InputError); an
-// existing `out` is refused unless request.replace (check_case_target).
-CaseInfo make_case(const CaseRequest& request, const std::string& out);
+// existing `out` is refused unless request.replace (check_case_target). `checksums`, when given,
+// is told how the weights' checksums were found (hashed, or from the folder's checksum cache).
+CaseInfo make_case(const CaseRequest& request, const std::string& out, ChecksumReport* checksums = nullptr);
 
 // `tdiff case seal`: records the current checksum of a case edited outside tdiff (h5py, HDF5
 // tools), after checking that it still reads as a case: read_case, its groups listed, its

@@ -9,6 +9,7 @@ namespace tdiff::app {
 
 WeightCheck WeightCheckOptions::check(const CaseSession& s) const {
   WeightCheck c = check_weight_files(s.weights->files().files(), s.info.checksums, s.info.file_stats, verify == "full");
+  if (!c.cache_note.empty()) fmt::print(stderr, "tdiff: note: {}\n", c.cache_note);
   if (c.changed.empty()) return c;
   const std::string more = c.changed.size() > 1 ? fmt::format(" (and {} more)", c.changed.size() - 1) : "";
   if (!force)

@@ -34,7 +34,8 @@ std::string Sha256::hex() {
   return out;
 }
 
-std::string file_sha256(const std::string& path, const std::atomic<bool>* stop) {
+std::string file_sha256(const std::string& path, const std::atomic<bool>* stop,
+                        const std::function<void(std::size_t)>& on_read) {
   std::ifstream in(path, std::ios::binary);
   if (!in) input_error("{}: cannot open for hashing", path);
   Sha256 sha;
@@ -43,6 +44,7 @@ std::string file_sha256(const std::string& path, const std::atomic<bool>* stop) 
     if (stop && stop->load(std::memory_order_relaxed)) return "";
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     sha.add(buf.data(), static_cast<std::size_t>(in.gcount()));
+    if (on_read && in.gcount() > 0) on_read(static_cast<std::size_t>(in.gcount()));
   }
   if (in.bad()) input_error("{}: read error while hashing", path);
   return sha.hex();

@@ -171,24 +171,23 @@ CaseInfo case_for_model(const std::string& model_dir) {
   return c;
 }
 
-void add_weight_checksums(CaseInfo& c) {
+ChecksumReport add_weight_checksums(CaseInfo& c, const ChecksumOptions& o) {
   WeightStore weights(c.model_path, c.config);
-  record_weight_files(c, weights.files().files());
+  const ChecksumReport report = record_weight_files(c, weights.files().files(), o);
   // golden would refuse a NaN or Inf weight only when it reaches that stage: say so now.
   weights.check_all_finite();
+  return report;
 }
 
-void record_weight_files(CaseInfo& c, const std::vector<std::string>& files) {
-  // The files are hashed on all threads (a release's shards: one a thread).
-  std::vector<std::string> stats(files.size()), sums(files.size());
+ChecksumReport record_weight_files(CaseInfo& c, const std::vector<std::string>& files, const ChecksumOptions& o) {
+  // The records first (about 1 MiB read per file): a change after them moves the time.
+  std::vector<std::string> stats(files.size());
   ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (std::size_t i = 0; i < files.size(); ++i)
-    errors.run(i, [&] {
-      stats[i] = weight_file_stat(files[i]);  // before the hash: a later change moves the time
-      sums[i] = file_sha256(files[i]);
-    });
+  for (std::size_t i = 0; i < files.size(); ++i) errors.run(i, [&] { stats[i] = weight_file_stat(files[i]); });
   errors.rethrow();
+  ChecksumReport report;
+  const std::vector<std::string> sums = weight_checksums(files, o, &report);
   c.checksums.clear();
   c.file_stats.clear();
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -196,6 +195,7 @@ void record_weight_files(CaseInfo& c, const std::vector<std::string>& files) {
     c.file_stats[name] = stats[i];
     c.checksums[name] = sums[i];
   }
+  return report;
 }
 
 PromptSet read_token_file(const std::string& path, std::int64_t vocab_size) {

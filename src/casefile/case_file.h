@@ -26,6 +26,7 @@
 #include "casefile/env_record.h"
 #include "casefile/h5io.h"
 #include "casefile/stored_tensor.h"
+#include "formats/checksum_cache.h"
 
 namespace tdiff {
 
@@ -62,9 +63,11 @@ CaseInfo case_for_model(const std::string& model_dir);
 // Checks every weight of the model folder against the config (WeightStore: presence, shape,
 // dtype, and every value finite: a NaN or Inf weight is an InputError naming the tensor) and
 // fills the checksums and file records (reads every byte of the weights: slow for large models).
-void add_weight_checksums(CaseInfo& c);
+// The SHA-256 of a file the folder's checksum cache vouches for is taken from it
+// (formats/checksum_cache.h) unless o.rehash.
+ChecksumReport add_weight_checksums(CaseInfo& c, const ChecksumOptions& o = {});
 // The checksums and file records of `files` (paths), replacing those in `c`.
-void record_weight_files(CaseInfo& c, const std::vector<std::string>& files);
+ChecksumReport record_weight_files(CaseInfo& c, const std::vector<std::string>& files, const ChecksumOptions& o = {});
 
 // Prompts as token ids, with where each came from (for error messages).
 struct PromptSet {

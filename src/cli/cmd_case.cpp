@@ -22,6 +22,7 @@ struct CaseNewOptions {
   std::string pad_side = "right";
   std::string output;
   bool force = false;
+  bool rehash = false;
 };
 
 void run_case_new(const CaseNewOptions& o) {
@@ -46,9 +47,15 @@ void run_case_new(const CaseNewOptions& o) {
   request.pad_left = o.pad_side == "left";
   request.seed = o.seed;
   request.replace = o.force;
-  info = app::make_case(request, o.output);
+  request.rehash = o.rehash;
+  ChecksumReport checksums;
+  info = app::make_case(request, o.output, &checksums);
   fmt::print("{}: {} prompts x {} tokens ({} padding), model {}\n", o.output, info.batch.rows(), info.batch.seq(),
              o.pad_side, info.model_path);
+  // On stderr: how much of the checkpoint was read again (none, when the folder's checksum
+  // cache vouched for every file).
+  fmt::print(stderr, "{}\n", checksums.summary());
+  if (!checksums.note.empty()) fmt::print(stderr, "tdiff: note: {}\n", checksums.note);
 }
 
 void run_case_seal(const std::string& file) {
@@ -83,10 +90,16 @@ void setup_case(CLI::App& app) {
   sub->add_option("-o,--output", o->output, "Case file to write (atomically); an existing file is kept unless --force")
       ->required();
   sub->add_flag("--force", o->force, "replace an existing file at --output (its reference and recorded runs are lost)");
+  sub->add_flag("--rehash", o->rehash,
+                "hash every weight file whole, whatever the model folder's checksum cache says (the cache is refreshed)");
   sub->footer(
+      "The SHA-256 of a weight file whose size, modification time and inode match the model folder's checksum\n"
+      "cache (.tdiff-checksums.json in the folder, else under $XDG_CACHE_HOME/tdiff) is taken from it; stderr\n"
+      "says how many files were hashed.\n"
       "Examples:\n"
       "  tdiff case new --model tiny-model --tokens cases/tiny/prompts.txt --seed 1 --pad-to 48 -o tiny.h5\n"
-      "  tdiff case new --model tiny-model --random-prompts 4 --len 32 --seed 7 --pad-side left -o rand.h5\n");
+      "  tdiff case new --model tiny-model --random-prompts 4 --len 32 --seed 7 --pad-side left -o rand.h5\n"
+      "  tdiff case new --model tiny-model --random-prompts 4 --len 32 --seed 8 --rehash -o fresh.h5\n");
   sub->callback([o] { run_case_new(*o); });
 
   auto file = std::make_shared<std::string>();

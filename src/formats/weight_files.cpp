@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "base/parallel_errors.h"
+#include "formats/checksum_cache.h"
 #include "formats/safetensors.h"
 #include "base/sha256.h"
 
@@ -74,9 +75,13 @@ struct FileVerdict {
   std::string why, refreshed;
   bool hashed = false;
   std::uintmax_t bytes = 0;
+  FileHash hash;  // when hashed: for the folder's checksum cache
 };
 
-FileVerdict compare_file(const std::string& path, const std::string& sha, const std::string& recorded, bool full) {
+// `meter`: counts the bytes hashed; in the quick check the files to hash are added to it as
+// they turn up (the full check counts them all up front).
+FileVerdict compare_file(const std::string& path, const std::string& sha, const std::string& recorded, bool full,
+                         HashMeter& meter) {
   FileVerdict v;
   const std::string stat_now = weight_file_stat(path);
   const auto was = parse_stat(recorded), now = parse_stat(stat_now);
@@ -94,7 +99,9 @@ FileVerdict compare_file(const std::string& path, const std::string& sha, const 
   v.hashed = true;
   std::error_code ec;
   v.bytes = fs::file_size(path, ec);
-  if (file_sha256(path) != sha) v.why = "its SHA-256 differs from the record";
+  if (!full) meter.add_file(v.bytes);
+  v.hash = hash_file(path, &meter);
+  if (v.hash.sha256 != sha) v.why = "its SHA-256 differs from the record";
   else if (recorded != stat_now) v.refreshed = stat_now;
   return v;
 }
@@ -127,17 +134,25 @@ WeightCheck check_weight_files(const std::vector<std::string>& files, const std:
   // The files are compared (hashed where their record cannot vouch for them) on all threads,
   // then reported in their order.
   std::vector<FileVerdict> verdicts(files.size());
-  ParallelErrors errors;
+  {
+    std::uintmax_t total = 0;
+    std::size_t to_hash = 0;
+    std::error_code ec;
+    for (const auto& f : files)
+      if (full && sha256.count(fs::path(f).filename().string())) total += fs::file_size(f, ec), ++to_hash, ec.clear();
+    HashMeter meter(total, to_hash);
+    ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (std::size_t i = 0; i < files.size(); ++i)
-    errors.run(i, [&] {
-      const std::string name = fs::path(files[i]).filename().string();
-      auto sum = sha256.find(name);
-      if (sum == sha256.end()) return;
-      auto st = stats.find(name);
-      verdicts[i] = compare_file(files[i], sum->second, st == stats.end() ? "" : st->second, full);
-    });
-  errors.rethrow();
+    for (std::size_t i = 0; i < files.size(); ++i)
+      errors.run(i, [&] {
+        const std::string name = fs::path(files[i]).filename().string();
+        auto sum = sha256.find(name);
+        if (sum == sha256.end()) return;
+        auto st = stats.find(name);
+        verdicts[i] = compare_file(files[i], sum->second, st == stats.end() ? "" : st->second, full, meter);
+      });
+    errors.rethrow();
+  }
   std::set<std::string> seen;
   for (std::size_t i = 0; i < files.size(); ++i) {
     const std::string& path = files[i];
@@ -155,6 +170,11 @@ WeightCheck check_weight_files(const std::vector<std::string>& files, const std:
   }
   for (const auto& [name, sum] : sha256)
     if (!seen.count(name)) check.changed.push_back(fmt::format("{}: recorded in the case, missing from the model folder", name));
+  // What was hashed here need not be hashed by the next `case new` of this folder.
+  std::vector<std::pair<std::string, FileHash>> hashed;
+  for (std::size_t i = 0; i < files.size(); ++i)
+    if (verdicts[i].hashed) hashed.emplace_back(files[i], verdicts[i].hash);
+  check.cache_note = cache_hashes(hashed);
   check.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return check;
 }

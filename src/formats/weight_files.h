@@ -8,7 +8,9 @@
 //     SHA-256. A file whose size, time and fingerprint match is taken as unchanged: about
 //     1 MiB read per file, however large. A case without "stat:" records (made by an older
 //     tdiff) gets the full hash.
-//   full: every file is hashed whole (minutes for hundreds of GB).
+//   full: every file is hashed whole (minutes for hundreds of GB), whatever the folder's
+//     checksum cache (formats/checksum_cache.h) says.
+// Either way, the files hashed whole are put into that cache, for the next `case new`.
 // The fingerprint is the SHA-256 of the file size, the safetensors header (8-byte length and
 // JSON, up to 64 MiB) and 16 blocks of 64 KiB at evenly spaced offsets: a file whose tensors
 // were replaced with others of the same shapes (same header) differs in the samples unless the
@@ -33,6 +35,7 @@ struct WeightCheck {
   std::uintmax_t hashed_bytes = 0;
   double seconds = 0;
   bool recorded = true;  // false: the case records no checksums (nothing to compare)
+  std::string cache_note;  // why the checksum cache could not be written ("" when it was or had nothing new)
 };
 
 // `files`: the model folder's weight files now (paths); `sha256`, `stats`: what the case
