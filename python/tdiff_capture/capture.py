@@ -57,7 +57,6 @@ def read_case_list(path):
     return cases
 
 
-DUMP_MODES = {"capture": "run", "replay": "replay", "isolate": "isolated"}
 NEEDS_REFERENCE = {"replay": "replay feeds the reference's expert and indexer choices to the model",
                    "isolated": "isolate feeds the reference's tensors to the model"}
 
@@ -73,7 +72,8 @@ def run(args, mode="run", written_by="tdiff-capture", request=None):
     allow_left = getattr(args, "allow_left_padding", False)
     substitute = None
     if request is not None:
-        jobs, mode, substitute = [(request.case, request.dump, None)], request.mode, request.substituted
+        jobs, mode = [(request.case, request.dump, None)], request.mode
+        substitute = request.substituted if request.substitute else None
     elif getattr(args, "cases_from", None):
         jobs = [(case, os.path.join(args.output, name + ".h5"), model)
                 for name, case, model in read_case_list(args.cases_from)]
@@ -92,7 +92,7 @@ def run(args, mode="run", written_by="tdiff-capture", request=None):
         raise InputError("--dtype %s: not one of %s" % (args.dtype, ", ".join(sorted(DTYPES))))
     if mode != "run" and args.hidden_states_check:
         raise InputError("--hidden-states-check checks a normal forward; %s replaces what the layers compute" % mode)
-    if mode != "run" or (request is not None and request.substitute):
+    if mode != "run" or substitute is not None:
         for case, _, _ in jobs:  # each has its /reference, before the model loads
             read_reference(case, NEEDS_REFERENCE.get(mode, "the request substitutes the reference's tensors")).close()
     for (case, _, model_dir), (ids, _, _, _) in zip(jobs, cases):  # every case, before any dump is written
