@@ -206,6 +206,61 @@ void info_model(const InfoOptions& o) {
   }
 }
 
+namespace {
+
+// The newest `limit` items of `ids` (all when 0) by `date` (ids break ties), oldest first, and
+// how many older ones are left out.
+template <typename DateOf>
+std::pair<std::vector<std::string>, std::size_t> newest(std::vector<std::string> ids, std::size_t limit, DateOf date) {
+  std::stable_sort(ids.begin(), ids.end(), [&](const std::string& a, const std::string& b) {
+    return std::make_pair(date(a), a) < std::make_pair(date(b), b);
+  });
+  const std::size_t left_out = limit == 0 || ids.size() <= limit ? 0 : ids.size() - limit;
+  ids.erase(ids.begin(), ids.begin() + static_cast<long>(left_out));
+  return {ids, left_out};
+}
+
+void print_env_records(const std::map<std::string, EnvRecord>& env, std::size_t limit, const std::string& path) {
+  if (env.empty()) line("env", "none");
+  std::vector<std::string> ids;
+  for (const auto& [id, e] : env) ids.push_back(id);
+  const auto [shown, older] = newest(ids, limit, [&](const std::string& id) { return env.at(id).date_utc; });
+  if (older > 0) line("env", fmt::format("{} older records not shown (tdiff info {} --runs all)", older, path));
+  std::string label = older > 0 ? "" : "env";
+  for (const auto& id : shown) {
+    const EnvRecord& e = env.at(id);
+    line(label, fmt::format("{}  {}  backend {}  policy {}", shown_run_id(id), e.date_utc, e.backend,
+                            e.policy.empty() ? "-" : e.policy));
+    line("", fmt::format("  tdiff {} {}, {} threads, {} ({}, {} cores)", e.tdiff_version, e.git_commit, e.omp_threads,
+                         e.hostname, e.cpu_model, e.cpu_cores));
+    if (!e.os.empty()) line("", fmt::format("  {}, {}", e.os, e.kernel));
+    for (const auto& [k, v] : e.extra) {  // a multi-line value (policy_stages) indented under its key
+      std::string text = v;
+      for (auto at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1))
+        text.insert(at + 1, std::string(k.size() + 13, ' '));
+      line("", fmt::format("  {} {}", k, text));
+    }
+    label.clear();
+  }
+}
+
+// Saved runs (/runs/<id>): run ids begin with their time, so the newest sort last.
+void print_saved_runs(const std::vector<std::string>& runs, std::size_t limit, const std::string& path) {
+  if (runs.empty()) line("runs", "none");
+  const auto [shown, older] = newest(runs, limit, [](const std::string& id) {  // "<kind>-<time>-<random>"
+    const auto dash = id.find('-');
+    return dash == std::string::npos ? id : id.substr(dash + 1);
+  });
+  if (older > 0) line("runs", fmt::format("{} older saved runs not shown (tdiff info {} --runs all)", older, path));
+  std::string label = older > 0 ? "" : "runs";
+  for (const auto& id : shown) {
+    line(label, fmt::format("{}  {} tensors", shown_run_id(id), h5_list_datasets(path, "/runs/" + id).size()));
+    label.clear();
+  }
+}
+
+}  // namespace
+
 void info_case(const InfoOptions& o) {
   const std::string& path = o.case_path;
   const CaseInfo c = read_case(path);
@@ -243,28 +298,8 @@ void info_case(const InfoOptions& o) {
     line("reference", fmt::format("{} of {} stages, {} tensors{}", stages.size(), expected,
                                   h5_list_datasets(path, "/reference").size(), from));
   }
-  if (env.empty()) line("env", "none");
-  std::string label = "env";
-  for (const auto& [id, e] : env) {
-    line(label, fmt::format("{}  {}  backend {}  policy {}", shown_run_id(id), e.date_utc, e.backend,
-                            e.policy.empty() ? "-" : e.policy));
-    line("", fmt::format("  tdiff {} {}, {} threads, {} ({}, {} cores)", e.tdiff_version, e.git_commit, e.omp_threads,
-                         e.hostname, e.cpu_model, e.cpu_cores));
-    if (!e.os.empty()) line("", fmt::format("  {}, {}", e.os, e.kernel));
-    for (const auto& [k, v] : e.extra) {  // a multi-line value (policy_stages) indented under its key
-      std::string text = v;
-      for (auto at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1))
-        text.insert(at + 1, std::string(k.size() + 13, ' '));
-      line("", fmt::format("  {} {}", k, text));
-    }
-    label.clear();
-  }
-  if (runs.empty()) line("runs", "none");
-  label = "runs";
-  for (const auto& id : runs) {
-    line(label, fmt::format("{}  {} tensors", shown_run_id(id), h5_list_datasets(path, "/runs/" + id).size()));
-    label.clear();
-  }
+  print_env_records(env, o.runs, path);
+  print_saved_runs(runs, o.runs, path);
   // Ids that are not plain names (another tool's, an earlier tdiff's) are listed escaped, and
   // said so once each: never refused, a case holding one would stay unreadable for good.
   std::set<std::string> odd;

@@ -19,6 +19,7 @@ struct InfoOptions {
   bool ops = false;
   bool dump_format = false;
   bool json = false;  // with a case: the tensor contract of the --stages as JSON (model/tensor_contract.h)
+  std::size_t runs = 5;  // the newest environment records and saved runs shown; 0: all
 };
 
 // The fault catalog (a Markdown table).

@@ -23,6 +23,18 @@ void setup_info(CLI::App& app) {
                           "With a case file: print what each stage's tensors must be for this case (name, dtype, "
                           "shape, named axes, the range of selection ids) as a JSON array, for --stages or every stage");
   j->needs(c)->excludes(m);
+  auto runs = std::make_shared<std::string>("5");
+  cmd->add_option("--runs", *runs, "With a case file: how many of the newest environment records and saved runs to "
+                                   "show, or all")
+      ->capture_default_str()
+      ->needs(c)
+      ->check([](const std::string& v) {
+        const bool count = !v.empty() && v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos;
+        return v == "all" || (count && std::stoul(v) > 0)
+                   ? std::string()
+                   : std::string("a positive count or all");
+      })
+      ->each([o, runs](const std::string& v) { o->runs = v == "all" ? 0 : std::stoul(v); });
   auto* k = cmd->add_flag("--knobs", o->knobs,
                           "Print the fault catalog: every policy knob, its bad and fixed settings, the operator kinds "
                           "it changes and what the bad setting does (a Markdown table)");
@@ -40,6 +52,7 @@ void setup_info(CLI::App& app) {
   cmd->footer(
       "Examples:\n"
       "  tdiff info tiny.h5\n"
+      "  tdiff info tiny.h5 --runs all   (every environment record and saved run, not the newest 5)\n"
       "  tdiff info --model tiny-model --stages\n"
       "  tdiff info --model tiny-model --stages 'L00.attn.*'\n"
       "  tdiff info tiny.h5 --stages --json   (what each stored tensor must be, for this case)\n"
