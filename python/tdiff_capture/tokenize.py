@@ -29,7 +29,11 @@ def load_tokenizer(path):
 def read_prompts(path):
     """The prompts, one a line ('\\n' written as backslash-n inside a line); empty lines skipped."""
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise InputError("%s: cannot read the prompts (%s)" % (path, getattr(e, "strerror", None) or e))
     prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
