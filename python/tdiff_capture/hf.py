@@ -74,7 +74,6 @@ class Recorder:
         self.feed = feed or ((lambda stage: False) if replay else (lambda stage: True))
         self.replay = replay and reference is not None
         self.flips = {}       # stage -> rows whose own choice differs from the reference's (replay)
-        self.replayed = set()  # "stage/tensor" of the reference's choices replay took
         self.fed = {}         # "stage/tensor" -> how the reference's value was fed (isolate)
         self.not_fed = {}     # "stage/tensor" -> why not
         self.graph = graph
@@ -152,9 +151,7 @@ class Recorder:
         if r.numel() != like.numel():
             self.not_fed[key] = "the reference has %s elements, the module %s" % (list(r.shape), list(like.shape))
             return like
-        if always and not self.feed(stage):
-            self.replayed.add(key)
-        else:
+        if self.feed(stage):  # replay's choices (always) are not substitutions
             self.fed[key] = how
         return r.reshape(like.shape).to(device=like.device, dtype=like.dtype)
 
