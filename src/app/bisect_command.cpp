@@ -9,6 +9,7 @@
 #include "bisect/bisect.h"
 #include "exec/engine_backend.h"
 #include "app/envelope.h"
+#include "app/history_record.h"
 #include "app/candidate.h"
 #include "app/progress.h"
 #include "app/report_options.h"
@@ -83,22 +84,23 @@ void suggest_next(BisectReport& rep, const BisectCmd& c) {
                                   k, top.score, top.worst.key());
 }
 
-// The bisection's record in the case: environment, outcome, culprits and trace.
-void record_bisect(CaseUpdate& update, const BisectCmd& c, const std::string& run_id, const EnvRecord& env,
-                   const Policy& policy, const BisectReport& rep) {
-  update.put_env(run_id, env);
-  const std::string g = "/runs/" + run_id;
-  update.writer().set_attr(g, "command", "bisect");
-  update.writer().set_attr(g, "backend", c.cand.backend);
-  update.writer().set_attr(g, "policy", policy.describe());
-  update.writer().set_attr(g, "watch", rep.watch.key());
-  update.writer().set_attr(g, "outcome", rep.outcome());
+// The bisection's record in the run history: environment, outcome, culprits and trace.
+void record_bisect(HistoryRecord& history, const BisectCmd& c, const std::string& run_id, const EnvRecord& env,
+                   const BisectReport& rep, const PhaseTimes& times) {
+  history::RunEntry e = history.entry("bisect", run_id, env);
   std::vector<std::string> culprits;
   if (rep.search)
     for (const auto& x : rep.search->culprits) culprits.push_back(x.stage);
-  update.writer().set_attr(g, "culprits", fmt::format("{}", fmt::join(culprits, " ")));
-  update.writer().set_attr(g, "trace_csv", render_trace_csv(rep));
-  update.commit();
+  e.verdict = culprits.empty() ? "none" : "culprit";
+  e.first_divergence = culprits.empty() ? "" : culprits.front();
+  e.summary = rep.outcome();
+  e.attrs = {{"watch", rep.watch.key()},
+             {"mode", c.mode},
+             {"culprits", fmt::format("{}", fmt::join(culprits, " "))},
+             {"trace_csv", render_trace_csv(rep)}};
+  e.timings = times.phases();
+  if (!c.report.no_reports) e.report_path = report_dir(rep.info, c.report.out_dir);
+  history.commit(e);
 }
 
 // What runs the stages after a split. auto: the floor on the GPU (a forward there takes
@@ -229,15 +231,13 @@ void emit_bisect(const BisectCmd& c, Bisector& bisector, BisectReport& rep, cons
 
 int run_bisect(BisectCmd c) {
   PhaseTimes times;  // the command's; each probe prints its own line as it ends
-  // Checked before the work, as run's: a case that cannot take the record fails now. The
-  // record itself is made at the end (CaseUpdate holds the case's lock only while it records),
-  // beside the reference read now.
-  auto updating = times.measure("case check");
-  CaseUpdate::check(c.case_path);
+  // Opened before the work, as run's: a case whose history cannot be written fails now.
+  auto updating = times.measure("history");
+  HistoryRecord history(c.case_path, c.history);
   updating.stop();
   auto opening = times.measure("open");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
-  const std::string reference_read = reference_id(session.reference().file());  // what its reads see
+  history.judged_against(reference_id(session.reference().file()));  // what its reads see
   if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   opening.stop();
@@ -290,9 +290,7 @@ int run_bisect(BisectCmd c) {
   emit_bisect(c, bisector, rep, stream, streamed, times);
 
   auto recording = times.measure("record");
-  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);  // a record only: the reference is copied as bytes
-  update.require_reference(reference_read);
-  record_bisect(update, c, run_id, env, policy, rep);
+  record_bisect(history, c, run_id, env, rep, times);
   recording.stop();
   fmt::print(stderr, "timing: {}\n", times.line());
   if (const auto* engine = dynamic_cast<const EngineBackend*>(candidate.get()))

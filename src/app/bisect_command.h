@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/candidate.h"
+#include "app/history_record.h"
 #include "app/report_options.h"
 #include "app/weight_check.h"
 
@@ -15,6 +16,7 @@ struct BisectCmd {
   std::string case_path;
   CandidateOptions cand;
   ReportOptions report;
+  HistoryOptions history;
   std::string watch = "logits";
   std::string floor = "fixed";
   std::string mode = "search";

@@ -8,6 +8,7 @@
 
 #include "app/ci_suite.h"
 #include "app/envelope.h"
+#include "app/history_record.h"
 #include "app/candidate.h"
 #include "app/progress.h"
 #include "app/shell.h"
@@ -127,19 +128,20 @@ void print_prepared(const Suite& suite, const SuiteCache& cache, const std::vect
     fmt::print("{}\t{}\t{}\n", sc->name, cache.case_file(*sc), cache.model_dir(suite.model_of(*sc)));
 }
 
-void record(const CiCaseResult& r, const EnvRecord& env, const std::string& suite) {
-  CaseUpdate update(r.case_file);
-  update.put_env(r.run_id, env);
-  const std::string g = "/runs/" + r.run_id;
-  update.writer().set_attr(g, "kind", "ci");
-  update.writer().set_attr(g, "suite", suite);
-  update.writer().set_attr(g, "backend", env.backend);
-  update.writer().set_attr(g, "policy", env.policy);
-  update.writer().set_attr(g, "verdict", verdict_name(r.verdict));
-  update.writer().set_attr(g, "reason", r.reason);
-  update.writer().set_attr(g, "deterministic", r.nondeterministic.empty() ? "yes" : r.determinism_note);
-  update.writer().set_attr(g, "report_csv", render_csv(r.diff));
-  update.commit();
+// One case's record in the run history (beside the suite's cached case files by default).
+void record(const CiCmd& c, const CiCaseResult& r, const EnvRecord& env, const std::string& suite,
+            const std::string& report_path) {
+  HistoryRecord history(r.case_file, c.history);
+  history::RunEntry e = history.entry("ci", r.run_id, env);
+  history::add_compare(e, r.diff);
+  e.suite = suite;
+  e.verdict = verdict_name(r.verdict);  // the runs' agreement included
+  e.summary = r.reason;
+  e.attrs = {{"deterministic", r.nondeterministic.empty() ? "yes" : r.determinism_note},
+             {"repeat", std::to_string(r.runs)}};
+  e.timings = {{"case", r.seconds}};
+  e.report_path = report_path;
+  history.commit(e);
 }
 
 // "dumps in DIR (transformers 5.17 (torch 2.9), mode run)": what the dumps say they are.
@@ -199,7 +201,7 @@ CiRow finish_case(const CiCmd& c, const Suite& suite, const SuiteCase& sc, CiCas
     write_reports(out + "/" + sc.name + "/determinism", r.determinism, dinfo);
     row.determinism_report = sc.name + "/determinism/report.html";
   }
-  record(r, case_env, suite.name);
+  record(c, r, case_env, suite.name, out + "/" + sc.name);
   return row;
 }
 
@@ -328,6 +330,8 @@ int run_ci(CiCmd c) {
     print_prepared(suite, cache, cases);
     return 0;
   }
+  // The history opened before the runs: one that cannot be written fails now.
+  if (!c.history.no_record && !cases.empty()) HistoryRecord(cache.case_file(*cases.front()), c.history);
   std::optional<EngineFolder> engine_dumps;  // --candidate-cmd: the engine's <case>.h5, made now
   if (engine) c.dumps_dir = run_engine_on_cases(c, cases, cache, engine_dumps.emplace());
   const std::vector<CandidateDump> dump_files =

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/candidate.h"
+#include "app/history_record.h"
 #include "app/report_options.h"
 #include "app/weight_check.h"
 
@@ -27,6 +28,7 @@ struct CiCmd {
   std::string dump_policy;  // --dump-policy: the formats those dumps store in ("" : the scaled rule)
   std::string candidate_cmd;  // --candidate-cmd: an engine tdiff runs on each case for those dumps
   std::string measured_floor = "on";  // "on" | "off", as `tdiff run --measured-floor`
+  HistoryOptions history;             // each case's record (default: beside the cached case files)
 };
 
 // The command's work; returns its exit code (0 pass, 1 a FAIL verdict).

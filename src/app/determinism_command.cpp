@@ -12,6 +12,7 @@
 
 #include "checks/determinism.h"
 #include "app/envelope.h"
+#include "app/history_record.h"
 #include "app/candidate.h"
 #include "app/progress.h"
 #include "app/shell.h"
@@ -197,9 +198,9 @@ int run_determinism(DeterminismCmd c) {
   EnvRecord env = refcpu ? capture_env(c.cand.backend, policy_text, process_command_line())
                          : candidate_env(c.cand.backend, policy, session.stages, nullptr, c.cand.hip_gemm);
   c.cand.note_engine(env, nullptr);
-  // Checked before the runs, as run's: a case that cannot take the record fails now; the record
-  // is made at the end, under the case's lock (casefile/case_file.h CaseUpdate).
-  CaseUpdate::check(c.case_path);
+  // Opened before the runs, as run's: a case whose history cannot be written fails now.
+  HistoryRecord history(c.case_path, c.history);
+  history.judged_against(reference_read);
   CaseHash case_hash(c.case_path);
   Outcome o = sweep ? batch_sweep(c, session, make, policy, policy_text, env) : run_to_run(c, session, make, policy_text, env);
   add_run_facts(env, c.case_path, session.info.checksums, c.cand.seed, case_hash.get());
@@ -221,17 +222,13 @@ int run_determinism(DeterminismCmd c) {
     fmt::print("reports     {}/report.html (and report.csv, report.json, junit.xml)\n", dir);
   }
 
-  CaseUpdate update(c.case_path, H5Writer::Copy::bytes);  // a record only: the reference is copied as bytes
-  update.require_reference(reference_read);
-  update.put_env(run_id, env);
-  const std::string g = "/runs/" + run_id;
-  update.writer().set_attr(g, "kind", sweep ? "batch-sweep" : "determinism");
-  update.writer().set_attr(g, "backend", c.cand.backend);
-  update.writer().set_attr(g, "policy", policy_text);
-  update.writer().set_attr(g, "verdict", verdict);
-  update.writer().set_attr(g, "summary", summary);
-  update.writer().set_attr(g, "report_csv", render_csv(table));
-  update.commit();
+  history::RunEntry e = history.entry(sweep ? "batch-sweep" : "determinism", run_id, env);
+  e.policy = policy_text;
+  e.verdict = verdict;
+  e.summary = summary;
+  e.attrs = {{"report_csv", render_csv(table)}};
+  if (!c.no_reports) e.report_path = report_dir(info, c.out_dir);
+  history.commit(e);
   return ok ? 0 : 1;
 }
 

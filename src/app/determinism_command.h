@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/candidate.h"
+#include "app/history_record.h"
 #include "app/report_options.h"
 #include "app/weight_check.h"
 
@@ -23,6 +24,7 @@ struct DeterminismCmd {
   std::string out_dir, run_id;
   bool all_rows = false, no_reports = false;
   bool on_device = false;  // run to run compared on the backend's device (hip)
+  HistoryOptions history;
 };
 
 // The command's work; returns its exit code (0 pass, 1 a FAIL verdict).

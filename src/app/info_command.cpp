@@ -21,6 +21,8 @@
 #include "model/stage_graph.h"
 #include "model/tensor_contract.h"
 #include "formats/weights.h"
+#include "history/history_db.h"
+#include "history/legacy_import.h"
 #include "exec/backend_registry.h"
 
 namespace tdiff::app {
@@ -259,6 +261,33 @@ void print_saved_runs(const std::vector<std::string>& runs, std::size_t limit, c
   }
 }
 
+
+// The newest runs of the case in its run history (history/history_db.h); the case's old in-file
+// records are read into it first where it can be written, else shown from the case.
+void print_history(const std::string& path, const std::string& given, std::size_t limit) {
+  const std::string abs = std::filesystem::absolute(path).lexically_normal().string();
+  std::vector<history::RunEntry> runs;
+  std::string where;
+  std::size_t total = 0;
+  try {
+    const auto db = history::open_for_recording(abs, given);
+    runs = db->runs({abs, "", "", limit, false});
+    total = db->count(abs);
+    where = db->path();
+  } catch (const InputError& e) {
+    runs = history::read_case_records(abs);
+    total = runs.size();
+    where = fmt::format("the case file's old records ({})", e.what());
+  }
+  if (runs.empty()) return line("history", fmt::format("no runs ({})", where));
+  line("history", fmt::format("{} runs in {}{}", total, where,
+                              total > runs.size() ? fmt::format("; the newest {} (tdiff history {})", runs.size(), path)
+                                                  : ""));
+  for (const auto& e : runs)
+    line("", fmt::format("{}  {}  {:<11} {:<5} {}{}", shown_run_id(e.id), e.date_utc, e.kind,
+                         e.verdict.empty() ? "-" : e.verdict, e.label,
+                         e.first_divergence.empty() ? "" : "  first: " + e.first_divergence));
+}
 }  // namespace
 
 void info_case(const InfoOptions& o) {
@@ -298,8 +327,16 @@ void info_case(const InfoOptions& o) {
     line("reference", fmt::format("{} of {} stages, {} tensors{}", stages.size(), expected,
                                   h5_list_datasets(path, "/reference").size(), from));
   }
-  print_env_records(env, o.runs, path);
-  print_saved_runs(runs, o.runs, path);
+  // The case's own records (its reference's); an older tdiff's run records are the history's now.
+  std::map<std::string, EnvRecord> own_env;
+  for (const auto& [id, e] : env)
+    if (std::find(runs.begin(), runs.end(), id) == runs.end()) own_env[id] = e;
+  print_env_records(own_env, o.runs, path);
+  std::vector<std::string> saved;  // runs whose tensors were kept in the case (run --save)
+  for (const auto& id : runs)
+    if (!h5_list_datasets(path, "/runs/" + id).empty()) saved.push_back(id);
+  print_saved_runs(saved, o.runs, path);
+  print_history(path, o.history, o.runs);
   // Ids that are not plain names (another tool's, an earlier tdiff's) are listed escaped, and
   // said so once each: never refused, a case holding one would stay unreadable for good.
   std::set<std::string> odd;

@@ -19,7 +19,8 @@ struct InfoOptions {
   bool ops = false;
   bool dump_format = false;
   bool json = false;  // with a case: the tensor contract of the --stages as JSON (model/tensor_contract.h)
-  std::size_t runs = 5;  // the newest environment records and saved runs shown; 0: all
+  std::size_t runs = 5;  // the newest environment records, saved runs and history runs shown; 0: all
+  std::string history;   // --history: the run history to read (default: beside the case)
 };
 
 // The fault catalog (a Markdown table).

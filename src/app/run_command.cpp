@@ -15,11 +15,13 @@
 #include "exec/followed_reference.h"
 #include "exec/mixed_run.h"
 #include "exec/saved_run.h"
+#include "exec/timed_forward.h"
 #include "app/envelope.h"
 #include "app/candidate.h"
 #include "app/progress.h"
 #include "app/report_options.h"
 #include "app/shell.h"
+#include "app/history_record.h"
 #include "app/weight_check.h"
 #include "casefile/env_record.h"
 #include "base/error.h"
@@ -72,49 +74,32 @@ void print_first_divergence(const CompareResult& diff) {
   }
 }
 
-// A run's record in the case (nothing with --no-record). The case is checked at the start, so
-// a case that cannot take the record fails before the work, and updated at the end: the
-// update holds the case's lock only while it records (casefile/case_file.h CaseUpdate).
-// --save writes the candidate's tensors into the case as they come, so its update is opened
-// at the start and holds the lock through the run.
+// A run's record in the run history (app/history_record.h: opened before the work, written at
+// the end). --save writes the candidate's tensors into the case as they come, so its update is
+// opened at the start and holds the case's lock through the run; nothing else writes the case.
 class RunRecord {
  public:
-  explicit RunRecord(const RunCmd& c) : case_path_(c.case_path), enabled_(!c.no_record) {
-    if (!enabled_) return;
+  explicit RunRecord(const RunCmd& c) : history_(c.case_path, c.history) {
     // --save may replace an earlier run's tensors of the same run id, which a byte copy would
-    // keep as dead space; a record alone beside a reference of GBs is copied as bytes.
+    // keep as dead space.
     if (c.save) update_.emplace(c.case_path, H5Writer::Copy::objects);
-    else CaseUpdate::check(c.case_path);
   }
   std::optional<CaseUpdate>& save_target() { return update_; }
   // The reference the run judges against: through the file its reads go through.
-  void judged_against(const H5File& file) { reference_read_ = reference_id(file); }
-
-  // The environment, the verdict summary and `attrs` under /runs/<run-id>, and the weight
-  // files' refreshed records. `clear`: first remove what an earlier run of the same id left.
-  // A reference that another command recomputed while this run ran is not the one the
-  // verdict is about: then nothing is recorded (an InputError after the reports).
-  void commit(const std::string& run_id, const EnvRecord& env, const std::vector<std::pair<std::string, std::string>>& attrs,
-              const CompareResult& diff, bool clear, const WeightCheck* checked = nullptr) {
-    if (!enabled_) return;
-    if (!update_) update_.emplace(case_path_, H5Writer::Copy::bytes);
-    update_->require_reference(reference_read_);
-    if (checked) WeightCheckOptions::refresh(*update_, *checked);
-    const std::string g = "/runs/" + run_id;
-    H5Writer& w = update_->writer();
-    if (clear) w.remove(g);
-    update_->put_env(run_id, env);
-    for (const auto& [k, v] : attrs) w.set_attr(g, k, v);
-    w.set_attr(g, "verdict", verdict_name(diff.verdict));
-    w.set_attr(g, "first_divergence", diff.first_fail >= 0 ? diff.rows[static_cast<std::size_t>(diff.first_fail)].key() : "");
-    w.set_attr(g, "report_csv", render_csv(diff));
-    update_->commit();
+  void judged_against(const H5File& file) { history_.judged_against(reference_id(file)); }
+  history::RunEntry entry(const std::string& run_id, const EnvRecord& env, const CompareResult& diff) const {
+    history::RunEntry e = history_.entry("run", run_id, env);
+    history::add_compare(e, diff);
+    return e;
+  }
+  // The record in the history; the saved tensors (--save) into the case.
+  void commit(const history::RunEntry& e) {
+    history_.commit(e);
+    if (update_) update_->commit();
   }
 
  private:
-  std::string case_path_;
-  bool enabled_;
-  std::string reference_read_;
+  HistoryRecord history_;
   std::optional<CaseUpdate> update_;
 };
 
@@ -187,7 +172,8 @@ void set_dump_expected(const RunCmd& c, std::optional<CaseSession>& session, con
   }
 }
 
-int run_dump(RunCmd c) {
+// `engine_seconds`: the engine's wall time when tdiff ran it (--candidate-cmd), else negative.
+int run_dump(RunCmd c, double engine_seconds = -1) {
   if (reference_stages(c.case_path).empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   RunRecord record(c);
@@ -239,7 +225,12 @@ int run_dump(RunCmd c) {
   show_env(env, info);
   c.report.print(diff, info);
   c.report.write(diff, info);  // before the record: a report that cannot be written leaves the case as it was
-  record.commit(run_id, env, {{"backend", "dump"}, {"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}}, diff, true);
+  history::RunEntry entry = record.entry(run_id, env, diff);
+  entry.selections = dump.mode;
+  entry.attrs = {{"dump", absolute_path(c.dump)}, {"dump_mode", dump.mode}};
+  if (engine_seconds >= 0) entry.timings.emplace_back("engine", engine_seconds);
+  if (!c.report.no_reports) entry.report_path = report_dir(info, c.report.out_dir);
+  record.commit(entry);
   print_lacking(dump, reference_stages(*dump.case_file).size());
   hint_other_inputs(dump, diff);
   const Tensor& mask = dump.case_info.batch.mask;
@@ -263,9 +254,45 @@ int run_engine_dump(RunCmd c) {
   const double seconds = run_engine(c.cand.candidate_cmd, r, folder.path() + "/request.json");
   fmt::print("engine: '{}' ran in {:.2f} s\n", c.cand.candidate_cmd, seconds);
   c.dump = r.dump_path;
-  return run_dump(c);
+  return run_dump(c, seconds);
 }
 
+
+// --timed N: the forwards timed after the compared run, and whether they computed what it
+// judged (exec/timed_forward.h).
+history::SpeedRecord measure_speed(const RunCmd& c, CaseSession& session, Backend& candidate,
+                                   const std::string& compared_sha, const CompareResult& compared,
+                                   const ThresholdPolicy& thresholds) {
+  const bool replay = c.selections == "replay";
+  const TimedForwards t = time_forwards(session, candidate, replay, c.timed);
+  history::SpeedRecord s;
+  s.repeats = c.timed;
+  std::vector<double> sorted = t.seconds;
+  std::sort(sorted.begin(), sorted.end());
+  s.forward_s = sorted[sorted.size() / 2];
+  s.spread_s = sorted.back() - sorted.front();
+  for (auto m : session.info.batch.mask.span<const std::uint8_t>()) s.tokens += m != 0;
+  s.tokens_per_s = static_cast<double>(s.tokens) / s.forward_s;
+  s.outputs_sha256 = t.logits_sha256;
+  s.class_seconds = t.class_seconds;
+  if (t.same_bits && t.logits_sha256 == compared_sha) {
+    s.verified = "bitwise";
+  } else {  // other bits: verified when the timed logits are judged as the compared run's were
+    CompareResult d = timed_logits_diff(session, candidate, replay);
+    judge(d, thresholds);
+    Verdict judged = Verdict::pass;
+    for (const auto& row : compared.rows)
+      if (row.logits) judged = worst(judged, row.verdict);
+    s.verified = d.verdict <= judged
+                     ? fmt::format("within thresholds (other bits than the compared run's: {})",
+                                   t.same_bits ? "the timed forwards agree among themselves" : "they vary run to run")
+                     : fmt::format("no: the timed forward's logits are {} where the compared run's were {}",
+                                   verdict_name(d.verdict), verdict_name(judged));
+  }
+  fmt::print("speed       {} timed forward{}: median {:.4g} s (spread {:.2g} s), {:.4g} tokens/s; verified {}\n",
+             s.repeats, s.repeats == 1 ? "" : "s", s.forward_s, s.spread_s, s.tokens_per_s, s.verified);
+  return s;
+}
 }  // namespace
 
 // A --save-to file's writer, under the file's lock while the run writes it.
@@ -290,7 +317,6 @@ H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, SaveFile
     own.writer->remove("/runs/" + run_id);
     return own.writer.get();
   }
-  if (!update) input_error("--save keeps the tensors in the case, which --no-record leaves untouched (use --save-to FILE)");
   return &update->writer();
 }
 
@@ -324,9 +350,11 @@ static int run_backend(RunCmd c) {
 
   Progress progress(fmt::format("run {}", c.cand.backend), session.stages.size());
   MixedRunOptions mo;
-  if (sink)
+  LogitsHash compared_logits(mo.diff.logits_patterns);  // --timed: what the timed forwards must reproduce
+  if (sink || c.timed > 0)
     mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
-      if (!pattern_matches(c.stages, s.name)) return;
+      if (c.timed > 0) compared_logits.add(s, out);
+      if (!sink || !pattern_matches(c.stages, s.name)) return;
       for (std::size_t k = 0; k < out.size(); ++k) sink->write("/runs/" + run_id + "/" + s.name + "/" + s.outputs[k], out[k]);
     };
   mo.compare = c.stages;
@@ -346,6 +374,11 @@ static int run_backend(RunCmd c) {
   auto judging = times.measure("judge");
   judge(r.diff, thresholds);
   judging.stop();
+  history::SpeedRecord speed;
+  if (c.timed > 0) {
+    auto timing = times.measure("timed forwards");
+    speed = measure_speed(c, session, *candidate, compared_logits.hex(), r.diff, thresholds);
+  }
 
   RunInfo info;
   info.case_name = std::filesystem::path(c.case_path).stem().string();
@@ -373,9 +406,11 @@ static int run_backend(RunCmd c) {
   judged.measured_floor = c.measured_floor == "on";
   if (!c.report.thresholds.empty())
     judged.thresholds = named_thresholds(c.report.thresholds) ? c.report.thresholds : absolute_path(c.report.thresholds);
+  if (sink) {
+    sink->set_attr("/runs/" + run_id, "case", absolute_path(c.case_path));
+    for (const auto& [k, v] : judged.attrs()) sink->set_attr("/runs/" + run_id, k, v);
+  }
   if (save_file.writer) {
-    save_file.writer->set_attr("/runs/" + run_id, "case", absolute_path(c.case_path));
-    for (const auto& [k, v] : judged.attrs()) save_file.writer->set_attr("/runs/" + run_id, k, v);
     save_file.writer->commit();
     save_file.lock.reset();
   }
@@ -386,7 +421,13 @@ static int run_backend(RunCmd c) {
   c.report.write(r.diff, info);  // before the record: a report that cannot be written leaves the case as it was
   reports.stop();
   auto recording_end = times.measure("record");
-  record.commit(run_id, env, judged.attrs(), r.diff, !c.save, &checked);
+  history::RunEntry entry = record.entry(run_id, env, r.diff);
+  entry.selections = c.selections;
+  for (const auto& [k, v] : judged.attrs()) entry.attrs[k] = v;
+  entry.timings = info.timing;
+  entry.speed = speed;
+  if (!c.report.no_reports) entry.report_path = report_dir(info, c.report.out_dir);
+  record.commit(entry);
   if (sink) fmt::print("saved       candidate tensors under {}:/runs/{}\n", c.save_to.empty() ? c.case_path : c.save_to, run_id);
   recording_end.stop();
 

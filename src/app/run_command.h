@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/candidate.h"
+#include "app/history_record.h"
 #include "app/report_options.h"
 #include "app/weight_check.h"
 
@@ -24,7 +25,8 @@ struct RunCmd {
   CandidateOptions cand;
   ReportOptions report;
   WeightCheckOptions weights;
-  bool no_record = false;
+  HistoryOptions history;  // --history, --label, --no-record
+  int timed = 0;           // --timed N: forwards timed after the compared run (exec/timed_forward.h)
   // emu in the candidate's formats beside the run (exec/measured_floor.h): "on" or "off".
   std::string measured_floor = "on";
 };

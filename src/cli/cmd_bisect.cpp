@@ -48,6 +48,7 @@ void setup_bisect(CLI::App& app) {
   cmd->add_option("--max-culprits", c->max_culprits, "stop the culprit set after this many stages (default 8)")
       ->check(CLI::PositiveNumber);
   add_options(cmd, c->report);
+  add_options(cmd, c->history);
   add_verify_case_option(cmd);
   cmd->callback([c] { exit_code() = app::run_bisect(*c); });
 }

@@ -38,6 +38,7 @@ void setup_ci(CLI::App& app) {
   cmd->add_option("--cache", c->cache_dir, "cache folder for models and references (default <set>/cache)");
   cmd->add_flag("--rebuild", c->rebuild, "rebuild the cached models and references");
   cmd->add_option("--run-id", c->run_id, "run id (default: time-based)");
+  add_options(cmd, c->history);
   auto* dumps = cmd->add_option("--candidate-dumps", c->dumps_dir,
                                 "judge an external implementation's dumps instead of running a backend: FOLDER/<case>.h5 "
                                 "per case (tdiff-capture, the tap; python/README.md)");

@@ -50,7 +50,8 @@ void setup_determinism(CLI::App& app) {
                 "hip: keep run 1's outputs on the GPU and compare each later run there; only the comparison and "
                 "the tensors that differ are copied to the host");
   cmd->add_flag("--all", c->all_rows, "list every differing tensor, not only the origins and the first 30");
-  cmd->add_flag("--no-reports", c->no_reports, "print only; write no report files (the case still records the run)");
+  cmd->add_flag("--no-reports", c->no_reports, "print only; write no report files (the run history still records the run)");
+  add_options(cmd, c->history);
   add_verify_case_option(cmd);
   cmd->callback([c] { exit_code() = app::run_determinism(*c); });
 }

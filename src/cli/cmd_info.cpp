@@ -24,8 +24,8 @@ void setup_info(CLI::App& app) {
                           "shape, named axes, the range of selection ids) as a JSON array, for --stages or every stage");
   j->needs(c)->excludes(m);
   auto runs = std::make_shared<std::string>("5");
-  cmd->add_option("--runs", *runs, "With a case file: how many of the newest environment records and saved runs to "
-                                   "show, or all")
+  cmd->add_option("--runs", *runs, "With a case file: how many of the newest environment records, saved runs and "
+                                   "runs of the run history to show, or all")
       ->capture_default_str()
       ->needs(c)
       ->check([](const std::string& v) {
@@ -35,6 +35,8 @@ void setup_info(CLI::App& app) {
                    : std::string("a positive count or all");
       })
       ->each([o, runs](const std::string& v) { o->runs = v == "all" ? 0 : std::stoul(v); });
+  cmd->add_option("--history", o->history, "With a case file: the run history to list (default: beside the case)")
+      ->needs(c);
   auto* k = cmd->add_flag("--knobs", o->knobs,
                           "Print the fault catalog: every policy knob, its bad and fixed settings, the operator kinds "
                           "it changes and what the bad setting does (a Markdown table)");

@@ -19,6 +19,7 @@ void setup_run(CLI::App& app) {
       "  tdiff run case.h5 --set 'L02.attn.core:softmax_stats=fp16' --threshold 'cosine_fail=0.999'\n"
       "  tdiff run case.h5 --candidate-dump hf-bf16.h5          # an external implementation's dump as the candidate\n"
       "  tdiff run case.h5 --save --run-id r1 && tdiff compare case.h5 case.h5 --group-a /reference --group-b /runs/r1\n"
+      "  tdiff run case.h5 --backend hip --timed 5 --label my-branch   # speed and accuracy into the run history\n"
       "Exit code: 0 all stages pass (warnings allowed), 1 a stage fails, 2 usage or input error.");
   cmd->add_option("case", c->case_path, "case file with a reference (tdiff golden)")->required();
   cmd->add_option("--stages", c->stages, "compare only stages matching these globs (all stages still run)");
@@ -66,8 +67,12 @@ void setup_run(CLI::App& app) {
       ->capture_default_str();
   add_options(cmd, c->report);
   add_options(cmd, c->weights);
-  cmd->add_flag("--no-record", c->no_record,
-                "leave the case file untouched (no /env and /runs record of this run; a read-only case can be run)");
+  add_options(cmd, c->history);
+  cmd->add_option("--timed", c->timed,
+                  "after the compared run, time N forwards of the candidate alone and one profiled per stage class; "
+                  "their logits are hashed and matched with the compared run's, so the speed recorded is the speed "
+                  "of what was judged (`tdiff history`, `tdiff gate`)")
+      ->check(CLI::Range(0, 1000));
   add_verify_case_option(cmd);
   cmd->callback([c, selections] {
     c->selections_given = selections->count() > 0;

@@ -19,5 +19,7 @@ void setup_determinism(CLI::App& app);
 void setup_ci(CLI::App& app);
 void setup_audit(CLI::App& app);
 void setup_stats(CLI::App& app);
+void setup_history(CLI::App& app);  // cmd_history.cpp
+void setup_gate(CLI::App& app);     // cmd_history.cpp
 
 }  // namespace tdiff::cli

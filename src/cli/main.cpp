@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   cli::setup_ci(app);
   cli::setup_audit(app);
   cli::setup_stats(app);
+  cli::setup_history(app);
+  cli::setup_gate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

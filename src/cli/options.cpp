@@ -75,4 +75,13 @@ void add_options(CLI::App* cmd, app::WeightCheckOptions& o) {
       ->capture_default_str();
 }
 
+void add_options(CLI::App* cmd, app::HistoryOptions& o) {
+  cmd->add_option("--history", o.history,
+                  "the run history to record into (default: $TDIFF_HISTORY, else tdiff-history.sqlite beside the case)");
+  cmd->add_option("--label", o.label,
+                  "the series this run belongs to in `tdiff history` and `tdiff gate` (a build, a branch; default: "
+                  "the build's commit, backend and policy)");
+  cmd->add_flag("--no-record", o.no_record, "record nothing in the run history (the case file is only read either way)");
+}
+
 }  // namespace tdiff::cli

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/candidate.h"
+#include "app/history_record.h"
 #include "app/report_options.h"
 #include "app/weight_check.h"
 
@@ -19,6 +20,8 @@ void add_candidate_cmd_option(CLI::App* cmd, app::CandidateOptions& o);
 void add_options(CLI::App* cmd, app::ReportOptions& o);
 // --force, --verify-weights.
 void add_options(CLI::App* cmd, app::WeightCheckOptions& o);
+// --history, --label, --no-record (the run history: app/history_record.h).
+void add_options(CLI::App* cmd, app::HistoryOptions& o);
 // --verify-case: how the integrity record of every case file the command reads is checked
 // (casefile/h5_common.h CaseCheck).
 void add_verify_case_option(CLI::App* cmd);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -80,8 +81,10 @@ struct FileVerdict {
 
 // `meter`: counts the bytes hashed; in the quick check the files to hash are added to it as
 // they turn up (the full check counts them all up front).
+// `cache`: the folder's checksum cache, which vouches for a file whose size, time and inode it
+// recorded with the same SHA-256 (a case made before the files were touched or copied back).
 FileVerdict compare_file(const std::string& path, const std::string& sha, const std::string& recorded, bool full,
-                         HashMeter& meter) {
+                         HashMeter& meter, const ChecksumCache* cache) {
   FileVerdict v;
   const std::string stat_now = weight_file_stat(path);
   const auto was = parse_stat(recorded), now = parse_stat(stat_now);
@@ -96,6 +99,7 @@ FileVerdict compare_file(const std::string& path, const std::string& sha, const 
     }
     if (was.count("mtime_ns") && was.at("mtime_ns") == now.at("mtime_ns")) return v;
   }
+  if (!full && cache && cache->find(fs::path(path).filename().string(), file_identity(path)) == sha) return v;
   v.hashed = true;
   std::error_code ec;
   v.bytes = fs::file_size(path, ec);
@@ -141,6 +145,8 @@ WeightCheck check_weight_files(const std::vector<std::string>& files, const std:
     for (const auto& f : files)
       if (full && sha256.count(fs::path(f).filename().string())) total += fs::file_size(f, ec), ++to_hash, ec.clear();
     HashMeter meter(total, to_hash);
+    std::optional<ChecksumCache> cache;
+    if (!files.empty()) cache.emplace(fs::path(files.front()).parent_path().string());
     ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::size_t i = 0; i < files.size(); ++i)
@@ -149,7 +155,8 @@ WeightCheck check_weight_files(const std::vector<std::string>& files, const std:
         auto sum = sha256.find(name);
         if (sum == sha256.end()) return;
         auto st = stats.find(name);
-        verdicts[i] = compare_file(files[i], sum->second, st == stats.end() ? "" : st->second, full, meter);
+        verdicts[i] = compare_file(files[i], sum->second, st == stats.end() ? "" : st->second, full, meter,
+                                   cache ? &*cache : nullptr);
       });
     errors.rethrow();
   }
