@@ -231,19 +231,20 @@ void emit_bisect(const BisectCmd& c, Bisector& bisector, BisectReport& rep, cons
 
 int run_bisect(BisectCmd c) {
   PhaseTimes times;  // the command's; each probe prints its own line as it ends
-  // Opened before the work, as run's: a case whose history cannot be written fails now.
-  auto updating = times.measure("history");
-  HistoryRecord history(c.case_path, c.history);
-  updating.stop();
   auto opening = times.measure("open");
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
-  history.judged_against(reference_id(session.reference().file()));  // what its reads see
+  const std::string reference_read = reference_id(session.reference().file());  // what its reads see
   if (session.reference().stages().empty())
     input_error("{}: no reference stored (run `tdiff golden {}` first)", c.case_path, c.case_path);
   opening.stop();
   const Policy policy = c.cand.make_policy(session);
   const ThresholdPolicy thresholds = c.report.make_thresholds(output_keys(session.stages));
   const std::string run_id = app::run_id_for(c.report.run_id, "bisect");
+  // Opened before the work, as run's: a case whose history cannot be written fails now.
+  auto opening_history = times.measure("history");
+  HistoryRecord history(c.case_path, c.history);
+  history.judged_against(reference_read);
+  opening_history.stop();
   c.cand.seed = app::run_seed_for(c.cand.seed, run_id);
   auto setup = times.measure("backend setup");
   auto candidate = c.cand.make(session, policy, c.cand.seed);

@@ -330,7 +330,8 @@ int run_ci(CiCmd c) {
     print_prepared(suite, cache, cases);
     return 0;
   }
-  // The history opened before the runs: one that cannot be written fails now.
+  // The history beside the cached case files (one per version of the set: its cases change
+  // with it), opened before the runs: one that cannot be written fails now.
   if (!c.history.no_record && !cases.empty()) HistoryRecord(cache.case_file(*cases.front()), c.history);
   std::optional<EngineFolder> engine_dumps;  // --candidate-cmd: the engine's <case>.h5, made now
   if (engine) c.dumps_dir = run_engine_on_cases(c, cases, cache, engine_dumps.emplace());

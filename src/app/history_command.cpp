@@ -124,9 +124,16 @@ HistoryTarget resolve_history_target(const std::string& target, const std::strin
   if (!fs::is_directory(target, ec)) input_error("{}: no such case file or folder", target);
   if (!given.empty()) return {given, ""};
   if (const char* env = std::getenv("TDIFF_HISTORY"); env && *env) return {env, ""};
-  for (const fs::path& p : {fs::path(target) / history::kHistoryFile, fs::path(target) / "cache" / history::kHistoryFile})
-    if (fs::exists(p, ec)) return {p.string(), ""};
-  input_error("{}: no run history in it (looked for {} there and, for a golden set, in its cache/)", target,
+  if (const fs::path p = fs::path(target) / history::kHistoryFile; fs::exists(p, ec)) return {p.string(), ""};
+  // A golden set: its cache holds a folder per version of the set, each with its history; the
+  // one written last is the current version's.
+  fs::path newest;
+  fs::file_time_type when{};
+  for (const auto& e : fs::directory_iterator(fs::path(target) / "cache", ec))
+    if (const fs::path p = e.path() / history::kHistoryFile; e.is_directory() && fs::exists(p))
+      if (const auto t = fs::last_write_time(p); newest.empty() || t > when) newest = p, when = t;
+  if (!newest.empty()) return {newest.string(), ""};
+  input_error("{}: no run history in it (looked for {} there and, for a golden set, in its cache/*/)", target,
               history::kHistoryFile);
 }
 

@@ -269,15 +269,19 @@ void print_history(const std::string& path, const std::string& given, std::size_
   std::vector<history::RunEntry> runs;
   std::string where;
   std::size_t total = 0;
+  const std::string db_path = history::history_path_for(abs, given);
   try {
-    const auto db = history::open_for_recording(abs, given);
-    runs = db->runs({abs, "", "", limit, false});
-    total = db->count(abs);
-    where = db->path();
-  } catch (const InputError& e) {
+    if (!std::filesystem::exists(db_path)) input_error("{}: no run history yet", db_path);
+    history::HistoryDb db(db_path, false);
+    db.import_case(abs);
+    runs = db.runs({abs, "", "", limit, false});
+    total = db.count(abs);
+    where = db.path();
+  } catch (const InputError& e) {  // none yet, or not writable: an older case's own records
     runs = history::read_case_records(abs);
-    total = runs.size();
-    where = fmt::format("the case file's old records ({})", e.what());
+    if (limit > 0 && runs.size() > limit) runs.erase(runs.begin(), runs.end() - static_cast<long>(limit));
+    total = history::read_case_records(abs).size();
+    where = fmt::format("the case file's own records; {}", e.what());
   }
   if (runs.empty()) return line("history", fmt::format("no runs ({})", where));
   line("history", fmt::format("{} runs in {}{}", total, where,

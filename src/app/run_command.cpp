@@ -437,6 +437,8 @@ static int run_backend(RunCmd c) {
 }
 
 int run_run(RunCmd c) {
+  // Before anything is opened or created (the run history): a bad id is refused first.
+  if (!c.report.run_id.empty()) check_run_id(c.report.run_id, "--run-id");
   if (!c.dump_policy.empty() && c.dump.empty() && c.cand.candidate_cmd.empty())
     input_error("--dump-policy needs --candidate-dump or --candidate-cmd");
   if (!c.cand.candidate_cmd.empty()) return run_engine_dump(c);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
+#include "history_support.h"
 #include "base/dtype.h"
 #include "casefile/h5io.h"
 #include "tap/tap.hpp"
@@ -64,7 +65,10 @@ TEST_F(CliDump, ATappedEngineGetsTheReportOfTheBackend) {
   for (const char* f : {"report.html", "report.json", "junit.xml"}) EXPECT_TRUE(fs::exists(path(std::string("dump/") + f))) << f;
   const auto j = nlohmann::json::parse(slurp(path("dump/report.json")));
   EXPECT_NE(j.dump().find("tap_emu.cpp"), std::string::npos) << "the dump's environment record is in the report";
-  EXPECT_NE(run(fmt::format("info {}", c())).out.find("dump"), std::string::npos) << "the run is recorded in the case";
+  const auto recorded = testing::recorded_runs(path("c.h5"));
+  ASSERT_FALSE(recorded.empty()) << "the run is recorded in the run history";
+  EXPECT_EQ(recorded.back().backend, "dump");
+  EXPECT_EQ(recorded.back().attrs.at("dump"), path("dump.h5"));
 }
 
 TEST_F(CliDump, AnIsolatedDumpIsRankedAsBisectIsolateRanksTheBackend) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "app/ci_suite.h"
+#include "history_support.h"
 #include "mini_suite.h"
 #include "casefile/case_file.h"
 #include "base/error.h"
@@ -50,8 +51,14 @@ TEST_F(Suites, CiRunsEveryCaseCachesAndReports) {
   for (const auto& e : fs::directory_iterator(cache))
     if (e.is_directory()) key = e.path().string();
   const auto info = run(fmt::format("info '{}/left.h5'", key));
-  EXPECT_NE(info.out.find("policy fp32"), std::string::npos) << info.out;
-  EXPECT_NE(info.out.find("suite mini"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("ci          PASS") , std::string::npos) << info.out;
+  const auto recorded = testing::recorded_runs(key + "/left.h5");
+  ASSERT_FALSE(recorded.empty());
+  EXPECT_EQ(recorded.back().suite, "mini");
+  EXPECT_EQ(recorded.back().env.policy, "fp32");
+  const auto history = run(fmt::format("history '{}' --kind ci", dir_.string()));
+  EXPECT_EQ(history.code, 0) << history.err;
+  EXPECT_NE(history.out.find("left.h5: 2 runs"), std::string::npos) << history.out;
 
   // naive: atomics and unstable ties make the two runs differ -> FAIL, exit 1, with a
   // determinism report.
@@ -162,8 +169,9 @@ TEST_F(Suites, CiBuildsEachNamedModelOnceForTheCasesThatNameIt) {
   EXPECT_NE(ran.out.find("reused from"), std::string::npos) << ran.out;
   EXPECT_NE(ran.out.find("sharp            trained "), std::string::npos) << ran.out;
   EXPECT_NE(ran.out.find("right            -       "), std::string::npos) << ran.out;
-  const auto info = run(fmt::format("info '{}/sharp.h5'", key));
-  EXPECT_NE(info.out.find("trained profile"), std::string::npos) << info.out;
+  const auto recorded = testing::recorded_runs(key + "/sharp.h5");
+  ASSERT_FALSE(recorded.empty());
+  EXPECT_NE(recorded.back().env.extra.at("model").find("trained profile"), std::string::npos);
 }
 
 TEST_F(Suites, CiInputErrorsExitTwo) {

@@ -8,6 +8,7 @@
 #include "casefile/case_file.h"
 #include "casefile/h5io.h"
 #include "cli_support.h"
+#include "history_support.h"
 
 namespace tdiff {
 namespace {
@@ -42,11 +43,11 @@ TEST_F(CliConcurrency, RunsRecordingAtOnceKeepEveryRecord) {
   for (int k = 0; k < 4; ++k) args.push_back(fmt::format("run '{}' --policy fp32 --no-reports --run-id r{}", path("c.h5"), k));
   const std::vector<int> codes = run_together(args);
   for (std::size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 0) << err(i);
-  const auto runs = case_runs(path("c.h5"));
-  const std::set<std::string> kept(runs.begin(), runs.end());
-  for (int k = 0; k < 4; ++k) EXPECT_TRUE(kept.count(fmt::format("r{}", k))) << "record r" << k << " lost";
-  const auto env = read_env_records(path("c.h5"));
-  for (int k = 0; k < 4; ++k) EXPECT_TRUE(env.count(fmt::format("r{}", k)));
+  for (int k = 0; k < 4; ++k) {
+    const auto rec = testing::recorded_run(path("c.h5"), fmt::format("r{}", k));
+    ASSERT_TRUE(rec) << "record r" << k << " lost";
+    EXPECT_EQ(rec->env.policy, "fp32");
+  }
   // Nothing is left beside the case: no lock file, no temporary.
   for (const auto& e : std::filesystem::directory_iterator(dir_))
     EXPECT_EQ(e.path().filename().string().find(".c.h5."), std::string::npos) << e.path();
@@ -65,8 +66,7 @@ TEST_F(CliConcurrency, ARunDuringGoldenNeverDropsGoldensReference) {
   const std::string after = reference_id(c);
   EXPECT_NE(after, before);  // golden's new reference is the one kept
   EXPECT_TRUE(read_env_records(c).count(after));
-  const auto runs = case_runs(c);
-  const bool recorded = std::find(runs.begin(), runs.end(), "during") != runs.end();
+  const bool recorded = testing::recorded_run(c, "during").has_value();
   if (codes[1] == 0) {
     EXPECT_TRUE(recorded);  // it recorded beside the reference it read (golden's, or before golden took the lock)
   } else {
@@ -87,20 +87,19 @@ TEST_F(CliConcurrency, SavingRunsAtOnceKeepEveryRun) {
        fmt::format("run '{}' --policy fp32 --no-reports --no-record --save-to '{}' --run-id t0", c, s),
        fmt::format("run '{}' --policy fp32 --no-reports --no-record --save-to '{}' --run-id t1", c, s)});
   for (std::size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 0) << err(i);
-  const auto runs = case_runs(c);
-  for (const char* id : {"s0", "p0"}) EXPECT_NE(std::find(runs.begin(), runs.end(), id), runs.end()) << id;
-  EXPECT_TRUE(h5_exists(c, "/runs/s0/lm_head/logits"));
+  for (const char* id : {"s0", "p0"}) EXPECT_TRUE(testing::recorded_run(c, id)) << id;
+  EXPECT_TRUE(h5_exists(c, "/runs/s0/lm_head/logits"));  // --save's tensors go into the case
   const auto saved = h5_list_children(s, "/runs");
   EXPECT_EQ(saved, (std::vector<std::string>{"t0", "t1"}));
 }
 
 TEST_F(CliConcurrency, ReportsAreWrittenBeforeTheRecord) {
-  // A report folder that cannot be written: exit 2, and the case is unchanged.
+  // A report folder that cannot be written: exit 2, nothing recorded, and the case is unchanged.
   const auto size = std::filesystem::file_size(path("c.h5"));
-  const auto runs = case_runs(path("c.h5")).size();
+  const auto runs = testing::recorded_runs(path("c.h5")).size();
   const CliResult r = run(fmt::format("run '{}' --policy fp32 -o /dev/null/reports", path("c.h5")));
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_EQ(case_runs(path("c.h5")).size(), runs);
+  EXPECT_EQ(testing::recorded_runs(path("c.h5")).size(), runs);
   EXPECT_EQ(std::filesystem::file_size(path("c.h5")), size);
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
+#include "history_support.h"
 #include "casefile/case_file.h"
 #include "formats/safetensors.h"
 #include "base/sha256.h"
@@ -178,7 +179,8 @@ TEST_F(CliHygiene, EnvironmentRecordsMachineChecksumsAndExpandedPolicy) {
   ASSERT_LE(r.code, 1) << r.err;
   const std::string model_sha =
       shell_out(fmt::format("cd '{}' && LC_ALL=C sha256sum $(LC_ALL=C ls *.safetensors) | sha256sum", path("m"))).substr(0, 64);
-  const auto env = read_env_records(c).at("e1");
+  ASSERT_TRUE(testing::recorded_run(c, "e1"));
+  const EnvRecord env = testing::recorded_run(c, "e1")->env;
   const auto json = nlohmann::json::parse(slurp(path("rep/report.json")))["env"];
   const std::string html = slurp(path("rep/report.html"));
   const std::map<std::string, std::string> expected = {
@@ -205,7 +207,7 @@ TEST_F(CliHygiene, EnvironmentRecordsMachineChecksumsAndExpandedPolicy) {
                             path("rep2")))
                 .code,
             1);
-  const auto env2 = read_env_records(c).at("e2");
+  const EnvRecord env2 = testing::recorded_run(c, "e2")->env;
   EXPECT_NE(env2.extra.at("policy_knobs").find("storage=fp32"), std::string::npos);
   EXPECT_EQ(env2.extra.at("policy_stages"), "L01.attn.core: pv_accum=fp16\nL02.attn.core: pv_accum=fp16");
   EXPECT_NE(slurp(path("rep2/report.html")).find("<pre>L01.attn.core: pv_accum=fp16\nL02.attn.core: pv_accum=fp16</pre>"),

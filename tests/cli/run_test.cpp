@@ -40,10 +40,10 @@ TEST_F(CliRun, GoldenThenRunPassesUnderFp32AndFailsUnderNaive) {
   EXPECT_EQ(naive.code, 1) << naive.err;
   // The first stage naive breaks beyond what its fp16 formats explain: RoPE tables from fp16 angles.
   EXPECT_NE(naive.out.find("first divergence: rope.main"), std::string::npos) << naive.out;
-  // Both runs are recorded in the case.
+  // Both runs are recorded in the run history, which info lists.
   const std::string info = run(fmt::format("info '{}'", path("c.h5"))).out;
-  EXPECT_NE(info.find("policy fp32"), std::string::npos) << info;
-  EXPECT_NE(info.find("policy naive"), std::string::npos) << info;
+  EXPECT_NE(info.find(" emu fp32"), std::string::npos) << info;
+  EXPECT_NE(info.find("emu naive  first: rope.main"), std::string::npos) << info;
 }
 
 // golden --verify recomputes each stage from the stored inputs: this build's own reference is

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
+#include "history_support.h"
 #include "casefile/case_file.h"
 #include "base/error.h"
 #include "casefile/h5io.h"
@@ -72,11 +73,12 @@ TEST_F(Timing, RunPrintsWhereTheTimeWentAndKeepsTheCaseIntact) {
   const Tensor after = h5_read(c, "/reference/lm_head/logits");
   ASSERT_EQ(before.nbytes(), after.nbytes());
   EXPECT_EQ(std::memcmp(before.raw(), after.raw(), before.nbytes()), 0);
-  EXPECT_EQ(read_env_records(c).count("t1"), 1u);
-  EXPECT_EQ(h5_read_attrs(c, "/runs/t1").at("verdict"), "PASS");
+  ASSERT_TRUE(testing::recorded_run(c, "t1"));
+  EXPECT_EQ(testing::recorded_run(c, "t1")->verdict, "PASS");
+  EXPECT_FALSE(testing::recorded_run(c, "t1")->timings.empty());
   // The same run id again replaces its record.
   ASSERT_EQ(run(fmt::format("run '{}' --run-id t1 --policy naive --no-reports", c)).code, 1);
-  EXPECT_EQ(h5_read_attrs(c, "/runs/t1").at("verdict"), "FAIL");
+  EXPECT_EQ(testing::recorded_run(c, "t1")->verdict, "FAIL");
   EXPECT_EQ(reference_stages(c).size(), 153u);
 }
 
