@@ -1,5 +1,6 @@
 #include "app/ci_command.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -8,6 +9,7 @@
 
 #include "app/ci_suite.h"
 #include "app/envelope.h"
+#include "app/history_command.h"
 #include "app/history_record.h"
 #include "app/candidate.h"
 #include "app/progress.h"
@@ -140,6 +142,7 @@ void record(const CiCmd& c, const CiCaseResult& r, const EnvRecord& env, const s
   e.attrs = {{"deterministic", r.nondeterministic.empty() ? "yes" : r.determinism_note},
              {"repeat", std::to_string(r.runs)}};
   e.timings = {{"case", r.seconds}};
+  e.speed = r.speed;
   e.report_path = report_path;
   history.commit(e);
 }
@@ -276,6 +279,31 @@ CiSummary start_summary(const CiCmd& c, const Suite& suite, const SuiteCache& ca
   return sum;
 }
 
+// Each model's stages into `per_model`; every stage name once (models of one preset share them).
+std::vector<Stage> stages_of_models(const Suite& suite, std::vector<std::vector<Stage>>& per_model) {
+  std::vector<Stage> stages;
+  std::set<std::string> named;
+  for (const SuiteModel& m : suite.models) {
+    per_model.push_back(build_stages(m.config()));
+    for (const Stage& s : per_model.back())
+      if (named.insert(s.name).second) stages.push_back(s);
+  }
+  return stages;
+}
+
+// --gate: this run's records (the newest in the history of the set's cache, `cache_root`) held
+// to the baseline's, case by case, as `tdiff gate` holds them; 0 without --gate.
+int gate_after(const CiCmd& c, const std::string& cache_root) {
+  if (c.gate_baseline.empty() || c.history.no_record) return 0;
+  GateCmd gate;
+  gate.target = cache_root;
+  gate.history = c.history.history;
+  gate.gate.baseline = c.gate_baseline;
+  gate.gate.speed = c.gate_speed;
+  fmt::print("\n");
+  return run_gate(gate);
+}
+
 }  // namespace
 
 int run_ci(CiCmd c) {
@@ -294,13 +322,7 @@ int run_ci(CiCmd c) {
   // Each model's stages, and every stage name once (models of one preset share them): a knob or
   // a threshold pattern must apply to some model's.
   std::vector<std::vector<Stage>> stages_of_model;
-  std::vector<Stage> stages;
-  std::set<std::string> named;
-  for (const SuiteModel& m : suite.models) {
-    stages_of_model.push_back(build_stages(m.config()));
-    for (const Stage& s : stages_of_model.back())
-      if (named.insert(s.name).second) stages.push_back(s);
-  }
+  const std::vector<Stage> stages = stages_of_models(suite, stages_of_model);
   (dumps && dump_policy ? *dump_policy : policy).validate(stages);  // a knob that applies nowhere: an input error before any build
   {
     std::vector<std::string> keys;
@@ -330,8 +352,8 @@ int run_ci(CiCmd c) {
     print_prepared(suite, cache, cases);
     return 0;
   }
-  // The history beside the cached case files (one per version of the set: its cases change
-  // with it), opened before the runs: one that cannot be written fails now.
+  // The history in the cache's root (history::history_path_for: one over every version of the
+  // set), opened before the runs: one that cannot be written fails now.
   if (!c.history.no_record && !cases.empty()) HistoryRecord(cache.case_file(*cases.front()), c.history);
   std::optional<EngineFolder> engine_dumps;  // --candidate-cmd: the engine's <case>.h5, made now
   if (engine) c.dumps_dir = run_engine_on_cases(c, cases, cache, engine_dumps.emplace());
@@ -343,6 +365,7 @@ int run_ci(CiCmd c) {
   opt.policy = policy;
   opt.thresholds = thresholds;
   opt.measured_floor = c.measured_floor == "on";
+  opt.timed = c.timed;
   EnvRecord env = dumps ? capture_env("dump", c.dump_policy.empty() ? "none (scaled rule)" : c.dump_policy, process_command_line())
                         : candidate_env(c.backend, policy, stages, nullptr, c.hip_gemm);
   env.extra["suite"] = suite.name;
@@ -376,7 +399,7 @@ int run_ci(CiCmd c) {
   fmt::print("cache       {}\n", sum.cache);
   fmt::print("reproduce   {}\n", sum.command);
   fmt::print("reports     {}/index.html (and junit.xml, <case>/report.html)\n", out);
-  return sum.verdict() == Verdict::fail ? 1 : 0;
+  return std::max(sum.verdict() == Verdict::fail ? 1 : 0, gate_after(c, fs::path(cache.dir).parent_path().string()));
 }
 
 }  // namespace tdiff::app

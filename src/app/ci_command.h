@@ -29,6 +29,9 @@ struct CiCmd {
   std::string candidate_cmd;  // --candidate-cmd: an engine tdiff runs on each case for those dumps
   std::string measured_floor = "on";  // "on" | "off", as `tdiff run --measured-floor`
   HistoryOptions history;             // each case's record (default: beside the cached case files)
+  int timed = 0;                      // --timed N: each case's forwards timed, as `tdiff run --timed`
+  std::string gate_baseline;          // --gate LABEL: after the run, `tdiff gate` of this run's label against it
+  bool gate_speed = true;             // --gate-speed off: accuracy only
 };
 
 // The command's work; returns its exit code (0 pass, 1 a FAIL verdict).

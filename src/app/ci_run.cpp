@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include "app/ci_suite.h"
+#include "app/speed.h"
+#include "exec/timed_forward.h"
 #include "exec/followed_reference.h"
 #include "exec/measured_floor.h"
 #include "exec/mixed_run.h"
@@ -35,9 +37,13 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
   mo.follow_selections = true;  // free: judged on its own path, as `tdiff run --selections free`
   // Free, run 1 is also the determinism check's first run (kept); replayed, its later stages
   // read the reference's choices, so the determinism runs make their own first run.
-  if (!suite.replay_selections && suite.repeat > 1)
+  const bool keep_run1 = !suite.replay_selections && suite.repeat > 1;
+  LogitsHash compared_logits(mo.diff.logits_patterns);  // what timed forwards must reproduce
+  if (keep_run1 || opt.timed > 0)
     mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) {
-      for (std::size_t k = 0; k < out.size(); ++k) run1[s.name + "/" + s.outputs[k]] = out[k];
+      if (opt.timed > 0) compared_logits.add(s, out);
+      if (keep_run1)
+        for (std::size_t k = 0; k < out.size(); ++k) run1[s.name + "/" + s.outputs[k]] = out[k];
     };
   mo.progress = [&](const Stage& s, std::size_t i) {
     if (opt.progress) opt.progress(s, i, 1);
@@ -49,6 +55,9 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
   judge(m.diff, opt.thresholds);
   r.diff = std::move(m.diff);
   r.verdict = r.diff.verdict;
+  if (opt.timed > 0)
+    r.speed = app::measure_speed(session, *candidate, suite.replay_selections, opt.timed, compared_logits.hex(), r.diff,
+                            opt.thresholds);
   if (r.diff.first_fail >= 0) {
     const TensorDiff& d = r.diff.rows[static_cast<std::size_t>(r.diff.first_fail)];
     r.reason = fmt::format("{}: {}", d.key(), d.reason);

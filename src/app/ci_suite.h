@@ -40,6 +40,7 @@
 #include "casefile/env_record.h"
 #include "numerics/policy.h"
 #include "diff/compare.h"
+#include "history/run_entry.h"
 #include "diff/thresholds.h"
 #include "exec/candidate_dump.h"
 #include "model/config.h"
@@ -135,6 +136,7 @@ struct CiCaseResult {
   Verdict verdict = Verdict::pass;        // FAIL: a gated tensor fails, or the runs differ
   std::string reason;                     // why, in one line ("" when PASS)
   double seconds = 0;
+  history::SpeedRecord speed;             // with CiOptions::timed
 };
 
 struct CiOptions {
@@ -142,6 +144,7 @@ struct CiOptions {
   Policy policy = Policy::preset("fixed");
   ThresholdPolicy thresholds;
   bool measured_floor = true;  // judge with the measured floor as `tdiff run` does (exec/measured_floor.h)
+  int timed = 0;               // forwards timed after run 1, as `tdiff run --timed` (app/speed.h)
   std::function<void(const Stage&, std::size_t index, int run)> progress;
 };
 

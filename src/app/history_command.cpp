@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/atomic_file.h"
 #include "base/error.h"
@@ -23,8 +25,14 @@ namespace {
 std::map<std::string, std::vector<history::RunEntry>> runs_by_case(const HistoryTarget& t, const std::string& label,
                                                                    const std::string& kind) {
   history::HistoryDb db(t.db, false);
+  std::vector<history::RunEntry> runs = db.runs({"", label, kind, 0, true});
+  // A case given: its series, which for a golden set's case spans the set's versions.
+  std::set<std::string> wanted;
+  for (const auto& e : runs)
+    if (t.case_path.empty() || e.case_path == t.case_path) wanted.insert(history::series_key(e));
   std::map<std::string, std::vector<history::RunEntry>> out;
-  for (auto& e : db.runs({t.case_path, label, kind, 0, true})) out[e.case_path].push_back(std::move(e));
+  for (auto& e : runs)
+    if (wanted.count(history::series_key(e))) out[history::series_key(e)].push_back(std::move(e));
   if (out.empty())
     input_error("{}: no {}runs{}{} recorded", t.db, kind.empty() ? "" : kind + " ",
                 t.case_path.empty() ? "" : " of " + t.case_path, label.empty() ? "" : " labelled \"" + label + "\"");
@@ -65,7 +73,7 @@ void print_steps(const report::HistoryCase& hc) {
 
 void print_builds(const std::string& case_path, const report::HistoryCase& hc, const std::vector<history::RunEntry>& runs,
                   bool list_runs) {
-  fmt::print("\ncase {}: {} runs, {} builds\n", case_path, runs.size(), hc.builds.size());
+  fmt::print("\ncase {}: {} runs, {} builds\n", case_path, runs.size(), hc.builds.size());  // a path, or set/name
   fmt::print("  {:<32} {:>4} {:<7} {:>10} {:>9} {:>10} {:>10} {:>7} {:>8}  {}\n", "build (label)", "runs", "verdict",
              "forward s", "spread", "tokens/s", "logits KL", "top-1", "worst", "verified");
   for (const auto& b : hc.builds) {
@@ -89,13 +97,20 @@ report::HistoryCase history_case(const std::string& case_path, const std::vector
   report::HistoryCase hc;
   hc.name = fs::path(case_path).filename().string();
   hc.builds = history::builds_of(runs);
+  // Seconds per stage class come from one profiled forward a run: at least as noisy, relatively,
+  // as the whole forward's repeats.
+  const auto forward = std::find_if(hc.builds.begin(), hc.builds.end(), [](const history::Build& b) {
+    return b.figures.count("forward_s");
+  });
+  const double forward_noise = forward == hc.builds.end() ? 0
+                               : history::series_noise(hc.builds, "forward_s", noise) / forward->figures.at("forward_s").value;
   for (const auto& f : history::figure_names(hc.builds)) {
     std::vector<double> y;
     for (const auto& b : hc.builds) {
       const auto it = b.figures.find(f);
       y.push_back(it == b.figures.end() ? NAN : it->second.value);
     }
-    const double n = history::series_noise(hc.builds, f, noise);
+    const double n = history::series_noise(hc.builds, f, f.rfind("seconds:", 0) == 0 ? std::max(noise, forward_noise) : noise);
     hc.steps.emplace_back(f, history::detect_steps(y, n));
     hc.noise.push_back(n);
   }
@@ -124,16 +139,10 @@ HistoryTarget resolve_history_target(const std::string& target, const std::strin
   if (!fs::is_directory(target, ec)) input_error("{}: no such case file or folder", target);
   if (!given.empty()) return {given, ""};
   if (const char* env = std::getenv("TDIFF_HISTORY"); env && *env) return {env, ""};
-  if (const fs::path p = fs::path(target) / history::kHistoryFile; fs::exists(p, ec)) return {p.string(), ""};
-  // A golden set: its cache holds a folder per version of the set, each with its history; the
-  // one written last is the current version's.
-  fs::path newest;
-  fs::file_time_type when{};
-  for (const auto& e : fs::directory_iterator(fs::path(target) / "cache", ec))
-    if (const fs::path p = e.path() / history::kHistoryFile; e.is_directory() && fs::exists(p))
-      if (const auto t = fs::last_write_time(p); newest.empty() || t > when) newest = p, when = t;
-  if (!newest.empty()) return {newest.string(), ""};
-  input_error("{}: no run history in it (looked for {} there and, for a golden set, in its cache/*/)", target,
+  // A folder of cases, or a golden set, whose cache keeps the set's history in its root.
+  for (const fs::path& p : {fs::path(target) / history::kHistoryFile, fs::path(target) / "cache" / history::kHistoryFile})
+    if (fs::exists(p, ec)) return {p.string(), ""};
+  input_error("{}: no run history in it (looked for {} there and, for a golden set, in its cache/)", target,
               history::kHistoryFile);
 }
 
@@ -164,6 +173,13 @@ int run_gate(GateCmd c) {
       for (const auto& e : runs)
         if ((e.kind == "run" || e.kind == "ci") && e.date_utc >= newest_date) newest_date = e.date_utc, c.gate.candidate = e.label;
   }
+  std::set<std::string> labels;
+  for (const auto& [path, runs] : cases)
+    for (const auto& e : runs)
+      if (e.kind == "run" || e.kind == "ci") labels.insert(e.label);
+  for (const std::string* l : {&c.gate.baseline, &c.gate.candidate})
+    if (!labels.count(*l))
+      input_error("{}: no run or ci record labelled \"{}\" (labels there: {})", t.db, *l, fmt::join(labels, ", "));
   if (c.gate.candidate == c.gate.baseline)
     input_error("--baseline \"{}\" is also the candidate (the newest run's label): give --candidate LABEL", c.gate.baseline);
   fmt::print("gate {} against baseline {} (error tolerance {:g}, speed tolerance {:g}{})\n", c.gate.candidate,

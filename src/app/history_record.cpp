@@ -32,10 +32,11 @@ history::RunEntry HistoryRecord::entry(const std::string& kind, const std::strin
 
 void HistoryRecord::commit(const history::RunEntry& e) {
   if (!db_) return;
-  if (!reference_read_.empty() && reference_id(case_path_) != reference_read_)
-    input_error("{}: its reference was recomputed by another command meanwhile, so this {}'s verdict is not about "
-                "the reference it holds now; nothing recorded",
-                case_path_, e.kind);
+  if (const std::string now = reference_id(case_path_); !reference_read_.empty() && now != reference_read_)
+    input_error("{}: its reference was recomputed by another command meanwhile (golden {} replaced {}): the result "
+                "above is against the old reference and is not recorded in the run history (run the command again "
+                "to record it)",
+                case_path_, now, reference_read_);
   history::RunEntry with_label = e;
   if (with_label.label.empty()) with_label.label = history::default_label(with_label);
   db_->add(with_label);

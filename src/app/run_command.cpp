@@ -22,6 +22,7 @@
 #include "app/report_options.h"
 #include "app/shell.h"
 #include "app/history_record.h"
+#include "app/speed.h"
 #include "app/weight_check.h"
 #include "casefile/env_record.h"
 #include "base/error.h"
@@ -258,41 +259,6 @@ int run_engine_dump(RunCmd c) {
 }
 
 
-// --timed N: the forwards timed after the compared run, and whether they computed what it
-// judged (exec/timed_forward.h).
-history::SpeedRecord measure_speed(const RunCmd& c, CaseSession& session, Backend& candidate,
-                                   const std::string& compared_sha, const CompareResult& compared,
-                                   const ThresholdPolicy& thresholds) {
-  const bool replay = c.selections == "replay";
-  const TimedForwards t = time_forwards(session, candidate, replay, c.timed);
-  history::SpeedRecord s;
-  s.repeats = c.timed;
-  std::vector<double> sorted = t.seconds;
-  std::sort(sorted.begin(), sorted.end());
-  s.forward_s = sorted[sorted.size() / 2];
-  s.spread_s = sorted.back() - sorted.front();
-  for (auto m : session.info.batch.mask.span<const std::uint8_t>()) s.tokens += m != 0;
-  s.tokens_per_s = static_cast<double>(s.tokens) / s.forward_s;
-  s.outputs_sha256 = t.logits_sha256;
-  s.class_seconds = t.class_seconds;
-  if (t.same_bits && t.logits_sha256 == compared_sha) {
-    s.verified = "bitwise";
-  } else {  // other bits: verified when the timed logits are judged as the compared run's were
-    CompareResult d = timed_logits_diff(session, candidate, replay);
-    judge(d, thresholds);
-    Verdict judged = Verdict::pass;
-    for (const auto& row : compared.rows)
-      if (row.logits) judged = worst(judged, row.verdict);
-    s.verified = d.verdict <= judged
-                     ? fmt::format("within thresholds (other bits than the compared run's: {})",
-                                   t.same_bits ? "the timed forwards agree among themselves" : "they vary run to run")
-                     : fmt::format("no: the timed forward's logits are {} where the compared run's were {}",
-                                   verdict_name(d.verdict), verdict_name(judged));
-  }
-  fmt::print("speed       {} timed forward{}: median {:.4g} s (spread {:.2g} s), {:.4g} tokens/s; verified {}\n",
-             s.repeats, s.repeats == 1 ? "" : "s", s.forward_s, s.spread_s, s.tokens_per_s, s.verified);
-  return s;
-}
 }  // namespace
 
 // A --save-to file's writer, under the file's lock while the run writes it.
@@ -318,6 +284,41 @@ H5Writer* save_sink(const RunCmd& c, std::optional<CaseUpdate>& update, SaveFile
     return own.writer.get();
   }
   return &update->writer();
+}
+
+// What a run was judged under, for a compare of its saved tensors (exec/saved_run.h) and its record.
+SavedRun judged_under(const RunCmd& c, const Policy& policy) {
+  SavedRun judged{c.cand.backend, policy.describe(), c.selections, c.stages, {}, c.report.overrides};
+  judged.measured_floor = c.measured_floor == "on";
+  if (!c.report.thresholds.empty())
+    judged.thresholds = named_thresholds(c.report.thresholds) ? c.report.thresholds : absolute_path(c.report.thresholds);
+  return judged;
+}
+
+// --save / --save-to: the saved group's attributes, and a --save-to file committed.
+void finish_saved(const RunCmd& c, const SavedRun& judged, const std::string& run_id, H5Writer* sink, SaveFile& save_file) {
+  if (sink) {
+    sink->set_attr("/runs/" + run_id, "case", absolute_path(c.case_path));
+    for (const auto& [k, v] : judged.attrs()) sink->set_attr("/runs/" + run_id, k, v);
+  }
+  if (save_file.writer) {
+    save_file.writer->commit();
+    save_file.lock.reset();
+  }
+}
+
+// The report's title and reproduce command of a backend's run.
+RunInfo backend_run_info(const RunCmd& c, const Policy& policy, const std::string& run_id, bool replayed, bool forced) {
+  RunInfo info;
+  info.case_name = std::filesystem::path(c.case_path).stem().string();
+  info.run_id = run_id;
+  info.title = fmt::format("tdiff run {}: {} under {}{}", std::filesystem::path(c.case_path).filename().string(),
+                           c.cand.backend, policy.describe(), replayed ? ", selections replayed from the reference" : "");
+  info.command = fmt::format("tdiff run {}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), c.report.flags()) +
+                 (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
+                 " --run-id " + shell_quote(run_id) + (forced ? " --force" : "") +
+                 (c.measured_floor == "on" ? "" : " --measured-floor off");
+  return info;
 }
 
 // A backend's run: every stage on the candidate, compared as it goes.
@@ -377,19 +378,12 @@ static int run_backend(RunCmd c) {
   history::SpeedRecord speed;
   if (c.timed > 0) {
     auto timing = times.measure("timed forwards");
-    speed = measure_speed(c, session, *candidate, compared_logits.hex(), r.diff, thresholds);
+    speed = measure_speed(session, *candidate, c.selections == "replay", c.timed, compared_logits.hex(), r.diff,
+                          thresholds);
+    print_speed(speed);
   }
 
-  RunInfo info;
-  info.case_name = std::filesystem::path(c.case_path).stem().string();
-  info.run_id = run_id;
-  info.title = fmt::format("tdiff run {}: {} under {}{}", std::filesystem::path(c.case_path).filename().string(),
-                           c.cand.backend, policy.describe(),
-                           r.replayed ? ", selections replayed from the reference" : "");
-  info.command = fmt::format("tdiff run {}{}{}", shell_quote(absolute_path(c.case_path)), c.cand.flags(), c.report.flags()) +
-                 (c.stages.empty() ? "" : " --stages " + shell_quote(c.stages)) + " --selections " + c.selections +
-                 " --run-id " + shell_quote(run_id) + (checked.changed.empty() ? "" : " --force") +
-                 (c.measured_floor == "on" ? "" : " --measured-floor off");
+  RunInfo info = backend_run_info(c, policy, run_id, r.replayed > 0, !checked.changed.empty());
   EnvRecord env = candidate_env(c.cand.backend, policy, session.stages, candidate.get());
   auto hashing = times.measure("case checksum");  // the wait for CaseHash's thread
   add_run_facts(env, c.case_path, session.info.checksums, c.cand.seed, case_hash.get());
@@ -401,19 +395,8 @@ static int run_backend(RunCmd c) {
   stats.stop();
   c.report.print(r.diff, info);
   auto saving = times.measure("save");
-  // What the run was judged under, for a compare of its saved tensors (exec/saved_run.h).
-  SavedRun judged{c.cand.backend, policy.describe(), c.selections, c.stages, {}, c.report.overrides};
-  judged.measured_floor = c.measured_floor == "on";
-  if (!c.report.thresholds.empty())
-    judged.thresholds = named_thresholds(c.report.thresholds) ? c.report.thresholds : absolute_path(c.report.thresholds);
-  if (sink) {
-    sink->set_attr("/runs/" + run_id, "case", absolute_path(c.case_path));
-    for (const auto& [k, v] : judged.attrs()) sink->set_attr("/runs/" + run_id, k, v);
-  }
-  if (save_file.writer) {
-    save_file.writer->commit();
-    save_file.lock.reset();
-  }
+  const SavedRun judged = judged_under(c, policy);
+  finish_saved(c, judged, run_id, sink, save_file);
   saving.stop();
   info.timing = times.phases();
   info.timing.emplace_back("total", times.since_start());  // up to the reports

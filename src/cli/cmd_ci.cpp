@@ -39,6 +39,13 @@ void setup_ci(CLI::App& app) {
   cmd->add_flag("--rebuild", c->rebuild, "rebuild the cached models and references");
   cmd->add_option("--run-id", c->run_id, "run id (default: time-based)");
   add_options(cmd, c->history);
+  cmd->add_option("--timed", c->timed, "time N forwards of each case after its compared run, as `tdiff run --timed`")
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--gate", c->gate_baseline,
+                  "after the run, hold its records to this baseline label's as `tdiff gate` does (exit 1 when it fails)");
+  cmd->add_option_function<std::string>("--gate-speed", [c](const std::string& v) { c->gate_speed = v == "on"; },
+                                        "on (default): --gate judges the --timed speed too; off: accuracy only")
+      ->check(CLI::IsMember({"on", "off"}));
   auto* dumps = cmd->add_option("--candidate-dumps", c->dumps_dir,
                                 "judge an external implementation's dumps instead of running a backend: FOLDER/<case>.h5 "
                                 "per case (tdiff-capture, the tap; python/README.md)");

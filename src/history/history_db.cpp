@@ -1,10 +1,13 @@
 #include "history/history_db.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -174,30 +177,43 @@ RunEntry read_run(const Statement& s) {
 std::string history_path_for(const std::string& case_path, const std::string& given) {
   if (!given.empty()) return given;
   if (const char* env = std::getenv("TDIFF_HISTORY"); env && *env) return env;
-  const fs::path dir = fs::absolute(case_path).parent_path();
+  const fs::path dir = fs::absolute(case_path).lexically_normal().parent_path();
+  // A golden set's cached case (its "<case>.done" marker beside it) lives in one version of the
+  // set's cache; the set's history spans the versions, in the cache's root.
+  if (std::error_code ec; fs::is_regular_file(fs::absolute(case_path).string() + ".done", ec))
+    return (dir.parent_path() / kHistoryFile).string();
   return (dir / kHistoryFile).string();
 }
 
+std::string series_key(const RunEntry& e) { return e.suite.empty() ? e.case_path : e.suite + "/" + e.case_name; }
+
 HistoryDb::HistoryDb(const std::string& path, bool create) : path_(path) {
-  if (!create && !fs::exists(path))
+  std::error_code ec;
+  const bool existed = fs::exists(path, ec);
+  if (!create && !existed)
     input_error("run history {}: no such file (runs are recorded there by tdiff run, bisect, determinism and ci)", path);
   const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_FULLMUTEX;
-  if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
-    const std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    input_error("run history {}: cannot open it ({}); --history FILE records elsewhere", path, why);
-  }
-  sqlite3_busy_timeout(db_, 60000);  // another process's transaction: wait for it, not fail
   try {
+    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK)
+      input_error("run history {}: cannot open it ({}); --history FILE records elsewhere", path, why_failed());
+    sqlite3_busy_timeout(db_, 60000);  // another process's transaction: wait for it, not fail
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
     exec(kSchema);
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;
+    if (!existed)  // what this call made, gone again: no half-made history
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
     throw;
   }
+}
+
+std::string HistoryDb::why_failed() const {
+  if (!db_) return "out of memory";
+  std::string why = sqlite3_errmsg(db_);
+  if (const int e = sqlite3_system_errno(db_); e != 0) why += std::string(": ") + std::strerror(e);
+  return why;
 }
 
 HistoryDb::~HistoryDb() { sqlite3_close(db_); }
@@ -205,8 +221,9 @@ HistoryDb::~HistoryDb() { sqlite3_close(db_); }
 void HistoryDb::exec(const std::string& sql) const {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-    const std::string why = err ? err : sqlite3_errmsg(db_);
+    std::string why = err ? err : sqlite3_errmsg(db_);
     sqlite3_free(err);
+    if (const int e = sqlite3_system_errno(db_); e != 0) why += std::string(": ") + std::strerror(e);
     input_error("run history {}: {} (is it a tdiff run history?)", path_, why);
   }
 }
@@ -239,7 +256,7 @@ void HistoryDb::load_details(RunEntry& e) const {
 
 std::vector<RunEntry> HistoryDb::runs(const RunQuery& q) const {
   std::string sql = fmt::format("SELECT {} FROM runs WHERE (?1 = '' OR case_path = ?1) AND (?2 = '' OR label = ?2) "
-                                "AND (?3 = '' OR kind = ?3) ORDER BY date_utc DESC, id DESC",
+                                "AND (?3 = '' OR kind = ?3) ORDER BY date_utc DESC, rowid DESC",
                                 kRunColumns);
   if (q.newest > 0) sql += fmt::format(" LIMIT {}", q.newest);
   Statement s(db_, sql, path_);
@@ -290,7 +307,15 @@ std::size_t HistoryDb::import_case(const std::string& case_path) {
 }
 
 std::unique_ptr<HistoryDb> open_for_recording(const std::string& case_path, const std::string& given) {
-  auto db = std::make_unique<HistoryDb>(history_path_for(case_path, given));
+  const std::string path = history_path_for(case_path, given);
+  // A history still to be made: its folder must take it (SQLite's own error names another cause).
+  if (std::error_code ec; !fs::exists(path, ec)) {
+    const fs::path dir = fs::absolute(path).parent_path();
+    if (::access(dir.c_str(), W_OK) != 0)
+      input_error("run history {}: cannot create it in {} ({}); --history FILE records elsewhere, --no-record nowhere",
+                  path, dir.string(), std::strerror(errno));
+  }
+  auto db = std::make_unique<HistoryDb>(path);
   db->import_case(case_path);
   return db;
 }

@@ -18,8 +18,13 @@ namespace tdiff::history {
 inline constexpr const char* kHistoryFile = "tdiff-history.sqlite";
 
 // Where a case's history lives: `given` (--history), else $TDIFF_HISTORY, else
-// tdiff-history.sqlite in the case's folder.
+// tdiff-history.sqlite in the case's folder; for a golden set's cached case, in the root of the
+// set's cache (one history over every version of the set: `tdiff ci` rebuilds the cached cases
+// in a new folder when the set or tdiff changes).
 std::string history_path_for(const std::string& case_path, const std::string& given = "");
+// What makes runs "the same case" across builds: the file, or for a golden set's case its set
+// and name (its cached file moves with each version of the set).
+std::string series_key(const RunEntry& e);
 
 struct RunQuery {
   std::string case_path;  // absolute; empty: every case
@@ -49,6 +54,7 @@ class HistoryDb {
 
  private:
   void exec(const std::string& sql) const;
+  std::string why_failed() const;  // SQLite's message, with the system's where there is one
   void load_details(RunEntry& e) const;
   std::string path_;
   sqlite3* db_ = nullptr;

@@ -11,7 +11,7 @@ namespace tdiff::report {
 
 namespace {
 
-constexpr double kW = 520, kH = 300, kPad = 48;
+constexpr double kW = 560, kH = 300, kPad = 48, kLeft = 78, kRight = 96;  // room for tick values and labels
 
 // Maps [lo, hi] onto [a, b]; a degenerate range onto its middle. `log`: log10 first.
 struct Axis {
@@ -40,8 +40,8 @@ std::string svg_open(const std::string& x_title, const std::string& y_title) {
 
 std::string tick_labels(const Axis& x, const Axis& y) {
   return fmt::format("<text x='{}' y='{}'>{:.3g}</text><text x='{}' y='{}' text-anchor='end'>{:.3g}</text>"
-                     "<text x='{}' y='{}'>{:.3g}</text><text x='{}' y='{}' text-anchor='end'>{:.3g}</text>",
-                     x.a, kH - kPad + 14, x.lo, x.b, kH - kPad + 14, x.hi, kPad - 4, y.a, y.lo, kPad - 4, y.b + 10, y.hi);
+                     "<text x='{}' y='{}' text-anchor='end'>{:.3g}</text><text x='{}' y='{}' text-anchor='end'>{:.3g}</text>",
+                     x.a, kH - kPad + 14, x.lo, x.b, kH - kPad + 14, x.hi, kLeft - 4, y.a, y.lo, kLeft - 4, y.b + 10, y.hi);
 }
 
 // Time against accuracy, one point per build that has both.
@@ -56,7 +56,7 @@ std::string dual_curve(const HistoryCase& c, const std::string& accuracy) {
   if (b.empty())
     return fmt::format("<p>No build has both a timed forward and {}: record speed with <code>tdiff run --timed N</code>.</p>",
                        html_escape(accuracy));
-  const Axis x = axis_of(xs, kPad, kW - kPad, false), y = axis_of(ys, kH - kPad, kPad, true);
+  const Axis x = axis_of(xs, kLeft, kW - kRight, false), y = axis_of(ys, kH - kPad, kPad, true);
   std::string svg = svg_open("median forward (s)", accuracy + (y.log ? " (log)" : "")) + tick_labels(x, y);
   std::string path;
   for (std::size_t i = 0; i < b.size(); ++i) path += fmt::format("{}{:.1f},{:.1f}", i ? " " : "", x.at(xs[i]), y.at(ys[i]));
@@ -79,11 +79,11 @@ std::string series_chart(const HistoryCase& c, const std::string& figure, const 
     if (const auto it = c.builds[i].figures.find(figure); it != c.builds[i].figures.end())
       ys.push_back(it->second.value), at.push_back(i);
   if (ys.empty()) return "";
-  const Axis x{0, static_cast<double>(std::max<std::size_t>(c.builds.size() - 1, 1)), kPad, kW - kPad};
+  const Axis x{0, static_cast<double>(std::max<std::size_t>(c.builds.size() - 1, 1)), kLeft, kW - kRight};
   const Axis y = axis_of(ys, kH - kPad, kPad, false);
   std::string svg = svg_open("build (in the order they ran)", figure);
   svg += fmt::format("<text x='{}' y='{}' text-anchor='end'>{:.3g}</text><text x='{}' y='{}' text-anchor='end'>{:.3g}</text>",
-                     kPad - 4, y.a, y.lo, kPad - 4, y.b + 10, y.hi);
+                     kLeft - 4, y.a, y.lo, kLeft - 4, y.b + 10, y.hi);
   for (const auto& s : steps)
     svg += fmt::format("<line x1='{0:.1f}' x2='{0:.1f}' y1='{1}' y2='{2}' stroke='#c0392b' stroke-dasharray='3 3'/>"
                        "<text x='{3:.1f}' y='{4}' fill='#c0392b'>step: {5:.3g} -> {6:.3g}</text>",

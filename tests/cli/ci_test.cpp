@@ -58,7 +58,7 @@ TEST_F(Suites, CiRunsEveryCaseCachesAndReports) {
   EXPECT_EQ(recorded.back().env.policy, "fp32");
   const auto history = run(fmt::format("history '{}' --kind ci", dir_.string()));
   EXPECT_EQ(history.code, 0) << history.err;
-  EXPECT_NE(history.out.find("left.h5: 2 runs"), std::string::npos) << history.out;
+  EXPECT_NE(history.out.find("case mini/left: 2 runs"), std::string::npos) << history.out;
 
   // naive: atomics and unstable ties make the two runs differ -> FAIL, exit 1, with a
   // determinism report.

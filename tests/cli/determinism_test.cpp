@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "cli_support.h"
+#include "history_support.h"
 
 namespace tdiff {
 namespace {
@@ -37,10 +38,17 @@ TEST_F(DeterminismCli, NaiveIsCaughtFixedPassesAndBothAreRecorded) {
   EXPECT_EQ(sweep.code, 0) << sweep.out << sweep.err;
   EXPECT_NE(sweep.out.find("BATCH-INVARIANT"), std::string::npos) << sweep.out;
 
+  // All three recorded in the run history, each with its environment.
+  const auto runs = testing::recorded_runs(path("c.h5"));
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].verdict, "NONDETERMINISTIC");
+  EXPECT_EQ(runs[0].env.policy, "naive");
+  EXPECT_EQ(runs[0].env.extra.at("run_seeds"), "3,4,5");
+  EXPECT_EQ(runs[1].verdict, "DETERMINISTIC");
+  EXPECT_EQ(runs[2].kind, "batch-sweep");
+  EXPECT_EQ(runs[2].env.extra.at("batch_sweep"), "1,2,3");
   const std::string info = run(fmt::format("info '{}'", path("c.h5"))).out;
-  EXPECT_NE(info.find("policy naive"), std::string::npos) << info;
-  EXPECT_NE(info.find("run_seeds 3,4,5"), std::string::npos) << info;
-  EXPECT_NE(info.find("batch_sweep 1,2,3"), std::string::npos) << info;
+  EXPECT_NE(info.find("determinism NONDETERMINISTIC"), std::string::npos) << info;
 }
 
 TEST_F(DeterminismCli, BadInputsExitTwoWithOneLine) {

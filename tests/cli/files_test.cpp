@@ -103,8 +103,9 @@ TEST_F(FilesCli, FullDiskRunReportLeavesNoFolderAndTheCaseAlone) {
   EXPECT_EQ(bytes_of(path("c.h5")), case_bytes);
 }
 
-// A case on a read-only mount: the run fails before it computes or writes a report; with
-// --no-record it runs and leaves the case as it was.
+// A case on a read-only mount: the run history beside it cannot be made, so the run fails before
+// it computes or writes a report; with --no-record (or --history elsewhere) it runs and leaves
+// the case as it was.
 TEST_F(FilesCli, CaseThatCannotBeUpdatedFailsBeforeReports) {
   ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
   Tmpfs disk(dir_ / "ro", "8M");
@@ -114,7 +115,7 @@ TEST_F(FilesCli, CaseThatCannotBeUpdatedFailsBeforeReports) {
   if (!disk.read_only()) GTEST_SKIP() << "cannot remount the tmpfs read-only";
   const std::string case_bytes = bytes_of(c);
   const CliResult r = run(fmt::format("run '{}' -o '{}'", c, path("rep")));
-  expect_one_line(r, c);
+  expect_one_line(r, (disk.dir / "tdiff-history.sqlite").string());
   EXPECT_NE(r.err.find("Read-only file system"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(path("rep")));
   EXPECT_EQ(r.out.find("verdict"), std::string::npos) << "ran before failing:\n" << r.out;
@@ -122,11 +123,14 @@ TEST_F(FilesCli, CaseThatCannotBeUpdatedFailsBeforeReports) {
   const CliResult ok = run(fmt::format("run '{}' --no-record -o '{}'", c, path("rep")));
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(path("rep/report.html")));
+  const CliResult elsewhere = run(fmt::format("run '{}' --history '{}' --no-reports", c, path("h.sqlite")));
+  EXPECT_EQ(elsewhere.code, 0) << elsewhere.err;
   EXPECT_EQ(bytes_of(c), case_bytes);
   EXPECT_EQ(listing(disk.dir), std::vector<std::string>{"c.h5"});
 }
 
-// Too little space for the case's copy: said before the candidate runs, not after it.
+// Too little space for the case's copy (run --save) or for the run history: said before the
+// candidate runs, not after it, and nothing is left behind.
 TEST_F(FilesCli, CaseUpdateThatCannotFitFailsBeforeTheRun) {
   ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
   Tmpfs disk(dir_ / "disk", "6M");
@@ -136,31 +140,38 @@ TEST_F(FilesCli, CaseUpdateThatCannotFitFailsBeforeTheRun) {
   std::ofstream((disk.dir / "filler").string(), std::ios::binary) << std::string(3u << 20, 'x');
   const auto before = listing(disk.dir);
   const std::string case_bytes = bytes_of(c);
-  const CliResult r = run(fmt::format("run '{}' -o '{}'", c, (disk.dir / "rep").string()));
-  expect_one_line(r, c + ": not enough free disk space to rewrite the case file");
+  const CliResult r = run(fmt::format("run '{}' --save --no-record -o '{}'", c, (disk.dir / "rep").string()));
+  expect_one_line(r, c + ": ");
+  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");  // nothing ran
   EXPECT_EQ(listing(disk.dir), before);
   EXPECT_EQ(bytes_of(c), case_bytes);
+  std::ofstream((disk.dir / "filler2").string(), std::ios::binary) << std::string(6u << 20, 'x');  // as full as it gets
+  const auto full = listing(disk.dir);
+  const CliResult h = run(fmt::format("run '{}' -o '{}'", c, (disk.dir / "rep").string()));
+  expect_one_line(h, (disk.dir / "tdiff-history.sqlite").string());
+  EXPECT_EQ(h.out, "");
+  EXPECT_EQ(listing(disk.dir), full) << "a history that could not be made is not left half made";
 }
 
-// chmod 0444 says "do not change": golden and run refuse (run --no-record still runs), the
-// bytes and the mode stay. Other modes are kept across an update.
+// chmod 0444 says "do not change": golden and run --save refuse, a run (which only reads the
+// case) runs; the bytes and the mode stay. Other modes are kept across an update.
 TEST_F(FilesCli, ReadOnlyCaseIsRefusedAndModesAreKept) {
   const std::string c = path("c.h5");
   ASSERT_EQ(run(fmt::format("golden '{}'", c)).code, 0);
   fs::permissions(c, fs::perms(0444));
   const std::string case_bytes = bytes_of(c);
   expect_one_line(run(fmt::format("golden '{}'", c)), c + ": the file is read-only (mode 0444)");
-  const CliResult r = run(fmt::format("run '{}' -o '{}'", c, path("rep")));
+  const CliResult r = run(fmt::format("run '{}' --save -o '{}'", c, path("rep")));
   expect_one_line(r, c + ": the file is read-only (mode 0444)");
   EXPECT_FALSE(fs::exists(path("rep")));
-  EXPECT_EQ(run(fmt::format("run '{}' --no-record --no-reports", c)).code, 0);
+  EXPECT_EQ(run(fmt::format("run '{}' --no-reports", c)).code, 0);
   EXPECT_EQ(bytes_of(c), case_bytes);
   EXPECT_EQ(mode_of(c), 0444u);
 
   fs::permissions(c, fs::perms(0640));
-  ASSERT_EQ(run(fmt::format("run '{}' --no-reports", c)).code, 0);
-  EXPECT_NE(bytes_of(c), case_bytes);  // the run was recorded
+  ASSERT_EQ(run(fmt::format("run '{}' --save --no-reports", c)).code, 0);
+  EXPECT_NE(bytes_of(c), case_bytes);  // the tensors were saved
   EXPECT_EQ(mode_of(c), 0640u);
 }
 

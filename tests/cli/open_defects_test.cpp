@@ -129,12 +129,12 @@ TEST_F(OpenDefects, ConfigValuesOutsideTheirRangeNameTheKey) {
 
 // Defect b: ci's -o folder that cannot be created was exit 3 (a filesystem_error); a ci that
 // fails after creating its report folder or cache left them behind.
-// A folder where the run history of the cached cases would be: a ci run there fails when it
+// A folder where the run history of the set's cache would be: a ci run there fails when it
 // opens the history, after its report folder was made (read-only files stop no root).
-void block_history(const std::string& key) {
+void block_history(const std::string& cache) {
   for (const char* f : {"tdiff-history.sqlite", "tdiff-history.sqlite-wal", "tdiff-history.sqlite-shm"})
-    fs::remove(key + "/" + f);
-  fs::create_directory(key + "/tdiff-history.sqlite");
+    fs::remove(cache + "/" + f);
+  fs::create_directory(cache + "/tdiff-history.sqlite");
 }
 
 TEST_F(DefectSuites, CiReportAndCacheFoldersAreUndoneOnFailure) {
@@ -150,7 +150,7 @@ TEST_F(DefectSuites, CiReportAndCacheFoldersAreUndoneOnFailure) {
   for (const auto& e : fs::directory_iterator(path("cache")))
     if (e.is_directory()) key = e.path().string();
   ASSERT_FALSE(key.empty());
-  block_history(key);
+  block_history(path("cache"));
   const CliResult ro = run(fmt::format("{} --cache '{}' -o '{}'", ci, path("cache"), path("out/r2")));
   EXPECT_EQ(ro.code, 2) << ro.out << ro.err;
   EXPECT_NE(ro.err.find("tdiff-history.sqlite: cannot open it"), std::string::npos) << ro.err;
@@ -179,7 +179,7 @@ TEST_F(DefectSuites, CiFailureKeepsAnotherRunsFolders) {
   for (const auto& e : fs::directory_iterator(path("cache")))
     if (e.is_directory()) key = e.path().string();
   ASSERT_FALSE(key.empty());
-  block_history(key);
+  block_history(path("cache"));
 
   // The cache lock held here: the run makes out/r2, then waits; meanwhile another run's report
   // lands in out/, made by the waiting run.
