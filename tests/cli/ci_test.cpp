@@ -174,6 +174,29 @@ TEST_F(Suites, CiBuildsEachNamedModelOnceForTheCasesThatNameIt) {
   EXPECT_NE(recorded.back().env.extra.at("model").find("trained profile"), std::string::npos);
 }
 
+// ci records each case into the set's history under --label, times it with --timed, and
+// --gate holds the run to a baseline label's records: the same numerics pass, a planted fault
+// fails (accuracy only here: this machine's timing noise is not the point).
+TEST_F(Suites, CiGatesARunAgainstABaselineLabel) {
+  write_suite();
+  int n = 0;
+  auto ci = [&](const std::string& args) {
+    return run(fmt::format("ci '{}' --cache '{}' --repeat 1 --cases right -o '{}' {}", dir_.string(), path("cache"),
+                           path(fmt::format("r{}", ++n)), args));
+  };
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(ci("--policy fp32 --label base --timed 2").code, 0);
+  const auto same = ci("--policy fp32 --label same --timed 2 --gate base --gate-speed off");
+  EXPECT_EQ(same.code, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("gate same against baseline base"), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("gate: PASS"), std::string::npos) << same.out;
+  const auto faulty = ci("--policy fp32 --set 'L01.attn.core:qk_accum=fp16' --label faulty --gate base --gate-speed off");
+  EXPECT_EQ(faulty.code, 1) << faulty.out << faulty.err;
+  EXPECT_NE(faulty.out.find("gate: FAIL"), std::string::npos) << faulty.out;
+  const auto h = run(fmt::format("history '{}' --kind ci", dir_.string()));
+  EXPECT_NE(h.out.find("case mini/right: 4 runs, 3 builds"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("verified"), std::string::npos);
+}
+
 TEST_F(Suites, CiInputErrorsExitTwo) {
   write_suite();
   for (const std::string& args : {fmt::format("ci '{}' --cases nothing", dir_.string()),
