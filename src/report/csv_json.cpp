@@ -15,6 +15,7 @@
 #include "diff/location.h"
 #include "diff/metric_fields.h"
 #include "report/report.h"
+#include "report/depth.h"
 #include "report/summary.h"
 
 namespace tdiff {
@@ -319,6 +320,13 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
       {"only_ref", r.only_ref},
       {"only_cand", r.only_cand},
   };
+  if (const auto depth = report::error_over_depth(r); !depth.empty()) {
+    nlohmann::json d = nlohmann::json::array();  // the residual streams' error after each layer
+    for (const auto& x : depth)
+      d.push_back({{"layer", x.layer}, {"rel_l2", number(x.rel_l2)}, {"expected", x.expected < 0 ? nlohmann::json() : number(x.expected)},
+                   {"growth", x.growth < 0 ? nlohmann::json() : number(x.growth)}});
+    j["error_over_depth"] = d;
+  }
   if (!info.timing.empty()) {
     nlohmann::json t = nlohmann::json::object();  // phase -> seconds, to 0.1 ms
     for (const auto& [phase, sec] : info.timing) t[phase] = std::round(sec * 1e4) / 1e4;
