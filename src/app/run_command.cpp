@@ -258,7 +258,6 @@ int run_engine_dump(RunCmd c) {
   return run_dump(c, seconds);
 }
 
-
 }  // namespace
 
 // A --save-to file's writer, under the file's lock while the run writes it.
@@ -324,7 +323,7 @@ RunInfo backend_run_info(const RunCmd& c, const Policy& policy, const std::strin
 // A backend's run: every stage on the candidate, compared as it goes.
 static int run_backend(RunCmd c) {
   PhaseTimes times;  // printed last (stderr) and kept in report.json
-  auto recording = times.measure("case update");
+  auto recording = times.measure("record open");
   RunRecord record(c);  // first: --save's update takes the case's lock before the session reads the case
   recording.stop();
   auto opening = times.measure("open");

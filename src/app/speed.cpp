@@ -11,12 +11,15 @@ namespace tdiff::app {
 history::SpeedRecord measure_speed(CaseSession& session, Backend& candidate, bool replay, int repeats,
                                    const std::string& compared_sha, const CompareResult& compared,
                                    const ThresholdPolicy& thresholds) {
-  const TimedForwards t = time_forwards(session, candidate, replay, repeats);
+  const TimedForwards t = time_forwards(session, candidate, replay, repeats, [repeats](int i, double seconds) {
+    fmt::print(stderr, "timed forward {}/{}: {:.4g} s\n", i, repeats, seconds);
+  });
   history::SpeedRecord s;
   s.repeats = repeats;
   std::vector<double> sorted = t.seconds;
   std::sort(sorted.begin(), sorted.end());
-  s.forward_s = sorted[sorted.size() / 2];
+  const std::size_t n = sorted.size();
+  s.forward_s = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
   s.spread_s = sorted.back() - sorted.front();
   for (auto m : session.info.batch.mask.span<const std::uint8_t>()) s.tokens += m != 0;
   s.tokens_per_s = static_cast<double>(s.tokens) / s.forward_s;

@@ -37,7 +37,7 @@ class ClassTimer final : public Backend {
   std::map<std::string, double>& seconds_;
 };
 
-MixedRunOptions forward_options(const CaseSession& session, bool replay, const std::string& compare) {
+MixedRunOptions forward_options(bool replay, const std::string& compare) {
   MixedRunOptions mo;
   mo.compare = compare;
   mo.replay_selections = replay;
@@ -72,28 +72,33 @@ void LogitsHash::add(const Stage& s, const std::vector<Tensor>& out) {
 
 std::string LogitsHash::hex() {
   Sha256 h;
-  for (const auto& [key, sum] : parts_) h.add(fmt::format("{} {}\n", sum, key).data(), sum.size() + key.size() + 2);
+  for (const auto& [key, sum] : parts_) {
+    const std::string line = fmt::format("{} {}\n", sum, key);
+    h.add(line.data(), line.size());
+  }
   return h.hex();
 }
 
-TimedForwards time_forwards(CaseSession& session, Backend& candidate, bool replay, int repeats) {
+TimedForwards time_forwards(CaseSession& session, Backend& candidate, bool replay, int repeats,
+                            const std::function<void(int, double)>& on_forward) {
   TimedForwards t;
   const std::vector<bool> all(session.stages.size(), true);
   for (int i = 0; i < repeats; ++i) {
-    MixedRunOptions mo = forward_options(session, replay, session.stages.front().name);
+    MixedRunOptions mo = forward_options(replay, session.stages.front().name);
     LogitsHash hash(mo.diff.logits_patterns);
     mo.on_outputs = [&](const Stage& s, const std::vector<Tensor>& out) { hash.add(s, out); };
     RunContext ctx = session.context();
     // Every stage on the candidate: the reference backend is never asked for one.
     MixedRunResult r = run_mixed(session, candidate, candidate, all, ctx, mo);
     t.seconds.push_back(r.times.get(kPhaseCandidate) + r.times.get(kPhaseFinish));
+    if (on_forward) on_forward(i + 1, t.seconds.back());
     const std::string sum = hash.hex();
     if (i == 0) t.logits_sha256 = sum;
     else t.same_bits = t.same_bits && sum == t.logits_sha256;
   }
   if (repeats > 0) {
     ClassTimer profiled(candidate, t.class_seconds);
-    MixedRunOptions mo = forward_options(session, replay, session.stages.front().name);
+    MixedRunOptions mo = forward_options(replay, session.stages.front().name);
     RunContext ctx = session.context();
     run_mixed(session, profiled, profiled, all, ctx, mo);
   }
@@ -102,7 +107,7 @@ TimedForwards time_forwards(CaseSession& session, Backend& candidate, bool repla
 
 CompareResult timed_logits_diff(CaseSession& session, Backend& candidate, bool replay) {
   const std::vector<bool> all(session.stages.size(), true);
-  MixedRunOptions mo = forward_options(session, replay, logits_stages(session));
+  MixedRunOptions mo = forward_options(replay, logits_stages(session));
   RunContext ctx = session.context();
   return run_mixed(session, candidate, candidate, all, ctx, mo).diff;
 }

@@ -5,6 +5,7 @@
 // run's. A build whose timed outputs are other bits (atomics that reorder a sum) is verified
 // when its timed logits get the compared run's verdict against the reference; a build whose
 // timed outputs fail is not, and its speed is no speed of the accurate build.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,7 +39,9 @@ class LogitsHash {
 // `repeats` forwards of `candidate` on every stage, with the compared run's selection mode
 // (`replay`), then one profiled forward. Nothing but the first stage is compared (the
 // reference is read only for replayed selections).
-TimedForwards time_forwards(CaseSession& session, Backend& candidate, bool replay, int repeats);
+// `on_forward` (optional) is told each forward's number (from 1) and seconds as it ends.
+TimedForwards time_forwards(CaseSession& session, Backend& candidate, bool replay, int repeats,
+                            const std::function<void(int, double)>& on_forward = {});
 
 // The verdict of the logits of one more forward against the reference, for a build whose timed
 // bits differ from the compared run's: the diff rows of the logits stages, unjudged.
