@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 const std::vector<std::string>& synth_preset_names() {
-  static const std::vector<std::string> names{"tiny", "small", "v4-flash-dims"};
+  static const std::vector<std::string> names{"tiny", "small", "v4-flash-dims", "v4-flash-narrow"};
   return names;
 }
 
@@ -51,7 +51,12 @@ ModelConfig synth_preset(const std::string& name) {
     // short test prompts already see blended frequencies.
     c.rope_compress = RopeTable{160000.0, true, 16.0, 256.0, 32.0, 1.0};
     c.max_position_embeddings = 4096;  // = factor * original, as transformers expects (else it warns)
-  } else if (name == "v4-flash-dims") {  // model-spec §1: 2 sliding, then CSA (even) / HCA (odd)
+  } else if (name == "v4-flash-dims" || name == "v4-flash-narrow") {  // model-spec §1: 2 sliding, then CSA (even) / HCA (odd)
+    // narrow: the whole 43-layer schedule at real attention widths, the vocabulary and the
+    // hyper-connections as released, with 16 experts of width 256 (top 6), so that the model
+    // (about 0.5 GB a layer as bf16) and a 4096-token reference of its layer boundaries fit
+    // one machine's disk.
+    if (name == "v4-flash-narrow") c.n_routed_experts = 16, c.moe_intermediate_size = 256;
     c.layer_types.clear();
     c.mlp_types.clear();
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {

@@ -88,6 +88,32 @@ TEST_F(CliDump, AnIsolatedDumpIsRankedAsBisectIsolateRanksTheBackend) {
   EXPECT_EQ(top_dump, first(bis.out, "isolation: every stage")) << dump.out << bis.out;
 }
 
+// A tensor the engine holds in a coarser format than the policy gives its stage (transformers
+// keeps its RoPE tables in bf16, `fixed` has float32 ones) is expected to carry that rounding:
+// explained when stored as bf16, unexplained when the same rounded values claim float32.
+TEST_F(CliDump, ATensorStoredInBf16IsExpectedToCarryBf16Rounding) {
+  const std::vector<std::string> keys = {"rope.main/cos", "rope.main/sin", "rope.compress/cos", "rope.compress/sin"};
+  for (const bool as_bf16 : {true, false}) {
+    const std::string out = path(as_bf16 ? "bf16.h5" : "f32.h5");
+    Tap tap(out);
+    for (const auto& k : keys) {
+      const Tensor t = h5_read(path("c.h5"), "/reference/" + k).to(DType::bf16);
+      const Tensor stored = as_bf16 ? t : t.to(DType::f32);
+      tap.write_raw(k, std::string(dtype_name(stored.dtype())), stored.raw(), stored.shape());
+    }
+    tap.close();
+    const CliResult r = run(fmt::format("run {} --candidate-dump '{}' --dump-policy fixed --measured-floor off --no-record -o '{}'",
+                                        c(), out, path(as_bf16 ? "rb" : "rf")));
+    const std::string csv = slurp(path(as_bf16 ? "rb/report.csv" : "rf/report.csv"));
+    if (as_bf16) {
+      EXPECT_EQ(r.code, 0) << r.out;
+      EXPECT_NE(csv.find("bf16 as stored"), std::string::npos) << csv;
+    } else {
+      EXPECT_EQ(r.code, 1) << "bf16 values claiming float32: " << r.out;
+    }
+  }
+}
+
 TEST_F(CliDump, SaysWhichStagesTheDumpLacks) {
   partial_dump(path("part.h5"), {"embed/e", "lm_head/logits"});
   const CliResult r = run(fmt::format("run {} --candidate-dump '{}' --no-reports", c(), path("part.h5")));
