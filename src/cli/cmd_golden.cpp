@@ -16,12 +16,21 @@ void setup_golden(CLI::App& app) {
       "Example:\n"
       "  tdiff golden case.h5\n"
       "  tdiff golden case.h5 --stages 'L0[2-4].attn.*,lm_head'   # the other stored stages stay\n"
+      "  tdiff golden case.h5 --store boundaries   # a few stages per layer; the rest recomputed when read\n"
+      "  tdiff golden case.h5 --store boundaries --stages 'L02.*'   # and every stage of layer 2\n"
       "  tdiff golden case.h5 --tie-rule torch-cpu   # break top-k ties as torch does on the CPU\n"
       "  tdiff golden case.h5 --verify   # a reference made elsewhere: each stage's own difference from this build");
   cmd->add_option("case", o->case_path, "case file (tdiff case new)")->required();
   cmd->add_option("--model", o->model_dir, "model folder (default: the path the case records)");
   cmd->add_option("--stages", o->stages,
-                  "recompute only stages matching these globs (comma-separated); the other stored stages are kept");
+                  "recompute only stages matching these globs (comma-separated); the other stored stages are kept. "
+                  "With --store boundaries: stages stored besides the boundaries");
+  cmd->add_option("--store", o->store,
+                  "all (default): every stage's outputs; boundaries: the residual stream at every layer boundary, "
+                  "the stages outside the layers (embedding, RoPE tables, masks, final.*, lm_head) and the "
+                  "selections, plus --stages: reading another stage recomputes its layer from the stored boundary "
+                  "with the model (bit-identical; /reference is rewritten whole)")
+      ->check(CLI::IsMember({"all", "boundaries"}));
   cmd->add_option("--tie-rule", o->tie_rule, "top-k tie rule: lowest-index (default) or torch-cpu")
       ->check(CLI::IsMember({"lowest-index", "torch-cpu"}));
   cmd->add_flag("--verify", o->verify,
