@@ -72,6 +72,25 @@ TEST_F(CliBoundaries, BisectFindsTheSameCulpritBySameSteps) {
   EXPECT_EQ(without_last_field(slurp(path("bf/trace.csv"))), without_last_field(slurp(path("bb/trace.csv"))));
 }
 
+// The readers of a case's /reference beside run and bisect: a saved run compared with its case,
+// and an engine's dump judged against it.
+TEST_F(CliBoundaries, CompareAndCandidateDumpsGiveTheFullCasesReport) {
+  for (const char* side : {"full", "bnd"}) {
+    const std::string c = path(std::string(side) + "/c.h5"), saved = path(std::string(side) + "/saved.h5");
+    const CliResult r = run(fmt::format("run '{}' --policy fixed --seed 7 --run-id s1 --no-reports --save-to '{}'", c, saved));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const CliResult cmp = run(fmt::format("compare '{}' '{}' --group-b /runs/s1 --run-id cmp -o '{}'", c, saved, path(std::string("cmp-") + side)));
+    EXPECT_EQ(cmp.code, 0) << cmp.out << cmp.err;
+    const std::string dump = path(std::string(side) + "/dump.h5");
+    ASSERT_EQ(WEXITSTATUS(std::system(fmt::format("'{}' '{}' fixed 7 '{}' >/dev/null", TAP_EMU_BIN, c, dump).c_str())), 0);
+    const CliResult d = run(fmt::format("run '{}' --candidate-dump '{}' --run-id d1 -o '{}'", c, dump, path(std::string("dump-") + side)));
+    EXPECT_EQ(d.code, 0) << d.out << d.err;
+  }
+  EXPECT_EQ(slurp(path("cmp-full/report.csv")), slurp(path("cmp-bnd/report.csv")));
+  EXPECT_EQ(slurp(path("dump-full/report.csv")), slurp(path("dump-bnd/report.csv")));
+  EXPECT_GT(count_lines(slurp(path("dump-bnd/report.csv"))), 150u);
+}
+
 TEST_F(CliBoundaries, VerifyChecksTheStoredStages) {
   const CliResult v = run(fmt::format("golden '{}' --verify", bnd_));
   EXPECT_EQ(v.code, 0) << v.err;
