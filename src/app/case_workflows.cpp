@@ -90,10 +90,10 @@ void store_conditioning(const Stage& s, const std::vector<Tensor>& out, const Te
 std::string store_kind_after(const CaseSession& session, const ReferenceRequest& request, bool cleared) {
   if (request.boundaries) return kStoreBoundaries;
   if (request.stages.empty()) return kStoreAll;
-  if (!cleared) {
+  if (!cleared && !reference_stages(session.path).empty()) {
     const auto attrs = h5_read_attrs(session.path, "/reference");
     if (const auto it = attrs.find("store"); it != attrs.end()) return it->second;
-    if (!reference_stages(session.path).empty()) return kStoreAll;  // written before the attribute: every stage
+    return reference_stages(session.path).size() == session.stages.size() ? kStoreAll : kStoreStages;  // before the attribute
   }
   return kStoreStages;
 }

@@ -122,6 +122,39 @@ TEST_P(ReferenceBoundaries, BackwardsWithoutABudgetStillTheSameBytes) {
   EXPECT_GT(store.recomputed_layers(), static_cast<std::size_t>(synth_preset(GetParam()).num_hidden_layers));
 }
 
+// golden --stages over a boundaries reference adds stages and keeps the kind; on a case without
+// a reference it makes a partial one, which recomputes nothing.
+TEST_P(ReferenceBoundaries, GoldenOfSomeStagesKeepsTheKind) {
+  {
+    CaseSession session = open_session(stores_.boundaries);
+    app::ReferenceRequest request;
+    request.stages = "L01.attn.*";
+    app::write_reference(session, request);
+  }
+  EXPECT_EQ(h5_read_attrs(stores_.boundaries, "/reference").at("store"), "boundaries");
+  ReferenceStore store(stores_.boundaries, 0);
+  ReferenceStore full(stores_.full, 0);
+  EXPECT_TRUE(store.stored("L01.attn.core"));
+  EXPECT_FALSE(store.stored("L01.moe.experts"));
+  for (const auto& spec : full.contract().specs())
+    EXPECT_TRUE(same_bytes(store.get(spec.stage, spec.tensor), full.get(spec.stage, spec.tensor))) << spec.key();
+
+  const std::string partial = (dir_ / "partial.h5").string();
+  fs::copy_file(stores_.full, partial);
+  {
+    CaseSession session = open_session(partial);
+    app::ReferenceRequest request;
+    request.stages = "lm_head";
+    request.keep_others = false;
+    app::write_reference(session, request);
+  }
+  EXPECT_EQ(h5_read_attrs(partial, "/reference").at("store"), "stages");
+  ReferenceStore some(partial, 0);
+  EXPECT_EQ(some.stages(), std::vector<std::string>{"lm_head"});
+  EXPECT_FALSE(some.has("L01.attn.core", "o"));
+  EXPECT_THROW(some.get("L01.attn.core", "o"), InputError);
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, ReferenceBoundaries, ::testing::Values("tiny", "small"));
 
 class ReferenceBoundariesBadInput : public ReferenceBoundaries {};
