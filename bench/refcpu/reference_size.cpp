@@ -28,7 +28,8 @@ double stored_bytes(const TensorSpec& spec) {
 }
 
 double conditioning_bytes(const TensorSpec& spec) {
-  return spec.value == ValueClass::floating ? 4.0 * static_cast<double>(shape_numel(conditioning_shape(spec.shape()))) : 0;
+  return spec.value == ValueClass::floating ? 4.0 * static_cast<double>(shape_numel(conditioning_shape(spec.shape())))
+                                            : 0;
 }
 
 std::string human(double bytes) {
@@ -41,10 +42,14 @@ int main(int argc, char** argv) {
   std::string preset = "v4-flash-dims";
   std::int64_t tokens = 4096, rows = 1, layers = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--tokens")) tokens = std::stoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--rows")) rows = std::stoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--layers")) layers = std::stoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--preset"))
+      preset = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--tokens"))
+      tokens = std::stoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--rows"))
+      rows = std::stoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--layers"))
+      layers = std::stoll(argv[i + 1]);
   }
   ModelConfig c = synth_preset(preset);
   if (layers > 0 && layers < c.num_hidden_layers) {

@@ -93,7 +93,8 @@ std::string store_kind_after(const CaseSession& session, const ReferenceRequest&
   if (!cleared && !reference_stages(session.path).empty()) {
     const auto attrs = h5_read_attrs(session.path, "/reference");
     if (const auto it = attrs.find("store"); it != attrs.end()) return it->second;
-    return reference_stages(session.path).size() == session.stages.size() ? kStoreAll : kStoreStages;  // before the attribute
+    // Written before the attribute: what it holds says which.
+    return reference_stages(session.path).size() == session.stages.size() ? kStoreAll : kStoreStages;
   }
   return kStoreStages;
 }
@@ -114,7 +115,8 @@ ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& r
   if (request.boundaries)
     for (auto& name : boundary_stages(session.stages)) boundaries.insert(std::move(name));
   auto stores = [&](const std::string& stage) {
-    if (request.boundaries) return boundaries.count(stage) || (!request.stages.empty() && pattern_matches(request.stages, stage));
+    if (request.boundaries)
+      return boundaries.count(stage) || (!request.stages.empty() && pattern_matches(request.stages, stage));
     return pattern_matches(request.stages, stage);
   };
   if (cleared) {

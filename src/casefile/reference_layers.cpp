@@ -33,7 +33,10 @@ std::vector<std::string> boundary_stages(const std::vector<Stage>& stages) {
 
 LayerRecompute::LayerRecompute(const std::vector<Stage>& stages, ModelConfig config, Batch batch, TieRule rule,
                                WeightStore& weights)
-    : config_(std::move(config)), batch_(std::move(batch)), rule_(rule), weights_(weights),
+    : config_(std::move(config)),
+      batch_(std::move(batch)),
+      rule_(rule),
+      weights_(weights),
       refcpu_(std::make_unique<refcpu::RefCpuBackend>()) {
   for (const auto& s : stages) {
     layer_of_[s.name] = s.layer;
@@ -69,7 +72,8 @@ void LayerRecompute::run(int layer, const std::function<Tensor(const TensorRef&)
   };
   RunContext ctx{config_, weights_, batch_, rule_};
   const auto t0 = std::chrono::steady_clock::now();
-  execute(stages, [&](const Stage&) -> Backend& { return *refcpu_; }, ctx, env, hooks);
+  execute(
+      stages, [&](const Stage&) -> Backend& { return *refcpu_; }, ctx, env, hooks);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   progress.finish(fmt::format("reference: {} recomputed from its stored boundary ({} stages, {:.2f} s)", name,
                               stages.size(), secs));

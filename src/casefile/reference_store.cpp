@@ -149,8 +149,8 @@ LayerRecompute& ReferenceStore::layers() {
   }
   const auto attrs = h5_read_attrs(file_, "/reference");
   const auto tie = attrs.find("tie_rule");
-  layers_ = std::make_unique<LayerRecompute>(build_stages(info.config), info.config, info.batch,
-                                             parse_tie_rule(tie != attrs.end() ? tie->second : "lowest-index"), *weights_);
+  const TieRule rule = parse_tie_rule(tie != attrs.end() ? tie->second : "lowest-index");
+  layers_ = std::make_unique<LayerRecompute>(build_stages(info.config), info.config, info.batch, rule, *weights_);
   return *layers_;
 }
 

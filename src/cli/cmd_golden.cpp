@@ -11,7 +11,8 @@ namespace tdiff::cli {
 
 void setup_golden(CLI::App& app) {
   auto o = std::make_shared<app::GoldenOptions>();
-  auto* cmd = app.add_subcommand("golden", "Run the float64 reference and store its outputs in the case: every stage, or the layer boundaries");
+  auto* cmd = app.add_subcommand(
+      "golden", "Run the float64 reference and store its outputs in the case: every stage, or the layer boundaries");
   cmd->footer(
       "--store boundaries keeps a reference small: V4-Flash's 43 layers at 4096 tokens take 28.9 GB instead of 361 GB\n"
       "(bench/refcpu/reference_size). Commands read every stage of it as of a full one: a stage it lacks is recomputed\n"

@@ -77,13 +77,17 @@ TEST_F(CliBoundaries, BisectFindsTheSameCulpritBySameSteps) {
 TEST_F(CliBoundaries, CompareAndCandidateDumpsGiveTheFullCasesReport) {
   for (const char* side : {"full", "bnd"}) {
     const std::string c = path(std::string(side) + "/c.h5"), saved = path(std::string(side) + "/saved.h5");
-    const CliResult r = run(fmt::format("run '{}' --policy fixed --seed 7 --run-id s1 --no-reports --save-to '{}'", c, saved));
+    const CliResult r =
+        run(fmt::format("run '{}' --policy fixed --seed 7 --run-id s1 --no-reports --save-to '{}'", c, saved));
     ASSERT_EQ(r.code, 0) << r.err;
-    const CliResult cmp = run(fmt::format("compare '{}' '{}' --group-b /runs/s1 --run-id cmp -o '{}'", c, saved, path(std::string("cmp-") + side)));
+    const CliResult cmp = run(fmt::format("compare '{}' '{}' --group-b /runs/s1 --run-id cmp -o '{}'", c, saved,
+                                          path(std::string("cmp-") + side)));
     EXPECT_EQ(cmp.code, 0) << cmp.out << cmp.err;
     const std::string dump = path(std::string(side) + "/dump.h5");
-    ASSERT_EQ(WEXITSTATUS(std::system(fmt::format("'{}' '{}' fixed 7 '{}' >/dev/null", TAP_EMU_BIN, c, dump).c_str())), 0);
-    const CliResult d = run(fmt::format("run '{}' --candidate-dump '{}' --run-id d1 -o '{}'", c, dump, path(std::string("dump-") + side)));
+    ASSERT_EQ(WEXITSTATUS(std::system(fmt::format("'{}' '{}' fixed 7 '{}' >/dev/null", TAP_EMU_BIN, c, dump).c_str())),
+              0);
+    const CliResult d = run(
+        fmt::format("run '{}' --candidate-dump '{}' --run-id d1 -o '{}'", c, dump, path(std::string("dump-") + side)));
     EXPECT_EQ(d.code, 0) << d.out << d.err;
   }
   EXPECT_EQ(slurp(path("cmp-full/report.csv")), slurp(path("cmp-bnd/report.csv")));
@@ -103,8 +107,8 @@ TEST_F(CliBoundaries, AMissingModelFolderIsOneLine) {
   for (const char* command : {"run", "bisect"}) {
     const CliResult r = run(fmt::format("{} '{}' --policy fixed", command, bnd_));
     EXPECT_EQ(r.code, 2) << r.err;
-    EXPECT_EQ(r.err, fmt::format("tdiff: error: {}: model folder '{}' does not exist (pass --model DIR)\n", bnd_,
-                                 path("m")));
+    EXPECT_EQ(r.err,
+              fmt::format("tdiff: error: {}: model folder '{}' does not exist (pass --model DIR)\n", bnd_, path("m")));
   }
   // Pointed at the moved folder, the layers are recomputed from it.
   EXPECT_EQ(run(fmt::format("run '{}' --policy fixed --no-reports --model '{}'", bnd_, path("gone"))).code, 0);

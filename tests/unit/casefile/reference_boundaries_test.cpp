@@ -174,9 +174,10 @@ TEST_P(ReferenceBoundariesBadInput, ABoundaryTheLayerDoesNotReproduceIsNamed) {
     FAIL() << "no InputError";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
-              stores_.boundaries + ": L00.hc_ffn.post/X recomputed from the stored layer boundary differs from the "
-                                   "stored one: the model's weights or this build's refcpu are not those `tdiff golden` "
-                                   "used (run it again)");
+              stores_.boundaries +
+                  ": L00.hc_ffn.post/X recomputed from the stored layer boundary differs from the "
+                  "stored one: the model's weights or this build's refcpu are not those `tdiff golden` "
+                  "used (run it again)");
   }
 }
 
