@@ -24,6 +24,17 @@ std::size_t default_reference_budget() {
   return std::size_t{4} << 30;
 }
 
+std::shared_ptr<ReferenceStore> boundaries_reference(const H5File& file, const std::string& group,
+                                                     std::shared_ptr<const TensorContract> contract) {
+  std::string g = group;
+  while (!g.empty() && g.back() == '/') g.pop_back();
+  if (g != "/reference" || !h5_exists(file, g)) return nullptr;
+  const auto attrs = h5_read_attrs(file, g);
+  const auto it = attrs.find("store");
+  if (it == attrs.end() || it->second != kStoreBoundaries) return nullptr;
+  return std::make_shared<ReferenceStore>(file, std::move(contract));
+}
+
 std::shared_ptr<const TensorContract> case_contract(const H5File& file) {
   const CaseInfo info = read_case(file);
   return std::make_shared<const TensorContract>(build_stages(info.config), info.config, info.batch.rows(),

@@ -102,6 +102,13 @@ class ReferenceStore {
   std::size_t recomputed_layers_ = 0;
 };
 
+// The store of `group` of `file` when that is a case's /reference holding the layer boundaries
+// only (golden --store boundaries), which readers of files (compare, saved runs, dumps) read
+// through it so that the stages it lacks are recomputed; null for any other group or reference.
+// `contract`: null takes the case's.
+std::shared_ptr<ReferenceStore> boundaries_reference(const H5File& file, const std::string& group,
+                                                     std::shared_ptr<const TensorContract> contract = nullptr);
+
 // The contract of the case `file` holds (its model config and batch).
 std::shared_ptr<const TensorContract> case_contract(const H5File& file);
 

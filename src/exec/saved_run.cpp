@@ -74,15 +74,6 @@ std::optional<std::vector<Stage>> case_stages(const std::string& file) {
   return build_stages(parse_config_text(it->second, file + ":/model_config"));
 }
 
-std::shared_ptr<ReferenceStore> boundaries_reference(const H5File& file, const std::string& group,
-                                                     std::shared_ptr<const TensorContract> contract) {
-  std::string g = group;
-  while (!g.empty() && g.back() == '/') g.pop_back();
-  if (g != "/reference" || !h5_exists(file, g)) return nullptr;
-  auto store = std::make_shared<ReferenceStore>(file, std::move(contract));
-  return store->store_kind() == kStoreBoundaries ? store : nullptr;
-}
-
 TensorSide stored_side(const H5File& file, const std::string& group, std::shared_ptr<const TensorContract> contract,
                        StoredBy by) {
   std::string g = group;

@@ -73,8 +73,9 @@ TEST_F(CliBoundaries, BisectFindsTheSameCulpritBySameSteps) {
 }
 
 // The readers of a case's /reference beside run and bisect: a saved run compared with its case,
-// and an engine's dump judged against it.
+// an engine's dump judged against it, and the plain diff of the case and a dump.
 TEST_F(CliBoundaries, CompareAndCandidateDumpsGiveTheFullCasesReport) {
+  std::vector<int> plain_codes;
   for (const char* side : {"full", "bnd"}) {
     const std::string c = path(std::string(side) + "/c.h5"), saved = path(std::string(side) + "/saved.h5");
     const CliResult r =
@@ -89,10 +90,17 @@ TEST_F(CliBoundaries, CompareAndCandidateDumpsGiveTheFullCasesReport) {
     const CliResult d = run(
         fmt::format("run '{}' --candidate-dump '{}' --run-id d1 -o '{}'", c, dump, path(std::string("dump-") + side)));
     EXPECT_EQ(d.code, 0) << d.out << d.err;
+    const CliResult plain =
+        run(fmt::format("compare '{}' '{}' --run-id plain -o '{}'", c, dump, path(std::string("plain-") + side)));
+    ASSERT_NE(plain.code, 2) << plain.err;
+    plain_codes.push_back(plain.code);
   }
+  EXPECT_EQ(plain_codes[0], plain_codes[1]);
   EXPECT_EQ(slurp(path("cmp-full/report.csv")), slurp(path("cmp-bnd/report.csv")));
   EXPECT_EQ(slurp(path("dump-full/report.csv")), slurp(path("dump-bnd/report.csv")));
+  EXPECT_EQ(slurp(path("plain-full/report.csv")), slurp(path("plain-bnd/report.csv")));
   EXPECT_GT(count_lines(slurp(path("dump-bnd/report.csv"))), 150u);
+  EXPECT_GT(count_lines(slurp(path("plain-bnd/report.csv"))), 150u);
 }
 
 TEST_F(CliBoundaries, VerifyChecksTheStoredStages) {
