@@ -2,6 +2,7 @@
 // what they report on the full case (the same CSVs), golden --verify checks what it stores, and
 // a boundaries case whose model folder is gone is one line and exit 2.
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "cli_support.h"
@@ -101,6 +102,22 @@ TEST_F(CliBoundaries, CompareAndCandidateDumpsGiveTheFullCasesReport) {
   EXPECT_EQ(slurp(path("plain-full/report.csv")), slurp(path("plain-bnd/report.csv")));
   EXPECT_GT(count_lines(slurp(path("dump-bnd/report.csv"))), 150u);
   EXPECT_GT(count_lines(slurp(path("plain-bnd/report.csv"))), 150u);
+}
+
+// An engine tdiff runs itself takes the stages put on the reference from the case through the
+// tap (tdiff_tap_reference): on a boundaries case, recomputed ones.
+TEST_F(CliBoundaries, BisectOfAnEngineTakesRecomputedStages) {
+  std::ofstream(path("fault.toml")) << "preset = \"fp32\"\n[[override]]\nstages = \"L02.attn.core\"\n"
+                                       "softmax_stats = \"fp16\"\n";
+  const std::string engine = fmt::format("--candidate-cmd \"'{}' --request '{}'\"", TAP_EMU_BIN, path("fault.toml"));
+  for (const char* side : {"full", "bnd"}) {
+    const CliResult r = run(fmt::format("bisect '{}' {} --policy fp32 --floor fp32 --seed 7 --run-id e1 -o '{}'",
+                                        path(std::string(side) + "/c.h5"), engine, path(std::string("eng-") + side)));
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    EXPECT_NE(r.out.find("first culprit L02.attn.core"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(slurp(path("eng-full/report.csv")), slurp(path("eng-bnd/report.csv")));
+  EXPECT_EQ(without_last_field(slurp(path("eng-full/trace.csv"))), without_last_field(slurp(path("eng-bnd/trace.csv"))));
 }
 
 TEST_F(CliBoundaries, VerifyChecksTheStoredStages) {
