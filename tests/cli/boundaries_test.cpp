@@ -117,7 +117,8 @@ TEST_F(CliBoundaries, BisectOfAnEngineTakesRecomputedStages) {
     EXPECT_NE(r.out.find("first culprit L02.attn.core"), std::string::npos) << r.out;
   }
   EXPECT_EQ(slurp(path("eng-full/report.csv")), slurp(path("eng-bnd/report.csv")));
-  EXPECT_EQ(without_last_field(slurp(path("eng-full/trace.csv"))), without_last_field(slurp(path("eng-bnd/trace.csv"))));
+  EXPECT_EQ(without_last_field(slurp(path("eng-full/trace.csv"))),
+            without_last_field(slurp(path("eng-bnd/trace.csv"))));
 }
 
 TEST_F(CliBoundaries, VerifyChecksTheStoredStages) {
