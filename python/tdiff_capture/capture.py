@@ -94,7 +94,8 @@ def run(args, mode="run", written_by="tdiff-capture", request=None):
         raise InputError("--hidden-states-check checks a normal forward; %s replaces what the layers compute" % mode)
     if mode != "run" or substitute is not None:
         for case, _, _ in jobs:  # each has its /reference, before the model loads
-            read_reference(case, NEEDS_REFERENCE.get(mode, "the request substitutes the reference's tensors")).close()
+            read_reference(case, NEEDS_REFERENCE.get(mode, "the request substitutes the reference's tensors"),
+                           every_stage=mode == "isolated" or substitute is not None).close()
     for (case, _, model_dir), (ids, _, _, _) in zip(jobs, cases):  # every case, before any dump is written
         if ids.min() < 0 or ids.max() >= vocab[model_dir]:
             raise InputError("%s: token ids outside 0..%d" % (case, vocab[model_dir] - 1))
@@ -200,7 +201,7 @@ def capture_case(args, loaded, case, output, inputs, how, t_start):
             raise InputError(str(e))
         load_notes += rope_notes
     fed = mode != "run" or substitute is not None
-    reference = read_reference(case) if fed else None
+    reference = read_reference(case, every_stage=mode == "isolated" or substitute is not None) if fed else None
 
     try:
         with AtomicH5(output, prefix=".capture_hf.") as h5:

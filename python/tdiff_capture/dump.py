@@ -101,13 +101,20 @@ def check_right_padding(mask, path, allow_left=False):
           (path, len(left), "" if len(left) == 1 else "s", b, first), file=sys.stderr)
 
 
-def read_reference(case_path, why="isolate feeds the reference's tensors to the model"):
+def read_reference(case_path, why="isolate feeds the reference's tensors to the model", every_stage=True):
     """An open h5py file of the case that holds /reference (isolate, replay, a request's
-    substitutions), or InputError saying why it is needed."""
+    substitutions), or InputError saying why it is needed. `every_stage`: the caller reads
+    stages inside the layers, which a boundaries reference (tdiff golden --store boundaries)
+    does not store (tdiff recomputes them; h5py cannot): refused, naming the way out."""
     f = h5py.File(case_path, "r")
     if "reference" not in f:
         f.close()
         raise InputError("%s: no /reference (run `tdiff golden %s` first: %s)" % (case_path, case_path, why))
+    store = f["reference"].attrs.get("store", b"")
+    if every_stage and (store.decode() if isinstance(store, bytes) else str(store)) == "boundaries":
+        f.close()
+        raise InputError("%s: its /reference stores the layer boundaries only (tdiff golden --store boundaries) and %s: "
+                         "store every stage with `tdiff golden %s`" % (case_path, why, case_path))
     return f
 
 

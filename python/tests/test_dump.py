@@ -117,3 +117,27 @@ class CaseListModelsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipIf(not os.environ.get("TDIFF"), "needs the tdiff binary (TDIFF, set by ctest)")
+class BoundariesReferenceTest(unittest.TestCase):
+    """A boundaries reference (tdiff golden --store boundaries) lacks the layers' inner stages,
+    which tdiff recomputes and h5py cannot: isolate and substitution refuse it, replay (the
+    stored selections) reads it."""
+
+    def test_isolate_refuses_a_boundaries_reference_and_replay_reads_it(self):
+        import subprocess
+        from tdiff_capture.dump import read_reference
+        tdiff = os.environ["TDIFF"]
+        with tempfile.TemporaryDirectory() as d:
+            case = os.path.join(d, "c.h5")
+            for args in (["synth", "--preset", "tiny", "--seed", "1", "-o", os.path.join(d, "m")],
+                         ["case", "new", "--model", os.path.join(d, "m"), "--random-prompts", "1", "--len", "8",
+                          "--seed", "1", "-o", case],
+                         ["golden", case, "--store", "boundaries"]):
+                subprocess.run([tdiff] + args, check=True, capture_output=True)
+            read_reference(case, every_stage=False).close()
+            with self.assertRaises(InputError) as e:
+                read_reference(case)
+            self.assertIn("stores the layer boundaries only (tdiff golden --store boundaries)", str(e.exception))
+            self.assertIn("store every stage with `tdiff golden %s`" % case, str(e.exception))

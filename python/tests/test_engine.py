@@ -47,7 +47,7 @@ class EngineRequestTest(unittest.TestCase):
         args = types.SimpleNamespace(model=root + "/m", dtype="bfloat16", hidden_states_check=False,
                                      allow_left_padding=False)
         with mock.patch.object(capture, "read_checked_case", lambda case, allow: (ids, None, None, {})), \
-                mock.patch.object(capture, "read_reference", lambda case, why: types.SimpleNamespace(close=lambda: None)), \
+                mock.patch.object(capture, "read_reference", lambda case, why, every_stage=True: types.SimpleNamespace(close=lambda: None)), \
                 mock.patch.object(capture, "load", lambda a, m: {"model_dir": m}), \
                 mock.patch.object(capture, "capture_case",
                                   lambda a, loaded, case, out, inputs, how, t: seen.append((case, out, how)) or True):

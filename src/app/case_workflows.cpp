@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@
 #include "base/file_seal.h"
 #include "casefile/h5_common.h"
 #include "casefile/env_record.h"
+#include "casefile/reference_layers.h"
 #include "model/pattern.h"
 #include "refcpu/linear.h"
 #include "refcpu/refcpu_backend.h"
@@ -83,6 +85,20 @@ void store_conditioning(const Stage& s, const std::vector<Tensor>& out, const Te
   written.conditioning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// What /reference holds after this golden: every stage, the boundaries (and what --stages
+// adds), or a chosen subset; a golden of some stages over a kept reference keeps its kind.
+std::string store_kind_after(const CaseSession& session, const ReferenceRequest& request, bool cleared) {
+  if (request.boundaries) return kStoreBoundaries;
+  if (request.stages.empty()) return kStoreAll;
+  if (!cleared && !reference_stages(session.path).empty()) {
+    const auto attrs = h5_read_attrs(session.path, "/reference");
+    if (const auto it = attrs.find("store"); it != attrs.end()) return it->second;
+    // Written before the attribute: what it holds says which.
+    return reference_stages(session.path).size() == session.stages.size() ? kStoreAll : kStoreStages;
+  }
+  return kStoreStages;
+}
+
 }  // namespace
 
 ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& request) {
@@ -93,7 +109,17 @@ ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& r
   CaseUpdate update(session.path);
   ReferenceWritten written;
   written.stages = session.stages.size();
-  if (request.stages.empty() || !request.keep_others) {
+  const bool cleared = request.boundaries || request.stages.empty() || !request.keep_others;
+  written.store = store_kind_after(session, request, cleared);
+  std::set<std::string> boundaries;
+  if (request.boundaries)
+    for (auto& name : boundary_stages(session.stages)) boundaries.insert(std::move(name));
+  auto stores = [&](const std::string& stage) {
+    if (request.boundaries)
+      return boundaries.count(stage) || (!request.stages.empty() && pattern_matches(request.stages, stage));
+    return pattern_matches(request.stages, stage);
+  };
+  if (cleared) {
     update.clear_reference();
   } else {
     for (const auto& stage : reference_stages(session.path)) {
@@ -108,9 +134,12 @@ ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& r
   ExecutorHooks hooks;
   hooks.on_stage = [&](const Stage& s, std::size_t i, const std::vector<Tensor>& out) {
     if (request.progress) request.progress(i, s);
-    if (!pattern_matches(request.stages, s.name)) return;
+    // A recomputed stage is judged with the conditioning a full reference stores beside it.
+    if (request.boundaries) store_conditioning(s, out, env, ref, ctx, request.conditioning_probes, update, written);
+    if (!stores(s.name)) return;
+    ++written.stored_stages;
     for (std::size_t k = 0; k < out.size(); ++k, ++written.tensors) update.put_reference(s.name, s.outputs[k], out[k]);
-    store_conditioning(s, out, env, ref, ctx, request.conditioning_probes, update, written);
+    if (!request.boundaries) store_conditioning(s, out, env, ref, ctx, request.conditioning_probes, update, written);
   };
   const auto t0 = std::chrono::steady_clock::now();
   execute(session.stages, [&](const Stage&) -> Backend& { return ref; }, ctx, env, hooks);
@@ -121,6 +150,7 @@ ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& r
   rec.extra["tie_rule"] = rule;
   rec.extra["blas"] = refcpu::blas_core();
   rec.extra["stages"] = request.stages.empty() ? "*" : request.stages;
+  rec.extra["store"] = written.store;
   if (written.kept) rec.extra["kept"] = fmt::format("{} stored stages of {}", written.kept, update.reference_id());
   add_case_facts(rec, session.path, session.info.checksums);
   if (!request.weights_note.empty()) rec.extra["weights"] = request.weights_note;
@@ -128,6 +158,7 @@ ReferenceWritten write_reference(CaseSession& session, const ReferenceRequest& r
   if (request.before_commit) request.before_commit(update);
   update.writer().set_attr("/reference", "tie_rule", rule);
   update.writer().set_attr("/reference", "env", written.run_id);
+  update.writer().set_attr("/reference", "store", written.store);
   update.commit();
   return written;
 }

@@ -45,6 +45,9 @@ Sealed seal_case(const std::string& path);
 
 struct ReferenceRequest {
   std::string stages;                       // store only these (globs; empty: every stage)
+  // Store the layer boundaries (casefile/reference_layers.h boundary_stages) and `stages`: the
+  // layers' other stages are recomputed when read. /reference is written whole.
+  bool boundaries = false;
   // With `stages`: the stored stages they do not match stay as they are (false: /reference
   // holds these stages only, golden --force over a reference of another tie rule or weights).
   bool keep_others = true;
@@ -60,6 +63,8 @@ struct ReferenceRequest {
 
 struct ReferenceWritten {
   std::size_t stages = 0, tensors = 0;
+  std::size_t stored_stages = 0;  // stages whose outputs were stored
+  std::string store;              // the /reference attribute "store" (kStoreAll, kStoreBoundaries, kStoreStages)
   std::size_t kept = 0;  // stored stages left as they were (ReferenceRequest::keep_others)
   double seconds = 0;  // computing the stages
   double conditioning_seconds = 0;  // of which probing their conditioning

@@ -11,6 +11,7 @@
 #include "backend/executor.h"
 #include "model/pattern.h"
 #include "casefile/h5io.h"
+#include "casefile/reference_layers.h"
 #include "casefile/session.h"
 #include "checks/reference_check.h"
 #include "refcpu/linear.h"
@@ -92,7 +93,8 @@ int run_golden(const GoldenOptions& o) {
   Progress progress("golden", session.stages.size());
   app::ReferenceRequest request;
   request.stages = o.stages;
-  request.keep_others = keep_other_stages(o, checked);
+  request.boundaries = o.store == kStoreBoundaries;
+  request.keep_others = request.boundaries ? false : keep_other_stages(o, checked);
   request.tie_rule = parse_tie_rule(o.tie_rule);
   request.conditioning_probes = o.conditioning_probes;
   request.progress = [&](std::size_t i, const Stage& s) { progress.step(i + 1, s.name); };
@@ -107,11 +109,16 @@ int run_golden(const GoldenOptions& o) {
     update.put_weight_records(now);
   };
   const app::ReferenceWritten written = app::write_reference(session, request);
+  const std::string boundaries =
+      request.boundaries ? fmt::format("; store boundaries: {} of {} stages stored, the layers' other stages "
+                                       "recomputed from them when read",
+                                       written.stored_stages, written.stages)
+                         : "";
   progress.finish(fmt::format("golden: {} stages computed in {:.2f} s ({:.2f} s of them probing the conditioning of {} "
-                              "tensors), {} tensors stored under /reference of {}{}",
+                              "tensors), {} tensors stored under /reference of {}{}{}",
                               written.stages, written.seconds, written.conditioning_seconds, written.conditioned,
                               written.tensors, o.case_path,
-                              written.kept ? fmt::format(" ({} stored stages kept)", written.kept) : ""));
+                              written.kept ? fmt::format(" ({} stored stages kept)", written.kept) : "", boundaries));
   return 0;
 }
 

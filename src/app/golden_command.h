@@ -15,6 +15,9 @@ struct GoldenOptions {
   std::string case_path;
   std::string model_dir;
   std::string stages;
+  // "all": every stage's outputs; "boundaries": the layer boundaries, final.*, lm_head and the
+  // selections (plus `stages`), the layers' other stages recomputed when read.
+  std::string store = "all";
   std::string tie_rule = "lowest-index";
   bool verify = false;
   double tolerance = 1e-12;

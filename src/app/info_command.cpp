@@ -15,6 +15,7 @@
 
 #include "app/envelope.h"
 #include "casefile/case_file.h"
+#include "casefile/reference_layers.h"
 #include "base/error.h"
 #include "model/pattern.h"
 #include "numerics/policy.h"
@@ -328,7 +329,10 @@ void info_case(const InfoOptions& o) {
     const auto attrs = h5_read_attrs(path, "/reference");
     std::string from;
     for (const auto& [k, v] : attrs) from += fmt::format("{}{} {}", from.empty() ? ", " : " ", k, v);
-    line("reference", fmt::format("{} of {} stages, {} tensors{}", stages.size(), expected,
+    const auto store = attrs.find("store");
+    const bool boundaries = store != attrs.end() && store->second == kStoreBoundaries;
+    line("reference", fmt::format("{} of {} stages{}, {} tensors{}", stages.size(), expected,
+                                  boundaries ? " stored (the layers' other stages recomputed from them when read)" : "",
                                   h5_list_datasets(path, "/reference").size(), from));
   }
   // The case's own records (its reference's); an older tdiff's run records are the history's now.

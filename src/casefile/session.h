@@ -33,6 +33,9 @@ struct CaseSession {
 // Opens the case and its model folder (`model_dir` overrides the path the case records). The
 // model's config.json must describe the same model as the case (InputError otherwise).
 CaseSession open_session(const std::string& case_path, const std::string& model_dir = "");
+// The model folder of the case `info` describes (`model_dir` overrides the path it records),
+// checked as open_session checks it: InputError when it is missing or describes another model.
+std::string case_model_folder(const std::string& case_path, const CaseInfo& info, const std::string& model_dir = "");
 
 TieRule parse_tie_rule(const std::string& text);  // "lowest-index" | "torch-cpu"
 const char* tie_rule_name(TieRule r);

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "casefile/h5io.h"
+#include "casefile/reference_store.h"
 #include "diff/expected.h"
 #include "diff/selection_scores.h"
 
@@ -220,21 +221,35 @@ CompareResult compare_files(const std::string& file_ref, const std::string& grou
   CompareResult r;
   r.label_ref = file_ref + ":" + group_ref;
   r.label_cand = file_cand + ":" + group_cand;
-  const std::vector<std::string> kr = list_keys(file_ref, group_ref), kc = list_keys(file_cand, group_cand);
+  // A case's boundaries reference answers for every stage (casefile/reference_store.h).
+  const auto store = boundaries_reference(H5File(file_ref), group_ref);
+  std::vector<std::string> kr;
+  if (store) {
+    for (const auto& spec : store->contract().specs())
+      if (store->has(spec.stage, spec.tensor)) kr.push_back(spec.key());
+  } else {
+    kr = list_keys(file_ref, group_ref);
+  }
+  auto read_ref = [&](const std::string& key) {
+    if (!store) return h5_read(file_ref, join_path(group_ref, key));
+    const auto [stage, tensor] = split_key(key);
+    return store->get(stage, tensor);
+  };
+  const std::vector<std::string> kc = list_keys(file_cand, group_cand);
   const std::set<std::string> ref_keys(kr.begin(), kr.end());
   for (const auto& key : pair_keys(kr, kc, opt, r)) {
-    const Tensor a = h5_read(file_ref, join_path(group_ref, key));
+    const Tensor a = read_ref(key);
     const Tensor b = h5_read(file_cand, join_path(group_cand, key));
     const std::string sk = selection_scores_key(split_key(key).first).key;
     Tensor scores, cand_scores;
-    if (!sk.empty() && ref_keys.count(sk)) scores = h5_read(file_ref, join_path(group_ref, sk));
+    if (!sk.empty() && ref_keys.count(sk)) scores = read_ref(sk);
     if (scores.defined() && std::find(kc.begin(), kc.end(), sk) != kc.end())
       cand_scores = h5_read(file_cand, join_path(group_cand, sk));
     try {
       r.rows.push_back(diff_tensor(key, a, b, opt, scores.defined() ? &scores : nullptr,
                                    cand_scores.defined() ? &cand_scores : nullptr));
       const std::string ck = opt.contract ? expert_choice_key(split_key(key).first, *opt.contract) : "";
-      const Tensor choices = !ck.empty() && ref_keys.count(ck) ? h5_read(file_ref, join_path(group_ref, ck)) : Tensor();
+      const Tensor choices = !ck.empty() && ref_keys.count(ck) ? read_ref(ck) : Tensor();
       fit_systematic(r.rows.back(), a, b, opt, choices.defined() ? &choices : nullptr);
     } catch (const InputError& e) {
       input_error("{} vs {}: {}", file_ref, file_cand, e.what());

@@ -41,6 +41,7 @@ std::optional<Batch> batch_at(const std::string& path) {
 
 // Every name of the dump is a stage output of this model with a reference; its layout is the contract's.
 void check_keys(CandidateDump& d, const std::string& case_path, const std::vector<Stage>& stages) {
+  const auto reference_has = reference_holds(*d.case_file, d.contract);
   std::map<std::string, const Stage*> by_name;
   for (const auto& s : stages) by_name[s.name] = &s;
   std::set<std::string> covered;
@@ -55,13 +56,13 @@ void check_keys(CandidateDump& d, const std::string& case_path, const std::vecto
       d.extra.push_back(key);  // a capture's helper tensor (e.g. idx_sorted): listed, not compared
       continue;
     }
-    if (!h5_exists(*d.case_file, "/reference/" + key))
+    if (!reference_has(key))
       input_error("{}: {} has no reference in {} (run `tdiff golden {}`)", d.path, key, case_path, case_path);
     check_stage_tensor(*d.file, d.group, key, *d.contract, StoredBy::dump);
     covered.insert(stage);
   }
   for (const auto& s : stages)
-    if (!covered.count(s.name) && h5_exists(*d.case_file, "/reference/" + s.name)) d.lacking_stages.push_back(s.name);
+    if (!covered.count(s.name) && reference_has(s.name + "/" + s.outputs.front())) d.lacking_stages.push_back(s.name);
   std::erase_if(d.keys, [&](const std::string& k) { return std::find(d.extra.begin(), d.extra.end(), k) != d.extra.end(); });
   if (d.keys.empty()) input_error("{}: none of its {} tensors is a stage output of this model", d.path, d.extra.size());
 }
@@ -137,7 +138,7 @@ CandidateDump open_candidate_dump(const std::string& case_path, const std::vecto
   if (d.keys.empty()) input_error("{}: no tensors under {}", path, d.group);
   check_keys(d, case_path, stages);
   check_named_stages(*d.file, d.group, stages,
-                     [&](const std::string& key) { return h5_exists(*d.case_file, "/reference/" + key); });
+                     reference_holds(*d.case_file, d.contract));
   return d;
 }
 

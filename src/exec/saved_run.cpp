@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "casefile/case_file.h"
 #include "casefile/h5io.h"
+#include "casefile/reference_store.h"
 #include "diff/expected.h"
 #include "diff/pairing.h"
 #include "exec/followed_reference.h"
@@ -83,16 +84,33 @@ TensorSide stored_side(const H5File& file, const std::string& group, std::shared
   side.read = [file, g, contract, by](const std::string& key, const Tensor*) {
     return read_stage_tensor(file, g, key, *contract, by);
   };
+  if (auto store = boundaries_reference(file, g, contract))
+    side.read = [store](const std::string& key, const Tensor*) {
+      const auto [stage, tensor] = split_key(key);
+      return store->get(stage, tensor);
+    };
   if (by == StoredBy::reference)
     side.conditioning = [file, contract](const std::string& key) { return read_conditioning(file, key, *contract); };
   return side;
 }
 
+std::function<bool(const std::string&)> reference_holds(const H5File& case_file,
+                                                        std::shared_ptr<const TensorContract> contract) {
+  if (auto store = boundaries_reference(case_file, "/reference", std::move(contract)))
+    return [store](const std::string& key) {
+      const auto [stage, tensor] = split_key(key);
+      return store->has(stage, tensor);
+    };
+  return [case_file](const std::string& key) { return h5_exists(case_file, "/reference/" + key); };
+}
+
 std::vector<std::string> stored_keys(const H5File& file, const std::string& group, const TensorContract& contract) {
   std::vector<std::string> keys;
   if (!h5_exists(file, group)) return keys;
+  const auto holds = reference_holds(file, std::make_shared<const TensorContract>(contract));
   for (const auto& spec : contract.specs())
-    if (h5_exists(file, stage_dataset(group, spec.key()))) keys.push_back(spec.key());
+    if (group == "/reference" ? holds(spec.key()) : h5_exists(file, stage_dataset(group, spec.key())))
+      keys.push_back(spec.key());
   return keys;
 }
 

@@ -3,6 +3,7 @@
 // --save-to file), paired with the case's /reference stage by stage (diff/pairing.h) and
 // judged under what the run was judged under: its policy's expected errors and its selection
 // mode. So `tdiff compare CASE CASE --group-b /runs/<run-id>` gives the verdicts the run gave.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,7 +48,14 @@ std::optional<std::vector<Stage>> case_stages(const std::string& file);
 // against are all read through it.
 TensorSide stored_side(const H5File& file, const std::string& group, std::shared_ptr<const TensorContract> contract,
                        StoredBy by);
-// The keys of `contract` that `group` of `file` holds, in contract order.
+// A case's /reference that stores the layer boundaries (golden --store boundaries) is read
+// through a ReferenceStore, which recomputes the stages it lacks from the model the case
+// records; any other group is read as stored.
+// Whether the case's /reference answers for `key` ("<stage>/<tensor>"): stored, or recomputed.
+std::function<bool(const std::string&)> reference_holds(const H5File& case_file,
+                                                        std::shared_ptr<const TensorContract> contract);
+// The keys of `contract` that `group` of `file` holds (for /reference: reference_holds), in
+// contract order.
 std::vector<std::string> stored_keys(const H5File& file, const std::string& group, const TensorContract& contract);
 
 // `ref_group` of the case `case_path` against the saved run in `group` of `file`, with the

@@ -20,6 +20,7 @@
 #include "casefile/case_file.h"
 #include "casefile/engine_request.h"
 #include "casefile/h5io.h"
+#include "casefile/reference_store.h"
 #include "casefile/stored_tensor.h"
 #include "model/stage_graph.h"
 #include "model/tensor_contract.h"
@@ -32,6 +33,8 @@ struct tdiff_tap {
   // The case it is written on (tdiff_tap_case), read through its tensor contract.
   std::optional<tdiff::H5File> case_file;
   std::shared_ptr<const tdiff::TensorContract> contract;
+  // A boundaries reference (golden --store boundaries): the stages it lacks recomputed on read.
+  std::shared_ptr<tdiff::ReferenceStore> boundaries;
   // A request's (tdiff_tap_open_request): the stages taken from the reference.
   std::set<std::string> substitute;
 };
@@ -170,6 +173,7 @@ int tdiff_tap_case(tdiff_tap* tap, const char* case_path) {
     const tdiff::CaseInfo info = tdiff::read_case(*tap->case_file);
     tap->contract = std::make_shared<const tdiff::TensorContract>(tdiff::build_stages(info.config), info.config,
                                                                   info.batch.rows(), info.batch.seq());
+    tap->boundaries = tdiff::boundaries_reference(*tap->case_file, "/reference", tap->contract);
     tap->writer->set_attr("/", "case", path);
     tap->writer->set_attr("/", "case_inputs_sha256", tdiff::inputs_sha256(info.batch));
   });
@@ -183,8 +187,11 @@ int tdiff_tap_reference(tdiff_tap* tap, const char* name, const char* dtype, con
     check_name(n);
     const tdiff::DType dt = parsed_dtype(dtype);
     const tdiff::Shape s = checked_shape(shape, ndim);
+    const auto slash = n.find('/');
     const tdiff::Tensor ref =
-        tdiff::read_stage_tensor(*tap->case_file, "/reference", n, *tap->contract, tdiff::StoredBy::reference);
+        tap->boundaries && slash != std::string::npos
+            ? tap->boundaries->get(n.substr(0, slash), n.substr(slash + 1))
+            : tdiff::read_stage_tensor(*tap->case_file, "/reference", n, *tap->contract, tdiff::StoredBy::reference);
     if (!ref.defined()) tdiff::input_error("{} holds no reference of it (run `tdiff golden`)", tap->case_file->path());
     if (tdiff::squeezed(ref.shape()) != tdiff::squeezed(s))
       tdiff::input_error("the buffer is {}, the reference {}", tdiff::shape_str(s), tdiff::shape_str(ref.shape()));
