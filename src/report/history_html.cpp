@@ -45,11 +45,11 @@ std::string tick_labels(const Axis& x, const Axis& y) {
 }
 
 // Time against accuracy, one point per build that has both.
-std::string dual_curve(const HistoryCase& c, const std::string& accuracy) {
+std::string dual_curve(const HistoryCase& c, const std::string& accuracy, const std::string& time = "forward_s") {
   std::vector<const history::Build*> b;
   std::vector<double> xs, ys;
   for (const auto& build : c.builds) {
-    const auto t = build.figures.find("forward_s"), a = build.figures.find(accuracy);
+    const auto t = build.figures.find(time), a = build.figures.find(accuracy);
     if (t == build.figures.end() || a == build.figures.end()) continue;
     b.push_back(&build), xs.push_back(t->second.value), ys.push_back(a->second.value);
   }
@@ -57,7 +57,8 @@ std::string dual_curve(const HistoryCase& c, const std::string& accuracy) {
     return fmt::format("<p>No build has both a timed forward and {}: record speed with <code>tdiff run --timed N</code>.</p>",
                        html_escape(accuracy));
   const Axis x = axis_of(xs, kLeft, kW - kRight, false), y = axis_of(ys, kH - kPad, kPad, true);
-  std::string svg = svg_open("median forward (s)", accuracy + (y.log ? " (log)" : "")) + tick_labels(x, y);
+  const std::string x_title = time == "forward_s" ? "median forward (s)" : time + " (s, the profiled forward)";
+  std::string svg = svg_open(x_title, accuracy + (y.log ? " (log)" : "")) + tick_labels(x, y);
   std::string path;
   for (std::size_t i = 0; i < b.size(); ++i) path += fmt::format("{}{:.1f},{:.1f}", i ? " " : "", x.at(xs[i]), y.at(ys[i]));
   svg += fmt::format("<polyline points='{}' fill='none' stroke='#999' stroke-dasharray='4 3'/>", path);
@@ -118,6 +119,22 @@ std::string build_table(const HistoryCase& c) {
   return t + "</table>";
 }
 
+// Per stage class, its seconds in the profiled forward against its largest error: where a
+// build bought a class's speed with its accuracy.
+std::string per_class_curves(const HistoryCase& c) {
+  std::vector<std::string> classes;
+  for (const auto& b : c.builds)
+    for (const auto& [name, p] : b.figures)
+      if (name.rfind("seconds:", 0) == 0 && b.figures.count("error:" + name.substr(8)) &&
+          std::find(classes.begin(), classes.end(), name.substr(8)) == classes.end())
+        classes.push_back(name.substr(8));
+  if (classes.empty()) return "";
+  std::sort(classes.begin(), classes.end());
+  std::string charts;
+  for (const auto& cls : classes) charts += dual_curve(c, "error:" + cls, "seconds:" + cls);
+  return "<h3>Per stage class: time against error</h3><div class='charts'>" + charts + "</div>";
+}
+
 }  // namespace
 
 std::string render_history_html(const std::string& title, const std::vector<HistoryCase>& cases) {
@@ -135,6 +152,7 @@ std::string render_history_html(const std::string& title, const std::vector<Hist
         charts += series_chart(c, c.steps[i].first, c.steps[i].second);
     h += "<h3>Figures over builds (steps beyond the noise marked; per stage class only where one stepped)</h3>"
          "<div class='charts'>" + charts + "</div>";
+    h += per_class_curves(c);
   }
   return h + "</body></html>\n";
 }

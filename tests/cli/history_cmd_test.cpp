@@ -98,6 +98,7 @@ TEST_F(HistoryCli, HistoryShowsBuildsAndStepsAndGateJudgesThem) {
   EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
   EXPECT_GE(count(html, "<svg"), 3u);
   EXPECT_NE(html.find("median forward (s)"), std::string::npos);
+  EXPECT_NE(html.find("Per stage class: time against error"), std::string::npos);
   // The same build again passes (speed judged loosely: this machine's timing noise is not the point here).
   auto same = run(fmt::format("gate '{}' --baseline base --candidate same --speed-tolerance 5", path("c.h5")));
   EXPECT_EQ(same.code, 0) << same.out;
