@@ -96,7 +96,8 @@ void setup_synth(CLI::App& app) {
   auto opt = std::make_shared<SynthOptions>();
   CLI::App* sub = app.add_subcommand(
       "synth", "Write a deterministic synthetic DeepSeek-V4 model folder (config.json + model.safetensors)");
-  CLI::Option* preset = sub->add_option("--preset", opt->preset, "tiny | small | v4-flash-dims");
+  CLI::Option* preset = sub->add_option("--preset", opt->preset, "tiny | small | v4-flash-dims | v4-flash-narrow (the 43 layers at real attention widths, "
+                                        "16 experts of width 256: about 16 GB as bf16)");
   CLI::Option* config = sub->add_option("--config", opt->config, "take the dimensions from a deepseek_v4 config.json");
   preset->excludes(config);
   sub->add_option("--layers", opt->layers,

@@ -91,6 +91,14 @@ TEST(SynthPreset, SmallAndFlash) {
   EXPECT_EQ(std::count(f.layer_types.begin(), f.layer_types.end(), LayerType::hca), 20);
   EXPECT_EQ(std::count(f.mlp_types.begin(), f.mlp_types.end(), MlpType::hash_moe), 3);
   EXPECT_EQ(f.rope_compress.original_max_position_embeddings, 65536.0);
+  const ModelConfig n = synth_preset("v4-flash-narrow");  // the same schedule and widths, narrow experts
+  EXPECT_EQ(n.layer_types, f.layer_types);
+  EXPECT_EQ(n.mlp_types, f.mlp_types);
+  EXPECT_EQ(n.hidden_size, f.hidden_size);
+  EXPECT_EQ(n.vocab_size, f.vocab_size);
+  EXPECT_EQ(n.n_routed_experts, 16);
+  EXPECT_EQ(n.moe_intermediate_size, 256);
+  EXPECT_EQ(n.num_experts_per_tok, f.num_experts_per_tok);
   f.truncate_layers(3);
   EXPECT_EQ(f.layer_types, (std::vector<LayerType>{LayerType::sliding, LayerType::sliding, LayerType::csa}));
 
