@@ -54,7 +54,7 @@ void read_as_commands(const std::string& path, std::uint64_t& sum) {
     c.dump_group = "/reference";
     c.cand.model_dir = model_dir();
     c.report.no_reports = true;
-    c.no_record = true;  // the input stays what the next readers see
+    c.history.no_record = true;  // nothing recorded beside the input
     sum += static_cast<std::uint64_t>(app::run_run(c));
   });
   fuzz::expect_input_errors([&] {

@@ -14,11 +14,16 @@ std::vector<DepthRow> error_over_depth(const CompareResult& r) {
   std::map<int, DepthRow> by_layer;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const TensorDiff& d = r.rows[i];
-    // "L07.hc_ffn.post": the layer's output streams.
-    if (d.stage.size() < 4 || d.stage[0] != 'L' || d.stage.substr(d.stage.find('.') + 1) != "hc_ffn.post") continue;
+    // "L07.hc_ffn.post": the layer's output streams (any two files can be compared: a key that
+    // only looks like one is skipped).
+    const auto dot = d.stage.find('.');
+    if (dot == std::string::npos || dot < 2 || dot > 4 || d.stage[0] != 'L' || d.stage.substr(dot + 1) != "hc_ffn.post")
+      continue;
+    if (!std::all_of(d.stage.begin() + 1, d.stage.begin() + static_cast<long>(dot), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      continue;
     if (d.routing || std::isnan(d.metrics.rel_l2)) continue;
     DepthRow row;
-    row.layer = std::stoi(d.stage.substr(1, d.stage.find('.') - 1));
+    row.layer = std::stoi(d.stage.substr(1, dot - 1));
     row.row = i;
     row.rel_l2 = d.metrics.rel_l2;
     if (d.expected) row.expected = d.expected->rel;

@@ -32,6 +32,7 @@ TEST(Depth, OneRowPerLayerWithItsGrowth) {
   CompareResult r;
   r.rows = {stream(1, 0.02, 0.01), stream(0, 0.01, 0.01), stream(2, 0.08, -1)};
   r.rows.push_back(row("L01.attn.core", 5, -1));  // not a layer's output
+  r.rows.push_back(row("Lxx.hc_ffn.post", 5, -1));  // a key of another file that only looks like one
   const auto rows = error_over_depth(r);
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].layer, 0);
