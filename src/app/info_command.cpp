@@ -267,25 +267,25 @@ void print_saved_runs(const std::vector<std::string>& runs, std::size_t limit, c
 // records are read into it first where it can be written, else shown from the case.
 void print_history(const std::string& path, const std::string& given, std::size_t limit) {
   const std::string abs = std::filesystem::absolute(path).lexically_normal().string();
-  std::vector<history::RunEntry> runs;
-  std::string where;
-  std::size_t total = 0;
   const std::string db_path = history::history_path_for(abs, given);
+  std::vector<history::RunEntry> runs;
+  std::size_t total = 0;
+  std::string where = db_path;
   try {
-    if (!std::filesystem::exists(db_path)) input_error("{}: no run history yet", db_path);
+    if (!std::filesystem::exists(db_path)) input_error("read into {} by the next recorded run", db_path);
     history::HistoryDb db(db_path, false);
     db.import_case(abs);
     runs = db.runs({abs, "", "", limit, false});
     total = db.count(abs);
-    where = db.path();
-  } catch (const InputError& e) {  // none yet, or not writable: an older case's own records
+  } catch (const InputError& e) {  // no history yet, or one that cannot take the import: the case's own records
     runs = history::read_case_records(abs);
+    total = runs.size();
     if (limit > 0 && runs.size() > limit) runs.erase(runs.begin(), runs.end() - static_cast<long>(limit));
-    total = history::read_case_records(abs).size();
-    where = fmt::format("the case file's own records; {}", e.what());
+    where = fmt::format("the case file's own records ({})", e.what());
+    if (runs.empty()) return line("history", fmt::format("none yet (runs are recorded in {})", db_path));
   }
   if (runs.empty()) return line("history", fmt::format("no runs ({})", where));
-  line("history", fmt::format("{} runs in {}{}", total, where,
+  line("history", fmt::format("{} run{} in {}{}", total, total == 1 ? "" : "s", where,
                               total > runs.size() ? fmt::format("; the newest {} (tdiff history {})", runs.size(), path)
                                                   : ""));
   for (const auto& e : runs)
