@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "exec/timed_forward.h"
+#include "history/series.h"
 
 namespace tdiff::app {
 
@@ -16,11 +17,9 @@ history::SpeedRecord measure_speed(CaseSession& session, Backend& candidate, boo
   });
   history::SpeedRecord s;
   s.repeats = repeats;
-  std::vector<double> sorted = t.seconds;
-  std::sort(sorted.begin(), sorted.end());
-  const std::size_t n = sorted.size();
-  s.forward_s = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  s.spread_s = sorted.back() - sorted.front();
+  const auto [lo, hi] = std::minmax_element(t.seconds.begin(), t.seconds.end());
+  s.forward_s = history::median(t.seconds);
+  s.spread_s = *hi - *lo;
   for (auto m : session.info.batch.mask.span<const std::uint8_t>()) s.tokens += m != 0;
   s.tokens_per_s = static_cast<double>(s.tokens) / s.forward_s;
   s.outputs_sha256 = t.logits_sha256;

@@ -6,18 +6,15 @@
 
 #include <fmt/format.h>
 
+#include "history/series.h"
+
 namespace tdiff::history {
 
 namespace {
 
 struct Figure {  // one figure over one label's runs
   std::vector<double> v;
-  double median() const {
-    std::vector<double> s = v;
-    std::sort(s.begin(), s.end());
-    const std::size_t n = s.size();
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-  }
+  double median() const { return history::median(v); }
   double spread() const { return v.size() < 2 ? 0 : *std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end()); }
 };
 

@@ -6,14 +6,14 @@
 
 namespace tdiff::history {
 
-namespace {
-
 double median(std::vector<double> v) {
   if (v.empty()) return kNone;
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+namespace {
 
 // Every figure one run has (NaN-free).
 std::map<std::string, double> figures_of(const RunEntry& e) {

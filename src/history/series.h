@@ -11,6 +11,9 @@
 
 namespace tdiff::history {
 
+// The median of `v` (the mean of the two middle values for an even count; NaN when empty).
+double median(std::vector<double> v);
+
 // One figure of one build: the median over its runs and the spread (max - min) among them.
 struct Point {
   double value = kNone;
