@@ -35,6 +35,8 @@ CaseInfo make_case(const CaseRequest& request, const std::string& out, ChecksumR
   info.pad_to = request.pad_to;
   info.pad_side = request.pad_left ? "left" : "right";
   info.prompts = request.prompts.lines;
+  if (request.decode > 0 || !request.chunks.empty())
+    info.schedule = Schedule::make(info.batch, request.decode, request.chunks, "--decode/--prefill-chunks");
   ChecksumOptions hashing;
   hashing.rehash = request.rehash;
   const ChecksumReport report = add_weight_checksums(info, hashing);

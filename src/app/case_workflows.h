@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "casefile/case_file.h"
@@ -21,6 +22,10 @@ struct CaseRequest {
   std::uint64_t seed = 0;   // recorded: where the prompts came from
   bool replace = false;     // an existing file at `out` is replaced (case new --force; ci's own cache)
   bool rehash = false;      // hash every weight file whole, whatever the folder's checksum cache says (case new --rehash)
+  // A generation case (docs/design/generation.md): the last `decode` tokens of every row are
+  // decode steps, the prompt before them prefilled in `chunks` (empty: whole). 0: a prefill case.
+  std::int64_t decode = 0;
+  std::vector<std::int64_t> chunks;
 };
 
 // A case file written over an existing one takes its reference and recorded runs with it (a

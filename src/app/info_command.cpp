@@ -320,6 +320,9 @@ void info_case(const InfoOptions& o) {
   const std::size_t keep = std::min<std::size_t>(spans.size(), 8);
   line("", fmt::format("real tokens per row: {}{}", fmt::join(spans.begin(), spans.begin() + static_cast<long>(keep), ", "),
                        spans.size() > keep ? fmt::format(", ... ({} more)", spans.size() - keep) : ""));
+  if (c.schedule.generation())
+    line("schedule", fmt::format("generation: {} (teacher-forced; positions {}..{} predict the decoded tokens)",
+                                 c.schedule.describe(b.seq()), c.schedule.prompt - 1, b.seq() - 1));
 
   const auto stages = reference_stages(path);
   if (stages.empty()) {

@@ -91,6 +91,10 @@ void write_case(H5Writer& w, const CaseInfo& info) {
   w.set_attr("/inputs", "pad_to", std::to_string(info.pad_to));
   w.set_attr("/inputs", "pad_side", info.pad_side);
   w.set_attr("/inputs", "prompts", fmt::format("{}", fmt::join(info.prompts, "\n")));
+  if (info.schedule.generation()) {
+    w.set_attr("/inputs", "schedule_prompt", std::to_string(info.schedule.prompt));
+    w.set_attr("/inputs", "schedule_chunks", fmt::format("{}", fmt::join(info.schedule.chunks, ",")));
+  }
 }
 
 }  // namespace
@@ -136,6 +140,12 @@ CaseInfo read_case(const H5File& file) {
   if (c.pad_side != "right" && c.pad_side != "left")
     input_error("{}: attribute 'pad_side' of '/inputs' is '{}' (right or left)", path, c.pad_side);
   c.prompts = split_lines(in.count("prompts") ? in.at("prompts") : "");
+  if (in.count("schedule_prompt") || in.count("schedule_chunks")) {
+    const std::string where = path + " (attributes schedule_prompt and schedule_chunks of /inputs)";
+    const auto prompt = parse_int(attr(in, path, "schedule_prompt", "/inputs"), path, "schedule_prompt");
+    c.schedule = Schedule::make(c.batch, c.batch.seq() - prompt,
+                                parse_chunk_list(attr(in, path, "schedule_chunks", "/inputs"), where), where);
+  }
   return c;
 }
 

@@ -22,6 +22,7 @@
 
 #include "base/file_lock.h"
 #include "model/batch.h"
+#include "model/schedule.h"
 #include "model/config.h"
 #include "casefile/env_record.h"
 #include "casefile/h5io.h"
@@ -45,6 +46,9 @@ struct CaseInfo {
   std::int64_t pad_to = 0;  // requested --pad-to (0: pad to the longest prompt)
   std::string pad_side = "right";
   std::vector<std::string> prompts;  // one line per row
+  // A generation case's schedule (attributes schedule_prompt, schedule_chunks of /inputs;
+  // docs/design/generation.md); empty for a prefill case.
+  Schedule schedule;
   // Filled by read_case: what wrote the file.
   std::string format_version, tdiff_version, tdiff_commit;
 };

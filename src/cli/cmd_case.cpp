@@ -23,6 +23,8 @@ struct CaseNewOptions {
   std::string output;
   bool force = false;
   bool rehash = false;
+  std::int64_t decode = 0;
+  std::string chunks;
 };
 
 void run_case_new(const CaseNewOptions& o) {
@@ -48,10 +50,13 @@ void run_case_new(const CaseNewOptions& o) {
   request.seed = o.seed;
   request.replace = o.force;
   request.rehash = o.rehash;
+  request.decode = o.decode;
+  if (!o.chunks.empty()) request.chunks = parse_chunk_list(o.chunks, "--prefill-chunks");
   ChecksumReport checksums;
   info = app::make_case(request, o.output, &checksums);
-  fmt::print("{}: {} prompts x {} tokens ({} padding), model {}\n", o.output, info.batch.rows(), info.batch.seq(),
-             o.pad_side, info.model_path);
+  const std::string schedule = info.schedule.describe(info.batch.seq());
+  fmt::print("{}: {} prompts x {} tokens ({}), model {}\n", o.output, info.batch.rows(), info.batch.seq(),
+             schedule.empty() ? o.pad_side + " padding" : "generation: " + schedule, info.model_path);
   // On stderr: how much of the checkpoint was read again (none, when the folder's checksum
   // cache vouched for every file).
   fmt::print(stderr, "{}\n", checksums.summary());
@@ -87,6 +92,13 @@ void setup_case(CLI::App& app) {
   sub->add_option("--pad-side", o->pad_side, "Where padding goes")
       ->check(CLI::IsMember({"right", "left"}))
       ->capture_default_str();
+  auto* decode = sub->add_option("--decode", o->decode,
+                                 "A generation case: the last N tokens of every prompt are decode steps, judged one "
+                                 "by one against the reference's rows (teacher-forced; prompts of one length)")
+                     ->check(CLI::PositiveNumber);
+  sub->add_option("--prefill-chunks", o->chunks,
+                  "How the prompt before the decode steps is prefilled: chunk sizes summing to it (5,3,7; default whole)")
+      ->needs(decode);
   sub->add_option("-o,--output", o->output, "Case file to write (atomically); an existing file is kept unless --force")
       ->required();
   sub->add_flag("--force", o->force, "replace an existing file at --output (its reference and recorded runs are lost)");
@@ -99,7 +111,8 @@ void setup_case(CLI::App& app) {
       "Examples:\n"
       "  tdiff case new --model tiny-model --tokens cases/tiny/prompts.txt --seed 1 --pad-to 48 -o tiny.h5\n"
       "  tdiff case new --model tiny-model --random-prompts 4 --len 32 --seed 7 --pad-side left -o rand.h5\n"
-      "  tdiff case new --model tiny-model --random-prompts 4 --len 32 --seed 8 --rehash -o fresh.h5\n");
+      "  tdiff case new --model tiny-model --random-prompts 4 --len 32 --seed 8 --rehash -o fresh.h5\n"
+      "  tdiff case new --model tiny-model --random-prompts 1 --len 40 --seed 9 --decode 16 --prefill-chunks 5,3,16 -o gen.h5\n");
   sub->callback([o] { run_case_new(*o); });
 
   auto file = std::make_shared<std::string>();

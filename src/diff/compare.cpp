@@ -145,6 +145,7 @@ TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& 
   } else if (ref.rank() > 0 && declared == TensorKind::logits) {
     d.kind = TensorKind::logits;
     d.logits = logits_metrics(ref, cand, opt.metrics);
+    if (!opt.generation_rows.empty() && ref.rank() == 3) d.tokens = token_steps(ref, cand, opt.generation_rows);
   }
   return d;
 }
@@ -280,6 +281,8 @@ void judge(CompareResult& r, const ThresholdPolicy& policy, const CompareResult*
     in.expected = row.expected ? &*row.expected : nullptr;
     in.measured = row.measured_floor ? &*row.measured_floor : nullptr;
     row.thresholds = policy.for_tensor(row.stage, row.tensor);
+    if (row.tokens) classify_tokens(*row.tokens, in.expected, row.thresholds.expected_fail);
+    in.tokens = row.tokens ? &*row.tokens : nullptr;
     if (row.systematic) {
       row.systematic->unit = output_unit(row);
       // A token's row moves as a whole on its inputs' error wherever a per-row factor is

@@ -20,6 +20,7 @@
 #include "diff/metrics.h"
 #include "diff/systematic.h"
 #include "diff/thresholds.h"
+#include "diff/token_verdicts.h"
 
 namespace tdiff {
 
@@ -62,6 +63,9 @@ struct TensorDiff {
   // for values (explained divergence: another valid path, no verdict; NaN for none).
   std::int64_t diverged_rows = 0;
   double diverged_rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  // A generation case's logits: the token each predicting row picks (diff/token_verdicts.h),
+  // classified by judge().
+  std::optional<TokenSteps> tokens;
 
   std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }
 };
@@ -99,6 +103,9 @@ struct CompareOptions {
   // The case's tensor contract, which names each stage output's axes: with it, floating-point
   // tensors get per-slice fits (diff/systematic.h); null: none. Outlives the comparison.
   const TensorContract* contract = nullptr;
+  // A generation case (model/schedule.h): the positions whose logits predict a generated
+  // token; each logits tensor gets token verdicts there. Empty: a prefill case.
+  std::vector<std::int64_t> generation_rows;
 };
 
 // "L03.attn.core/o" -> {"L03.attn.core", "o"}; a key without '/' is a stage of its own.

@@ -1,4 +1,5 @@
 #include "diff/thresholds.h"
+#include "diff/token_verdicts.h"
 
 #include <fnmatch.h>
 
@@ -129,6 +130,23 @@ void judge_systematic(Verdicts& v, const SystematicFit& fit, const Thresholds& t
   int named = 0;
   for (const auto& f : fit.findings)
     if (finding_fires(f, t.systematic, fit.unit_for(f)) && named++ < 2) v.add(Verdict::fail, finding_text(fit, f));
+}
+
+// A generation's tokens: a flip the formats do not explain and a loop the reference does not
+// have FAIL (a WARN where no expected error bounds the flips); a token whose probability
+// drifted WARNs; TIE-FLIPs are what the formats explain.
+void judge_tokens(Verdicts& v, const TokenSteps& t) {
+  const auto drift = t.counts[static_cast<std::size_t>(TokenVerdict::drift)];
+  const auto wrong = t.counts[static_cast<std::size_t>(TokenVerdict::wrong)];
+  if (wrong)
+    v.add(t.bounded ? Verdict::fail : Verdict::warn,
+          fmt::format("{} of {} generated tokens WRONG (another top-1 than the formats explain)", wrong, t.steps.size()));
+  if (!t.loops.empty())
+    v.add(Verdict::fail, fmt::format("row {} repeats a {}-token n-gram {} times to the end (the reference does not)",
+                                     t.loops.front().row, t.loops.front().ngram, t.loops.front().repeats));
+  if (drift)
+    v.add(Verdict::warn, fmt::format("{} of {} generated tokens DRIFT (their log-probability beyond the formats' bound)",
+                                     drift, t.steps.size()));
 }
 
 }  // namespace
@@ -275,6 +293,7 @@ Judgement judge_tensor(const JudgeInput& in, const Thresholds& t) {
     if (l.kl_max >= t.kl_fail) v.add(Verdict::fail, fmt::format("max KL {:.3g} >= {:g}", l.kl_max, t.kl_fail));
     if (l.kl_max >= t.kl_warn) v.add(Verdict::warn, fmt::format("max KL {:.3g} >= {:g}", l.kl_max, t.kl_warn));
   }
+  if (in.tokens) judge_tokens(v, *in.tokens);
   if (in.floor) {
     const double budget = t.floor_k * in.floor->rmse + t.floor_atol;
     if (m.rmse > budget)

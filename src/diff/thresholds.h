@@ -45,6 +45,8 @@
 
 namespace tdiff {
 
+struct TokenSteps;
+
 enum class Verdict : std::uint8_t { pass, warn, fail };  // ordered by severity
 const char* verdict_name(Verdict v);                     // "PASS", "WARN", "FAIL"
 inline Verdict worst(Verdict a, Verdict b) { return a > b ? a : b; }
@@ -168,6 +170,7 @@ struct JudgeInput {
   const ExpectedError* expected = nullptr;   // the error the candidate's formats explain, if known
   const MeasuredFloor* measured = nullptr;   // the measured floor, if run
   const SystematicFit* systematic = nullptr; // per-slice fits, where the tensor's layout is known
+  const TokenSteps* tokens = nullptr;        // a generation's token verdicts, classified (token_verdicts.h)
 };
 Judgement judge_tensor(const JudgeInput& in, const Thresholds& t);
 

@@ -151,6 +151,7 @@ CompareResult compare_candidate_dump(const std::string& case_path, const std::ve
   rule.opt = std::move(opt);
   rule.weights = weights;
   rule.opt.contract = dump.contract.get();
+  rule.opt.generation_rows = info.schedule.predicting_rows(info.batch.seq());
   // Padding positions are the implementation's own business: only real rows are judged.
   rule.rows = [&](const Stage& s, const Shape& shape) { return real_rows(shape, info.batch, real_rows_rate(s, info.config)); };
   // The engine's own forward followed its own selections: a token that took another one is

@@ -35,6 +35,7 @@ class MixedRun {
     for (const auto& s : stages) rule_.opt.stage_order.push_back(s.name);
     rule_.opt.replayed_selections = opt.replay_selections;
     rule_.opt.contract = &session.contract();
+    rule_.opt.generation_rows = session.info.schedule.predicting_rows(session.info.batch.seq());
     rule_.weights = &ctx.weights;
     rule_.times = &result_.times;
     result_.diff.label_ref = session.path + ":/reference";

@@ -134,6 +134,7 @@ CompareResult compare_saved_run(const std::string& case_path, const std::string&
   const H5File run_file = file == case_path ? case_file : H5File(file);
   const StoredBy ref_by = group_stored_by(ref_group);
   rule.opt.contract = contract.get();
+  rule.opt.generation_rows = info.schedule.predicting_rows(info.batch.seq());
   const std::vector<std::string> run_keys = stored_keys(run_file, group, *contract);
   CompareResult r;
   // A free run was judged against the reference that followed its choices; so is its compare

@@ -131,7 +131,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   // pointers), and a write then lands in a private copy instead of faulting or reaching the file.
   void* base = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   const auto map_err = errno_text();
-  ::close(fd);  // the mapping keeps the file alive
+  fd_ = std::shared_ptr<int>(new int(fd), [](int* f) { ::close(*f), delete f; });  // kept for pread (fd())
   if (base == MAP_FAILED) input_error("{}: cannot map ({})", path, map_err);
   mapping_ = std::shared_ptr<void>(base, [file_size](void* p) { ::munmap(p, file_size); });
   mapped_bytes_ = file_size;
@@ -194,6 +194,12 @@ void SafetensorsFile::release_pages() const {
   // Nothing writes through the views (the mapping is private only so that a stray write
   // cannot reach the file), so the pages dropped here equal the file's.
   if (mapping_) ::madvise(mapping_.get(), mapped_bytes_, MADV_DONTNEED);
+}
+
+std::optional<std::uint64_t> SafetensorsFile::file_offset(const void* p, std::size_t bytes) const {
+  const auto base = reinterpret_cast<std::uintptr_t>(mapping_.get()), at = reinterpret_cast<std::uintptr_t>(p);
+  if (!mapping_ || at < base || at - base > mapped_bytes_ || bytes > mapped_bytes_ - (at - base)) return std::nullopt;
+  return at - base;
 }
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {
@@ -289,6 +295,12 @@ void release_resident_pages(const void* begin, std::size_t bytes) {
 
 void ModelWeights::release_pages() const {
   for (const auto& f : files_) f->release_pages();
+}
+
+std::optional<ModelWeights::FileSpan> ModelWeights::locate(const void* p, std::size_t bytes) const {
+  for (const auto& f : files_)
+    if (const auto offset = f->file_offset(p, bytes)) return FileSpan{f->fd(), f->path(), *offset};
+  return std::nullopt;
 }
 
 std::vector<std::string> ModelWeights::files() const {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,10 +39,17 @@ class SafetensorsFile {
   // Drops this process's resident pages of the mapping (they stay in the page cache and come
   // back on the next read), so the weights a run has read do not count in its resident memory.
   void release_pages() const;
+  // Where [p, p + bytes) lies in the file, when it lies wholly inside this file's mapping: the
+  // byte offset from the file's start, to pread the same bytes from fd().
+  std::optional<std::uint64_t> file_offset(const void* p, std::size_t bytes) const;
+  // The mapped file, open for reading while this object lives (the same inode as the mapping,
+  // whatever has been renamed over the path since).
+  int fd() const { return *fd_; }
 
  private:
   std::string path_;
   std::shared_ptr<void> mapping_;  // unmaps on release
+  std::shared_ptr<int> fd_;         // closes on release
   std::uint64_t mapped_bytes_ = 0;
   const std::byte* data_ = nullptr;
   std::map<std::string, TensorInfo> infos_;
@@ -65,6 +73,14 @@ class ModelWeights {
   std::vector<std::string> names() const;
   std::vector<std::string> files() const;  // file paths of the shards, sorted
   void release_pages() const;              // of every shard (SafetensorsFile::release_pages)
+  // The shard and file offset of mapped bytes [p, p + bytes) (a view from tensor() or a part of
+  // one); none when they are not wholly inside one shard's mapping.
+  struct FileSpan {
+    int fd;
+    const std::string& path;
+    std::uint64_t offset;
+  };
+  std::optional<FileSpan> locate(const void* p, std::size_t bytes) const;
 
  private:
   std::string dir_;

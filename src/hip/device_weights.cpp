@@ -102,6 +102,11 @@ std::size_t DeviceWeights::bytes() const {
   return n;
 }
 
+void DeviceWeights::upload_bytes(WeightStore& w, void* dst, const void* src, std::size_t bytes, Stream s) {
+  if (const auto at = w.files().locate(src, bytes)) reader_.read(dst, at->fd, at->path, at->offset, bytes, s);
+  else copy_h2d(dst, src, bytes, s);
+}
+
 DeviceBuffer DeviceWeights::load(WeightStore& w, const std::string& name, Fmt in, Stream s) {
   const Shape& shape = w.shape(name);
   const std::int64_t n = shape_numel(shape), cols = shape.back(), rows = n / cols;
@@ -115,10 +120,10 @@ DeviceBuffer DeviceWeights::load(WeightStore& w, const std::string& name, Fmt in
     // on the device, f64 converted on the host in chunks.
     const Tensor t = w.stored(name);
     if (t.dtype() == DType::f32) {
-      copy_h2d(buf.get(), t.raw(), static_cast<std::size_t>(n) * 4, s);
+      upload_bytes(w, buf.get(), t.raw(), static_cast<std::size_t>(n) * 4, s);
     } else if (t.dtype() == DType::bf16 || t.dtype() == DType::f16) {
       const DeviceBuffer bits(static_cast<std::size_t>(n) * 2);
-      copy_h2d(bits.get(), t.raw(), static_cast<std::size_t>(n) * 2, s);
+      upload_bytes(w, bits.get(), t.raw(), static_cast<std::size_t>(n) * 2, s);
       widen_bits16(bits.as<std::uint16_t>(), buf.as<float>(), n, t.dtype() == DType::bf16 ? Fmt::bf16 : Fmt::f16, s);
       stream_sync(s);  // bits is about to go
     } else {
@@ -155,7 +160,7 @@ DeviceWeights::Held DeviceWeights::make(WeightStore& w, const Key& key, Stream s
     h.buf = DeviceBuffer(static_cast<std::size_t>(n) * 2);
     if (t.dtype() == DType::bf16 && in == Fmt::bf16) {
       // A bf16 operand of a bf16 weight is the weight: its stored patterns, copied as they are.
-      copy_h2d(h.buf.get(), t.raw(), static_cast<std::size_t>(n) * 2, s);
+      upload_bytes(w, h.buf.get(), t.raw(), static_cast<std::size_t>(n) * 2, s);
     } else {
       const DeviceBuffer f = load(w, name, in, s);
       pack_bits16(f.as<float>(), h.buf.as<std::uint16_t>(), n, in, s);
@@ -290,7 +295,7 @@ DeviceWeights::Held DeviceWeights::upload_fp8(WeightStore& w, const std::string&
   Held h;
   h.buf = DeviceBuffer(static_cast<std::size_t>(O * K));
   h.scale = DeviceBuffer(scale.size() * 4);
-  copy_h2d(h.buf.get(), parts.codes.raw(), static_cast<std::size_t>(O * K), s);
+  upload_bytes(w, h.buf.get(), parts.codes.raw(), static_cast<std::size_t>(O * K), s);
   copy_h2d(h.scale.get(), scale.data(), scale.size() * 4, s);
   h.quant = {QuantWeight::Format::fp8, h.buf.as<std::uint8_t>(), h.scale.as<float>(), nullptr};
   DeviceBuffer flag(sizeof(int));
@@ -328,8 +333,8 @@ DeviceWeights::Held DeviceWeights::upload_fp4(WeightStore& w, const std::string&
     for (const auto& part : w.fp4_parts(name, e)) {
       const std::int64_t r = part.codes.dim(0);
       scale_values(part.scale, part.what);
-      copy_h2d(h.buf.as<std::uint8_t>() + row * packed, part.codes.raw(), static_cast<std::size_t>(r * packed), s);
-      copy_h2d(h.scale.as<std::uint8_t>() + row * groups, part.scale.raw(), static_cast<std::size_t>(r * groups), s);
+      upload_bytes(w, h.buf.as<std::uint8_t>() + row * packed, part.codes.raw(), static_cast<std::size_t>(r * packed), s);
+      upload_bytes(w, h.scale.as<std::uint8_t>() + row * groups, part.scale.raw(), static_cast<std::size_t>(r * groups), s);
       stream_sync(s);  // the mapped pages may go once copied
       release_resident_pages(part.codes.raw(), part.codes.nbytes());
       row += r;

@@ -21,6 +21,8 @@
 // it has not asked for yet loads when asked). Weights outside the layers stay. The kernels
 // read the same bytes either way, so the outputs are those of the resident run.
 // Every upload ends with a stream sync, so any backend's stream may read a weight at once.
+// Uploads read the shards with pread into pinned memory (PinnedReader), not through the
+// mapping's page faults.
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -38,6 +40,7 @@
 #include "emu/arith.h"
 #include "hip/device.h"
 #include "hip/gemm.h"
+#include "hip/pinned_reader.h"
 
 namespace tdiff::hip {
 
@@ -103,6 +106,10 @@ class DeviceWeights {
   Held upload_fp4(WeightStore& w, const std::string& name, Stream s);
   // A release weight decoded into the 16-bit patterns of operands of `in` (bf16, f16).
   DeviceBuffer decode_bits16(WeightStore& w, const std::string& name, arith::Fmt in, Stream s);
+  // Copies `bytes` of a weight from `src` to the device: bytes of a shard's mapping (a tensor
+  // view) are read from the file into pinned staging buffers (PinnedReader), any other host
+  // memory is copied as it is.
+  void upload_bytes(WeightStore& w, void* dst, const void* src, std::size_t bytes, Stream s);
 
   // Streaming: called with every request of the forward (not the prefetcher's).
   void on_request(WeightStore& w, const Key& key, Stream s);
@@ -118,6 +125,7 @@ class DeviceWeights {
   int layer_ = -1;                           // the layer the forward is in (streaming)
   std::set<Key> pattern_;                    // (name after "model.layers.{i}.", form) asked so far
   std::thread prefetcher_;
+  PinnedReader reader_;
   Stream upload_ = nullptr;                  // the prefetcher's stream
   double wait_s_ = 0;
 };

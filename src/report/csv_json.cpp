@@ -160,6 +160,27 @@ nlohmann::json number(double v) {
   return report::num(v);
 }
 
+// A generation's tokens, step by step (diff/token_verdicts.h).
+nlohmann::json token_json(const TokenSteps& t) {
+  nlohmann::json steps = nlohmann::json::array(), loops = nlohmann::json::array();
+  for (std::size_t i = 0; i < t.steps.size(); ++i) {
+    const TokenStep& st = t.steps[i];
+    steps.push_back({{"step", static_cast<std::int64_t>(i) % t.steps_per_row}, {"row", st.row}, {"position", st.pos},
+                     {"verdict", token_verdict_name(st.verdict)}, {"ref_token", st.ref_token},
+                     {"cand_token", st.cand_token}, {"ref_gap", number(st.ref_gap)}, {"bound", number(st.bound)},
+                     {"logprob_ref", number(st.logprob_ref)}, {"logprob_cand", number(st.logprob_cand)}});
+  }
+  for (const auto& l : t.loops)
+    loops.push_back({{"row", l.row}, {"from_step", l.from_step}, {"ngram", l.ngram}, {"repeats", l.repeats}});
+  const auto first = t.first_divergent < 0 ? nlohmann::json() : nlohmann::json(t.first_divergent % t.steps_per_row);
+  return {{"summary", token_summary(t)},
+          {"bounded", t.bounded},
+          {"counts", {{"MATCH", t.counts[0]}, {"DRIFT", t.counts[1]}, {"TIE-FLIP", t.counts[2]}, {"WRONG", t.counts[3]}}},
+          {"first_divergent_step", first},
+          {"loops", loops},
+          {"steps", steps}};
+}
+
 // `counts_only`: integer tensors, whose float distances (cosine, max_abs over ids) mean nothing.
 template <class Stats>
 nlohmann::json fields_json(const Stats& s, std::span<const MetricField<Stats>> fields, bool counts_only = false) {
@@ -327,6 +348,8 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
                    {"growth", x.growth < 0 ? nlohmann::json() : number(x.growth)}});
     j["error_over_depth"] = d;
   }
+  for (const auto& row : r.rows)
+    if (row.tokens) j["token_verdicts"][row.key()] = token_json(*row.tokens);
   if (!info.timing.empty()) {
     nlohmann::json t = nlohmann::json::object();  // phase -> seconds, to 0.1 ms
     for (const auto& [phase, sec] : info.timing) t[phase] = std::round(sec * 1e4) / 1e4;

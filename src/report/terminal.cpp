@@ -137,7 +137,7 @@ void print_terminal(std::FILE* out, const CompareResult& r, const RunInfo& info,
   const std::size_t one_sided = line.find("; ");
   fmt::print(out, "\nverdict {}{}\n", p.verdict(r.verdict), line.substr(name.size(), one_sided - name.size()));
   if (one_sided != std::string::npos) fmt::print(out, "{:12}{}\n", "", line.substr(one_sided + 2));
-  for (const auto& d : r.rows)
+  for (const auto& d : r.rows) {
     if (d.logits)
       fmt::print(out, "logits      {}: KL mean {}, p99 {}, max {}\n{:12}top-1 agreement {:.2f}% of {} {}tokens{}, top-10 overlap {:.2f}%{}\n",
                  d.key(),
@@ -145,6 +145,8 @@ void print_terminal(std::FILE* out, const CompareResult& r, const RunInfo& info,
                  100 * d.logits->top1_agree, d.logits->tokens, r.padding_tokens ? "real " : "",
                  report::padding_note(r), 100 * d.logits->topk_overlap_mean,
                  d.logits->nonfinite_tokens ? fmt::format(" ({} tokens with NaN/Inf left out)", d.logits->nonfinite_tokens) : "");
+    if (d.tokens) fmt::print(out, "tokens      {}\n", token_summary(*d.tokens));
+  }
   if (const std::string note = report::divergence_note(r); !note.empty()) fmt::print(out, "diverged    {}\n", note);
   if (r.first_fail >= 0) {
     const TensorDiff& f = r.rows[static_cast<std::size_t>(r.first_fail)];

@@ -64,10 +64,11 @@ artefacts() {
     real4) echo "$WORK/real4$sfx $WORK/real4$sfx.h5" ;;
     anchor) echo "$WORK/anchor$sfx $WORK/anchor$sfx.h5 $WORK/anchor$sfx-hf.h5" ;;
     oracle) echo "$WORK/oracle$sfx $WORK/oracle$sfx.h5 $WORK/oracle$sfx-hf.h5 $WORK/oracle$sfx-hf-rope64.h5 $WORK/oracle$sfx.golden-done" ;;
+    w43) echo "$WORK/w43$sfx $WORK/w43$sfx.h5 $WORK/w43$sfx.h5.golden-done" ;;
   esac
 }
 # make_room STEP GB: at least GB GiB free in $WORK (1 with REAL_SMALL=1), deleting the other
-# long steps' artefacts (v4, real4, oracle, anchor: the largest first; each deletion noted)
+# long steps' artefacts (v4, real4, w43, oracle, anchor: the largest first; each deletion noted)
 # unless WORK_EVICT=0; false (and a FAIL line) otherwise.
 free_gb() { df -Pk "$WORK" | awk 'NR == 2 {print int($4 / 1048576)}'; }
 make_room() {
@@ -75,7 +76,7 @@ make_room() {
   [ -n "$sfx" ] && need=1
   [ "$(free_gb)" -ge "$need" ] && return 0
   if [ "${WORK_EVICT:-1}" = 1 ]; then
-    for other in $(for o in v4 v4t real4 oracle anchor; do [ "$o" != "$step" ] && echo "$o"; done); do
+    for other in $(for o in v4 v4t real4 w43 oracle anchor; do [ "$o" != "$step" ] && echo "$o"; done); do
       local files gb
       read -ra files <<<"$(artefacts "$other")"
       gb=$(du -sck "${files[@]}" 2>/dev/null | awk 'END {print int($1 / 1048576)}')

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -166,6 +169,30 @@ TEST_F(SafetensorsTest, ShardedFolder) {
   EXPECT_EQ(std::memcmp(m.tensor("c").raw(), filled(DType::i64, {1}).raw(), 8), 0);
   EXPECT_TRUE(m.has("a"));
   EXPECT_FALSE(m.has("z"));
+}
+
+// locate() finds a view's bytes in its shard, and pread of fd() at that offset gives the same
+// bytes, even after another file was renamed over the path (the hip backend uploads so).
+TEST_F(SafetensorsTest, LocateGivesTheFileBytesOfAView) {
+  write_safetensors(path("model-00001-of-00002.safetensors"), {{"a", filled(DType::f32, {5})}});
+  write_safetensors(path("model-00002-of-00002.safetensors"), {{"b", filled(DType::bf16, {7})}});
+  json idx = {{"weight_map", {{"a", "model-00001-of-00002.safetensors"}, {"b", "model-00002-of-00002.safetensors"}}}};
+  std::ofstream(path("model.safetensors.index.json")) << idx.dump();
+  ModelWeights m(dir_.string());
+  write_safetensors(path("model-00002-of-00002.safetensors"), {{"b", filled(DType::f32, {9})}});
+  for (const std::string name : {"a", "b"}) {
+    const Tensor t = m.tensor(name);
+    const auto span = m.locate(static_cast<const std::byte*>(t.raw()) + 2, t.nbytes() - 2);
+    ASSERT_TRUE(span.has_value()) << name;
+    EXPECT_EQ(span->path, path(name == "a" ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors"));
+    std::vector<std::byte> read(t.nbytes() - 2);
+    ASSERT_EQ(::pread(span->fd, read.data(), read.size(), static_cast<off_t>(span->offset)),
+              static_cast<ssize_t>(read.size()));
+    EXPECT_EQ(std::memcmp(read.data(), static_cast<const std::byte*>(t.raw()) + 2, read.size()), 0) << name;
+    EXPECT_FALSE(m.locate(t.raw(), t.nbytes() + (std::size_t{1} << 30)).has_value()) << "past the mapping's end";
+  }
+  const std::vector<float> host(4);
+  EXPECT_FALSE(m.locate(host.data(), 16).has_value());
 }
 
 void expect_folder_rejected(const std::string& dir, std::initializer_list<std::string> parts) {

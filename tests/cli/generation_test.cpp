@@ -1,0 +1,80 @@
+// Generation cases through the binary (docs/design/generation.md §1): case new --decode with
+// prefill chunks, info showing the schedule, token verdicts in run's output and report.json,
+// and the schedule's bad inputs (exit 2, one line).
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_support.h"
+#include "casefile/case_file.h"
+
+namespace tdiff {
+namespace {
+
+using testing::CliResult;
+using testing::count_lines;
+
+class CliGeneration : public testing::CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 2 -o '{}'", path("m"))).code, 0);
+  }
+  CliResult new_case(const std::string& extra, const std::string& out = "g.h5") const {
+    return run(fmt::format("case new --model '{}' --random-prompts 2 --len 40 --seed 5 {} -o '{}'", path("m"), extra,
+                           path(out)));
+  }
+};
+
+TEST_F(CliGeneration, ScheduledCaseIsJudgedTokenByToken) {
+  const CliResult made = new_case("--decode 16 --prefill-chunks 5,3,16");
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_NE(made.out.find("generation: prompt 24 (chunks 5,3,16), 16 decode steps"), std::string::npos) << made.out;
+  const CaseInfo info = read_case(path("g.h5"));
+  EXPECT_EQ(info.schedule.prompt, 24);
+  EXPECT_EQ(info.schedule.chunks, (std::vector<std::int64_t>{5, 3, 16}));
+  EXPECT_NE(run(fmt::format("info '{}'", path("g.h5"))).out.find("positions 23..39 predict the decoded tokens"),
+            std::string::npos);
+
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("g.h5"))).code, 0);
+  // fp32 explains its own flips: 17 steps x 2 rows, none WRONG.
+  const CliResult fp32 = run(fmt::format("run '{}' --policy fp32 -o '{}'", path("g.h5"), path("r32")));
+  EXPECT_EQ(fp32.code, 0) << fp32.out << fp32.err;
+  EXPECT_NE(fp32.out.find("tokens      17 steps x 2 rows:"), std::string::npos) << fp32.out;
+  EXPECT_NE(fp32.out.find(", 0 WRONG"), std::string::npos) << fp32.out;
+  std::ifstream in(path("r32/report.json"));
+  const auto j = nlohmann::json::parse(in);
+  const auto& t = j.at("token_verdicts").begin().value();
+  EXPECT_EQ(t.at("steps").size(), 34u);
+  EXPECT_EQ(t.at("steps")[0].at("position"), 23);
+  EXPECT_EQ(t.at("steps")[16].at("position"), 39);
+  EXPECT_TRUE(t.at("bounded").get<bool>());
+  EXPECT_EQ(t.at("counts").at("WRONG"), 0);
+  // The logits rounded through fp16 before the head's softmax: tokens the formats do not explain.
+  const CliResult naive = run(fmt::format("run '{}' --policy naive --no-reports", path("g.h5")));
+  EXPECT_EQ(naive.code, 1) << naive.out;
+  EXPECT_NE(naive.out.find("tokens      17 steps x 2 rows:"), std::string::npos) << naive.out;
+}
+
+TEST_F(CliGeneration, BadSchedulesExitTwoWithOneLine) {
+  struct Bad {
+    std::string args, what;
+  } cases[] = {
+      {"--decode 40", "40 decode steps in rows of 40 tokens"},
+      {"--decode 8 --prefill-chunks 5,3", "prefill chunks 5,3 sum to 8, not the prompt's 32 tokens"},
+      {"--decode 8 --prefill-chunks 5,x,27", "--prefill-chunks '5,x,27': 'x' is not a positive number"},
+      {"--decode 8 --prefill-chunks 5,0,27", "'0' is not a positive number"},
+      {"--decode 8 --pad-to 48", "row 0 holds 40 of 48 tokens"},
+  };
+  for (const auto& c : cases) {
+    const CliResult r = new_case(c.args, "bad.h5");
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find(c.what), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(path("bad.h5"))) << c.args;
+  }
+  EXPECT_EQ(new_case("--prefill-chunks 5,35", "bad.h5").code, 2);  // chunks need --decode
+}
+
+}  // namespace
+}  // namespace tdiff
