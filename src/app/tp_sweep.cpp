@@ -1,5 +1,6 @@
 #include "app/tp_sweep.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
