@@ -13,6 +13,7 @@ Policy CandidateOptions::make_policy(const CaseSession& session) const {
   Policy p = Policy::load(policy);
   for (const auto& s : sets) p.add_set(s);
   p.validate(session.stages);
+  check_split(p.split(), session.info.config);
   return p;
 }
 
@@ -28,6 +29,8 @@ std::string CandidateOptions::flags() const {
 }
 
 std::unique_ptr<Backend> CandidateOptions::make(CaseSession& session, const Policy& p, std::uint64_t run_seed) const {
+  if (!candidate_cmd.empty() && p.split().active())
+    input_error("--tp/--ep: an engine run by --candidate-cmd splits itself; tdiff models a split on --backend emu only");
   if (!candidate_cmd.empty()) return std::make_unique<EngineBackend>(candidate_cmd, session, p, run_seed);
   return make_candidate(backend, p, run_seed, hip_gemm);
 }
@@ -59,6 +62,7 @@ EnvRecord candidate_env(const std::string& backend, const Policy& policy, const 
     for (const auto& [k, v] : candidate->environment()) env.extra[k] = v;
   const Policy::Expanded e = policy.expand(stages);
   env.extra["policy_knobs"] = e.knobs;
+  if (policy.split().active()) env.extra["split"] = policy.split().describe();
   env.extra["policy_stages"] = e.stages.empty() ? "(none: every stage runs with policy_knobs)" : fmt::format("{}", fmt::join(e.stages, "\n"));
   return env;
 }

@@ -15,6 +15,7 @@
 #include "app/history_record.h"
 #include "app/candidate.h"
 #include "app/progress.h"
+#include "app/tp_sweep.h"
 #include "app/shell.h"
 #include "exec/backend_registry.h"
 #include "exec/engine_backend.h"
@@ -46,7 +47,9 @@ std::string command_line(const DeterminismCmd& c, const std::string& run_id) {
     for (const auto& x : c.cand.sets) s += " --set " + shell_quote(x);
   }
   s += fmt::format(" --seed {}", c.cand.seed);
-  if (c.batch_sweep.empty()) {
+  if (!c.tp_sweep.empty()) {
+    s += fmt::format(" --tp-sweep {} --orders {}", fmt::join(c.tp_sweep, ","), fmt::join(c.orders, ","));
+  } else if (c.batch_sweep.empty()) {
     s += fmt::format(" --runs {}", c.runs);
     if (c.on_device) s += " --on-device";
     if (!c.threads.empty()) s += fmt::format(" --threads {}", fmt::join(c.threads, ","));
@@ -174,6 +177,19 @@ Outcome batch_sweep(const DeterminismCmd& c, CaseSession& session, const Backend
   return out;
 }
 
+Outcome tp_sweep(const DeterminismCmd& c, CaseSession& session, const Policy& policy, EnvRecord& env) {
+  TpSweepOptions o;
+  o.sizes = c.tp_sweep;
+  o.orders = c.orders;
+  o.seed = c.cand.seed;
+  o.stages = c.stages;
+  o.all_rows = c.all_rows;
+  TpSweepOutcome r = run_tp_sweep(session, policy, o);
+  env.extra["tp_sweep"] = fmt::format("{}", fmt::join(c.tp_sweep, ","));
+  env.extra["tp_sweep_splits"] = r.configs;
+  return Outcome{std::move(r.table), r.ok, r.verdict, r.summary};
+}
+
 int run_determinism(DeterminismCmd c) {
   CaseSession session = open_session(c.case_path, c.cand.model_dir);
   const std::string reference_read = reference_id(session.reference().file());  // what its reads see
@@ -183,12 +199,16 @@ int run_determinism(DeterminismCmd c) {
   if (c.threads.empty() && refcpu && c.batch_sweep.empty()) c.threads = {1, 2, 4};
   if (c.pad_side.empty()) c.pad_side = session.info.pad_side;
   const bool sweep = !c.batch_sweep.empty();
+  const bool split_sweep = !c.tp_sweep.empty();
+  if (split_sweep && (sweep || c.on_device || c.cand.backend != "emu" || !c.cand.candidate_cmd.empty()))
+    input_error("--tp-sweep runs emu's model of each split: it takes --backend emu, without --batch-sweep or --on-device");
   if (c.on_device && sweep)
     input_error("--on-device compares runs of one batch with each other; --batch-sweep compares slices of different "
                 "batches on the host (leave one of them out)");
   if (c.on_device && !backend_entry(c.cand.backend).device_comparison)
     input_error("--on-device: backend {} compares on the host (only hip keeps its outputs on a device)", c.cand.backend);
-  const std::string run_id = app::run_id_for(c.run_id, sweep ? "batch-sweep" : "determinism");
+  const std::string kind = split_sweep ? "tp-sweep" : sweep ? "batch-sweep" : "determinism";
+  const std::string run_id = app::run_id_for(c.run_id, kind);
   c.cand.seed = app::run_seed_for(c.seed_given ? c.cand.seed : 0, run_id);
   if (!c.cand.candidate_cmd.empty() && (sweep || c.on_device || !c.threads.empty()))
     input_error("--candidate-cmd runs your engine whole, run after run: --batch-sweep, --on-device and --threads are "
@@ -202,7 +222,9 @@ int run_determinism(DeterminismCmd c) {
   HistoryRecord history(c.case_path, c.history);
   history.judged_against(reference_read);
   CaseHash case_hash(c.case_path);
-  Outcome o = sweep ? batch_sweep(c, session, make, policy, policy_text, env) : run_to_run(c, session, make, policy_text, env);
+  Outcome o = split_sweep ? tp_sweep(c, session, policy, env)
+              : sweep     ? batch_sweep(c, session, make, policy, policy_text, env)
+                          : run_to_run(c, session, make, policy_text, env);
   add_run_facts(env, c.case_path, session.info.checksums, c.cand.seed, case_hash.get());
   auto& [table, ok, verdict, summary] = o;
   const std::string command = command_line(c, run_id);
@@ -222,7 +244,7 @@ int run_determinism(DeterminismCmd c) {
     fmt::print("reports     {}/report.html (and report.csv, report.json, junit.xml)\n", dir);
   }
 
-  history::RunEntry e = history.entry(sweep ? "batch-sweep" : "determinism", run_id, env);
+  history::RunEntry e = history.entry(kind, run_id, env);
   e.policy = policy_text;
   e.verdict = verdict;
   e.summary = summary;

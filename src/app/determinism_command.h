@@ -24,6 +24,8 @@ struct DeterminismCmd {
   std::string out_dir, run_id;
   bool all_rows = false, no_reports = false;
   bool on_device = false;  // run to run compared on the backend's device (hip)
+  std::vector<int> tp_sweep;            // --tp-sweep: tensor-parallel sizes (app/tp_sweep.h)
+  std::vector<std::string> orders{"ring", "tree"};  // --orders: the all-reduce orders the sweep runs
   HistoryOptions history;
 };
 

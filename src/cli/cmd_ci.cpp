@@ -29,6 +29,7 @@ void setup_ci(CLI::App& app) {
   cmd->add_option("--policy", c->policy, "numerics policy: naive, fixed, fp32, or a policy file")->capture_default_str();
   add_hip_gemm_option(cmd, c->hip_gemm);
   cmd->add_option("--set", c->sets, "override a knob: 'PATTERN:knob=value' (repeatable)");
+  add_split_options(cmd, c->sets);
   cmd->add_option("--thresholds", c->thresholds, "thresholds file (default: the suite's)");
   cmd->add_option("--threshold", c->overrides, "override 'GLOB:KEY=VALUE' (repeatable)");
   cmd->add_option("--cases", c->cases, "run only the cases whose names match these globs");
@@ -66,7 +67,7 @@ void setup_ci(CLI::App& app) {
   auto* prepare = cmd->add_flag("--prepare", c->prepare,
                                 "build the model and the references only, and print each case's name, case file and "
                                 "model folder (tab-separated) for the implementation to run on");
-  for (const char* opt : {"--backend", "--policy", "--set", "--repeat", "--hip-gemm"}) {
+  for (const char* opt : {"--backend", "--policy", "--set", "--repeat", "--hip-gemm", "--tp", "--ep"}) {
     dumps->excludes(cmd->get_option(opt));
     engine->excludes(cmd->get_option(opt));
   }

@@ -19,6 +19,8 @@ void setup_determinism(CLI::App& app) {
       "  tdiff determinism case.h5 --backend emu --policy fixed --runs 3\n"
       "  tdiff determinism case.h5 --backend refcpu --runs 3 --threads 1,2,4\n"
       "  tdiff determinism case.h5 --backend emu --batch-sweep 1,2,4,8 --pad-side both\n"
+      "  tdiff determinism small.h5 --tp-sweep 1,2,4 --orders ring,tree,custom1   # splits against the reference\n"
+      "  tdiff determinism case.h5 --tp 2 --allreduce tree --runs 3             # a pinned order, run to run\n"
       "  tdiff determinism case.h5 --backend hip --runs 5 --on-device   # compared on the GPU: no tensor copied unless it differs\n"
       "Run k uses run seed SEED+k-1 (emu: the order of atomic reductions and unstable ties).\n"
       "--backend hip needs a tdiff built with -DTDIFF_HIP=AMD or NVIDIA and a GPU.\n"
@@ -28,6 +30,7 @@ void setup_determinism(CLI::App& app) {
   cmd->add_option("--policy", c->cand.policy, "numerics policy of emu/hip: naive, fixed, fp32, or a policy file")
       ->capture_default_str();
   cmd->add_option("--set", c->cand.sets, "override a knob: 'PATTERN:knob=value' (repeatable)");
+  add_split_options(cmd, c->cand.sets);
   cmd->add_option_function<std::uint64_t>("--seed", [c](std::uint64_t s) { c->cand.seed = s, c->seed_given = true; },
                                           "run seed of run 1 (default: from the run id)");
   cmd->add_option("--model", c->cand.model_dir, "model folder (default: the path the case records)");
@@ -41,6 +44,13 @@ void setup_determinism(CLI::App& app) {
   cmd->add_option("--batch-sweep", c->batch_sweep,
                   "batch sizes: each prompt alone and inside batches of the others, at every row")
       ->delimiter(',');
+  cmd->add_option("--tp-sweep", c->tp_sweep,
+                  "tensor-parallel sizes (emu): each split and --orders order against the float64 reference and the "
+                  "unsplit run, a vacuity check (needs 4+ ranks) and a repeat of every pinned order")
+      ->delimiter(',');
+  cmd->add_option("--orders", c->orders, "all-reduce orders of --tp-sweep (ring, tree, fixed, custom1, custom2)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--pad-side", c->pad_side, "padding of the sweep's batches: left, right or both (default: the case's)")
       ->check(CLI::IsMember({"left", "right", "both"}));
   cmd->add_option("--stages", c->stages, "report only stages matching these globs (all stages still run)");

@@ -19,7 +19,7 @@ void setup_history(CLI::App& app) {
   cmd->add_option("--history", c->history, "the run history file (default: beside the case, or the set's cache/)");
   cmd->add_option("--label", c->label, "only runs with this label");
   cmd->add_option("--kind", c->kind, "only runs of this command")
-      ->check(CLI::IsMember({"run", "ci", "bisect", "determinism", "batch-sweep"}));
+      ->check(CLI::IsMember({"run", "ci", "bisect", "determinism", "batch-sweep", "tp-sweep"}));
   cmd->add_option("--html", c->html, "also write the page with the dual curve and the series' charts to this file");
   cmd->add_option("--noise", c->noise,
                   "the least change, relative to a series' median, that is a step (the repeats' spread when larger)")

@@ -54,7 +54,8 @@ void setup_run(CLI::App& app) {
                   "the formats the dump's implementation stores in (a preset such as fixed for a bf16 port, or a policy "
                   "file): its expected errors, as a backend's policy gives them");
   for (const char* name :
-       {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to", "--stats"})
+       {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to", "--stats", "--tp",
+        "--ep"})
     if (auto* o = cmd->get_option_no_throw(name)) {
       dump->excludes(o);
       if (o != selections) engine->excludes(o);

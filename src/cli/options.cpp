@@ -14,6 +14,31 @@ void add_options(CLI::App* cmd, app::CandidateOptions& o) {
   cmd->add_option("--seed", o.seed, "run seed for atomic orders and unstable ties (default: from the run id)");
   cmd->add_option("--model", o.model_dir, "model folder (default: the path the case records)");
   add_hip_gemm_option(cmd, o.hip_gemm);
+  add_split_options(cmd, o.sets);
+}
+
+void add_split_options(CLI::App* cmd, std::vector<std::string>& sets) {
+  auto as_set = [&sets](const char* key) {
+    return [&sets, key](const std::string& v) { sets.push_back(std::string(key) + "=" + v); };
+  };
+  cmd->add_option_function<std::string>("--tp", as_set("tp"),
+                                        "tensor-parallel ranks (1, 2, 4, 8; must divide the heads and output groups): "
+                                        "attn.o_b and the MoE down projections split their K, then all-reduce "
+                                        "(emu only; docs/guide/tensor-parallel.md)");
+  cmd->add_option_function<std::string>("--ep", as_set("ep"),
+                                        "expert-parallel ranks (must divide the routed experts): experts whole, "
+                                        "combined in owning-rank order (emu only)");
+  cmd->add_option_function<std::string>("--allreduce", as_set("allreduce"),
+                                        "the all-reduce's order: ring (NCCL/RCCL ring, default), tree (one node's chain), "
+                                        "fixed (rank order), custom1, custom2 (vLLM's one- and two-stage kernels: "
+                                        "float32, rounded once)")
+      ->check(CLI::IsMember({"ring", "tree", "fixed", "custom1", "custom2"}));
+  cmd->add_option_function<std::string>("--moe-reduce", as_set("moe_reduce"),
+                                        "sum_then_reduce (SGLang: routed + shared per rank, one all-reduce; default) or "
+                                        "reduce_each (two all-reduces, then the add)")
+      ->check(CLI::IsMember({"sum_then_reduce", "reduce_each"}));
+  cmd->add_option_function<std::string>("--channels", as_set("channels"),
+                                        "collective channels (default 1): each channel cuts its own ring chunks");
 }
 
 void add_candidate_cmd_option(CLI::App* cmd, app::CandidateOptions& o) {

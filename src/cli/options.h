@@ -29,5 +29,8 @@ void add_verify_case_option(CLI::App* cmd);
 void add_backend_option(CLI::App* cmd, std::string& backend, bool with_reference);
 // --hip-gemm.
 void add_hip_gemm_option(CLI::App* cmd, std::string& hip_gemm);
+// --tp, --ep, --allreduce, --moe-reduce, --channels: the split (numerics/policy.h Split), each
+// added to `sets` as "tp=4", so reproduce lines and saved runs carry it as they carry --set.
+void add_split_options(CLI::App* cmd, std::vector<std::string>& sets);
 
 }  // namespace tdiff::cli

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/dtype.h"
+#include "diff/expected_split.h"
 #include "diff/selection_scores.h"
 
 namespace tdiff {
@@ -51,18 +52,27 @@ DType output_format(const Stage& s, const PortFormats& num, bool on_candidate) {
                                          : DType::f32;
 }
 
-ExpectedError local_part(const Stage& s, const PortFormats& num, std::int64_t n, double angle, bool on_candidate) {
+// `split`: the roundings a split across devices adds (diff/expected_split.h); its K part is
+// accumulated per rank over K/N terms, and its partials and hops rounded to the storage format.
+ExpectedError local_part(const Stage& s, const PortFormats& num, std::int64_t n, double angle, bool on_candidate,
+                         const SplitRounding& split = {}) {
   const OpInfo& op = op_info(s.kind);
+  const bool is_split = on_candidate && split.ranks > 1;
+  if (is_split) n = std::max<std::int64_t>(1, n - split.split_k + split.split_k / split.ranks);
   ExpectedError e;
   e.n_acc = n;
   const DType out = output_format(s, num, on_candidate);
-  const double u_out = unit_roundoff(out);
+  const double u_out = is_split && !split.output_rounded ? 0.0 : unit_roundoff(out);
   const double u_w = on_candidate && op.gemm ? unit_roundoff(num.storage) : 0.0;
   const double u_acc = unit_roundoff(on_candidate ? DType::f32 : DType::f64);
-  e.local = std::sqrt((u_out * u_out + u_w * u_w + static_cast<double>(n) * u_acc * u_acc + u_acc * angle * u_acc * angle) / 3.0);
+  const double u_p = unit_roundoff(num.storage);
+  const double split2 = is_split ? u_p * u_p * (split.partials + split.hops) : 0.0;
+  e.local = std::sqrt((u_out * u_out + u_w * u_w + static_cast<double>(n) * u_acc * u_acc + u_acc * angle * u_acc * angle +
+                       split2) / 3.0);
   e.format = !on_candidate ? "float64 reference"
              : op.store == OutStore::stream ? fmt::format("{} stream", dtype_name(out))
                                             : std::string(dtype_name(out));
+  if (is_split) e.format += ", " + split.note;
   e.source = on_candidate ? "formats" : "reference";
   return e;
 }
@@ -191,8 +201,8 @@ void set_expected(CompareResult& r, const ExpectedSetup& setup) {
     if (!op_info(s.kind).compute()) continue;
     const bool on_candidate = !setup.on_candidate || (*setup.on_candidate)[i];
     const double angle = s.kind == OpKind::rope_table ? static_cast<double>(setup.session->info.batch.seq()) : 0.0;
-    ExpectedError e =
-        local_part(s, port, accumulation_length(s, *setup.session), angle, on_candidate);
+    ExpectedError e = local_part(s, port, accumulation_length(s, *setup.session), angle, on_candidate,
+                                 split_rounding(s, setup.policy->split(), setup.session->info.config));
     double in2 = 0;
     for (const auto& in : s.inputs) {
       const double x = inherited_from(in, setup, measured, modelled);

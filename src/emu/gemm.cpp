@@ -111,4 +111,25 @@ void gemm(const float* x, std::int64_t N, std::int64_t K, const float* w, std::i
   }
 }
 
+std::vector<float> column_slice(const float* m, std::int64_t rows, std::int64_t cols, std::int64_t c0, std::int64_t width) {
+  std::vector<float> out(static_cast<std::size_t>(rows * width));
+  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(m + r * cols + c0, width, out.data() + r * width);
+  return out;
+}
+
+std::vector<std::vector<float>> gemm_rank_partials(const float* x, std::int64_t N, std::int64_t K, const float* w,
+                                                   std::int64_t O, const GemmSpec& spec, int ranks) {
+  const std::int64_t width = K / ranks;
+  std::vector<std::vector<float>> partials(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<float> xr = column_slice(x, N, K, r * width, width), wr = column_slice(w, O, K, r * width, width);
+    GemmSpec rank_spec = spec;
+    rank_spec.seed = arith::mix64(spec.seed ^ static_cast<std::uint64_t>(r + 1));
+    auto& p = partials[static_cast<std::size_t>(r)];
+    p.resize(static_cast<std::size_t>(N * O));
+    gemm(xr.data(), N, width, wr.data(), O, rank_spec, p.data());
+  }
+  return partials;
+}
+
 }  // namespace tdiff::emu

@@ -37,4 +37,12 @@ void quantize_activations(std::vector<float>& x, std::int64_t rows, std::int64_t
 void gemm(const float* x, std::int64_t N, std::int64_t K, const float* w, std::int64_t O, const GemmSpec& spec,
           float* y);
 
+// Row-parallel: rank r of `ranks` multiplies its contiguous K range [r K/ranks, (r+1) K/ranks)
+// of x [N, K] and w [O, K] (each rank's GEMM starts its blocks at its own K = 0, its atomics
+// from its own seed) and stores its partial [N, O] in spec.out.
+std::vector<std::vector<float>> gemm_rank_partials(const float* x, std::int64_t N, std::int64_t K, const float* w,
+                                                   std::int64_t O, const GemmSpec& spec, int ranks);
+// Columns [c0, c0 + width) of a row-major [rows, cols] matrix.
+std::vector<float> column_slice(const float* m, std::int64_t rows, std::int64_t cols, std::int64_t c0, std::int64_t width);
+
 }  // namespace tdiff::emu

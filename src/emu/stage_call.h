@@ -30,6 +30,13 @@ struct StageCall : StageFacts {
   const std::vector<float>& gemm_weight(std::size_t i, Fmt in);
   // The stage's outputs computed by refcpu (integer logic: identical in every backend).
   std::vector<Tensor> refcpu_outputs();
+  // The split's all-reduce of the ranks' partials (each already in the storage format).
+  std::vector<float> all_reduce(const std::vector<std::vector<float>>& partials);
+  // A MoE branch's rank partials: reduced now (moe_reduce=reduce_each), or kept for moe.out and
+  // returned as their float64 sum, the branch's value before any reduction (sum_then_reduce).
+  Tensor keep_or_reduce(const std::string& tensor, const std::vector<std::vector<float>>& partials, Shape shape);
+  // Whether the MoE runs tensor-parallel here (tp > 1 without expert parallelism).
+  bool moe_tensor_parallel() const { return split.tp > 1 && split.ep == 1; }
 
   EmuBackend& be;
 };

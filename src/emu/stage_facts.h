@@ -21,6 +21,7 @@ struct StageFacts {
         c(ctx.config),
         batch(ctx.batch),
         num(policy.resolve(s.name)),
+        split(policy.split()),
         st(fmt_of(num.storage)),
         sf(fmt_of(num.stream)),
         seed(stage_hash(s.name, run_seed)),
@@ -35,6 +36,7 @@ struct StageFacts {
   const ModelConfig& c;
   const Batch& batch;
   const Numerics num;
+  const Split split;           // the run's split across devices (tp = ep = 1: none)
   const Fmt st, sf;            // storage and stream formats
   const std::uint64_t seed;    // stage identity for run-dependent orders (stage_hash)
   const std::int64_t B, S, N;  // batch rows, sequence, tokens

@@ -1,5 +1,7 @@
 #include "exec/measured_floor.h"
 
+#include <fmt/format.h>
+
 #include <map>
 
 #include "diff/expected.h"
@@ -29,6 +31,12 @@ Policy floor_policy(const std::vector<Stage>& stages, const Policy& candidate) {
   p.add_set("storage=" + knob_value(port.storage));
   p.add_set("stream=" + knob_value(port.stream));
   p.add_set("matmul_input=" + knob_value(port.storage));
+  // A split candidate's floor is split the same way: its partials and hops are formats' error.
+  if (const Split& s = candidate.split(); s.active())
+    for (const std::string& kv : {fmt::format("tp={}", s.tp), fmt::format("ep={}", s.ep),
+                                  "allreduce=" + allreduce_name(s.allreduce), "moe_reduce=" + moe_reduce_name(s.moe_reduce),
+                                  fmt::format("channels={}", s.channels)})
+      p.add_set(kv);
   return p;
 }
 

@@ -298,6 +298,14 @@ void Policy::add_set(const std::string& spec) {
   const auto eq = spec.find('=');
   if (eq == std::string::npos) input_error("--set '{}': expected [PATTERN:]knob=value", spec);
   const auto colon = spec.rfind(':', eq);
+  if (const std::string key = spec.substr(colon == std::string::npos ? 0 : colon + 1, eq - (colon == std::string::npos ? 0 : colon + 1));
+      is_split_setting(key)) {
+    if (colon != std::string::npos)
+      input_error("--set '{}': {} is run-wide (every rank runs every stage); write '{}={}' without a stage pattern", spec,
+                  key, key, spec.substr(eq + 1));
+    set_split(split_, key, spec.substr(eq + 1));
+    return;
+  }
   PolicyOverride o;
   o.stages = colon == std::string::npos ? "*" : spec.substr(0, colon);
   const std::string knob = spec.substr(colon == std::string::npos ? 0 : colon + 1, eq - (colon == std::string::npos ? 0 : colon + 1));
@@ -367,7 +375,13 @@ Numerics Policy::match_overrides(const std::string& stage) const {
   return n;
 }
 
-std::string Policy::describe() const { return name_ + described_; }
+std::string Policy::describe() const {
+  if (!split_.active()) return name_ + described_;
+  // " + key=value" per setting, so a saved run's policy text replays through add_set.
+  std::string s = split_.describe();
+  for (std::size_t at = 0; (at = s.find(' ', at)) != std::string::npos; at += 3) s.replace(at, 1, " + ");
+  return name_ + described_ + " + " + s;
+}
 
 Policy::Expanded Policy::expand(const std::vector<Stage>& stages) const {
   Numerics common = base_;  // what a stage gets when no override singles it out

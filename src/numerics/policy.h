@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "model/config.h"
 #include "model/stage_graph.h"
 
 namespace tdiff {
@@ -97,6 +98,32 @@ std::string get_knob(const Numerics& n, const std::string& knob);
 
 Numerics preset_numerics(const std::string& preset);  // naive | fixed | fp32
 
+// How the candidate is split across devices (docs/design/tensor-parallel.md): run-wide
+// settings, not per stage, since every rank runs the whole stage list. Set with --tp, --ep,
+// --allreduce, --moe-reduce, --channels or `--set tp=4`; tp = ep = 1 is the unsplit model.
+enum class AllReduce : std::uint8_t { ring, tree, fixed, custom1, custom2 };
+enum class MoeReduce : std::uint8_t { sum_then_reduce, reduce_each };
+struct Split {
+  int tp = 1;        // tensor-parallel ranks: attn.o_b and the MoE down projections split their K
+  int ep = 1;        // expert-parallel ranks: experts whole, combined in owning-rank order
+  AllReduce allreduce = AllReduce::ring;                // the order the all-reduce adds the ranks' partials
+  MoeReduce moe_reduce = MoeReduce::sum_then_reduce;    // SGLang: routed + shared per rank, one all-reduce
+  int channels = 1;  // collective channels: each cuts its own ring chunks (ring only)
+  bool active() const { return tp > 1 || ep > 1; }
+  // "tp=4 ep=1 allreduce=ring moe_reduce=sum_then_reduce channels=1".
+  std::string describe() const;
+  bool operator==(const Split&) const = default;
+};
+// Whether `key` is one of the split's settings (tp, ep, allreduce, moe_reduce, channels).
+bool is_split_setting(const std::string& key);
+// Sets one split setting from text; InputError naming the setting and the values it takes.
+void set_split(Split& split, const std::string& key, const std::string& value);
+std::string allreduce_name(AllReduce a);
+std::string moe_reduce_name(MoeReduce m);
+// InputError when the model cannot be split so: tp must divide the heads and the output
+// groups (vLLM asserts both), the row-parallel K and the experts' width; ep the experts.
+void check_split(const Split& split, const ModelConfig& c);
+
 struct PolicyOverride {
   std::string stages;  // pattern (model/pattern.h)
   std::vector<std::pair<std::string, std::string>> knobs;
@@ -109,8 +136,11 @@ class Policy {
   // A preset name, or a .toml / .json policy file: preset = "...", [global] knobs,
   // [[override]] tables with `stages` and knobs.
   static Policy load(const std::string& name_or_file);
-  // "PATTERN:knob=value" or "knob=value" (every stage).
+  // "PATTERN:knob=value" or "knob=value" (every stage); "tp=4" and the split's other
+  // settings (run-wide only, no pattern).
   void add_set(const std::string& spec);
+  const Split& split() const { return split_; }
+  void set_split_setting(const std::string& key, const std::string& value) { set_split(split_, key, value); }
   void add_override(PolicyOverride o);
   // InputError when an override pattern matches no stage of the model, or when one of its
   // knobs applies to none of the stages it matches (no stage of the knob's operator kinds:
@@ -120,7 +150,8 @@ class Policy {
   // out once per stage name and remembered (backends resolve every stage of every run).
   Numerics resolve(const std::string& stage) const;
   const std::string& name() const { return name_; }
-  // A one-line description: "fixed + L02.attn.core:softmax_stats=fp16".
+  // A one-line description: "fixed + L02.attn.core:softmax_stats=fp16"; a split adds its
+  // settings: "fixed + tp=4 + ep=1 + allreduce=ring + moe_reduce=sum_then_reduce + channels=1".
   std::string describe() const;
   // Every knob value the policy runs with on these stages: `knobs` every knob of the preset,
   // the file's global knobs and the overrides that match every stage ("storage=bf16 stream=fp32
@@ -152,6 +183,7 @@ class Policy {
   Numerics base_;
   std::vector<TypedOverride> overrides_;
   std::string described_;  // " + stages:knob=value" per setting, as written
+  Split split_;
   std::shared_ptr<Resolved> resolved_ = std::make_shared<Resolved>();
 };
 
