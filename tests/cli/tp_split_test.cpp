@@ -18,6 +18,7 @@ class TpSplitCli : public testing::CliTest {
     ASSERT_EQ(run(fmt::format("synth --preset tiny --seed 4 -o '{}'", path("m"))).code, 0);
     std::ofstream(path("p.txt")) << "1 2 3 4 5 6 7 8 9 10 11\n200 100 50 25 12 6 3\n";
     ASSERT_EQ(run(fmt::format("case new --model '{}' --tokens '{}' --seed 3 -o '{}'", path("m"), path("p.txt"), path("c.h5"))).code, 0);
+    ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
   }
   // The verdict table of a run: every line that names a stage output.
   static std::string table(const std::string& out) {
@@ -25,7 +26,8 @@ class TpSplitCli : public testing::CliTest {
     std::istringstream in(out);
     for (std::string line; std::getline(in, line);)
       if (line.find("/") != std::string::npos && line.find("reports") == std::string::npos &&
-          line.find("reproduce") == std::string::npos && line.find("tdiff run") == std::string::npos)
+          line.find("reproduce") == std::string::npos && line.find("tdiff run") == std::string::npos &&
+          line.find("recorded") == std::string::npos)
         t += line + "\n";
     return t;
   }
@@ -79,6 +81,7 @@ TEST_F(TpSweepSmallCli, FourRanksRevealTheOrder) {  // small: 8 heads, 4 output 
   std::ofstream(path("p.txt")) << "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20\n300 100 50 25 12 6 3 900 17\n";
   ASSERT_EQ(run(fmt::format("synth --preset small --seed 4 -o '{}'", path("m"))).code, 0);
   ASSERT_EQ(run(fmt::format("case new --model '{}' --tokens '{}' --seed 3 -o '{}'", path("m"), path("p.txt"), path("c.h5"))).code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("c.h5"))).code, 0);
   const auto r = run(fmt::format("determinism '{}' --tp-sweep 1,2,4 --orders ring,tree --no-reports", path("c.h5")));
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("verdict     PASS"), std::string::npos) << r.out;
