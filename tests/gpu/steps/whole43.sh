@@ -12,17 +12,19 @@
 #           the error over depth is in the report (report.json's error_over_depth);
 #   bench   bench_hip resident, then with the weights streamed layer by layer
 #           (TDIFF_HIP_WEIGHT_GB=${W43_STREAM_GB:-4}): the slowdown of streaming.
-# W43_PARTS ("run bench") picks the parts after golden.
+# W43_PARTS ("golden run bench") picks the parts after the case; W43_LAYERS (all) synthesises
+# only those layers of the schedule (tdiff synth --layers), in a folder of their own.
 W43_LEN="${W43_LEN:-4096}"
 W43_STAGES="${W43_STAGES:-*.hc_ffn.post,*.moe.select,*.attn.idx.topk,final.*,lm_head}"
-model="$WORK/w43$sfx" case="$WORK/w43$sfx.h5"
+model="$WORK/w43$sfx${W43_LAYERS:+-$W43_LAYERS}" case="$WORK/w43$sfx${W43_LAYERS:+-$W43_LAYERS}.h5"
 w43_preset=v4-flash-narrow
 [ -n "$sfx" ] && w43_preset=small
 clear_leftovers "$model" "$case"
 if [ ! -f "$model/config.json" ]; then
   make_room w43 60 || return
   fits w43-synth 120 || return
-  expect w43-synth 0 timeout "$(left)" tdiff synth --preset "$w43_preset" --dtype bf16 --seed 1 -o "$model" || return
+  expect w43-synth 0 timeout "$(left)" tdiff synth --preset "$w43_preset" ${W43_LAYERS:+--layers "$W43_LAYERS"} \
+    --dtype bf16 --seed 1 -o "$model" || return
   note "w43-synth: $(du -sh "$model" | cut -f1)"
 fi
 if [ ! -f "$case" ]; then
@@ -30,13 +32,13 @@ if [ ! -f "$case" ]; then
   expect w43-case 0 timeout "$(left)" tdiff case new --model "$model" --random-prompts 1 --len "$W43_LEN" --seed 1 \
     -o "$case" || return
 fi
-if [ ! -f "$case.golden-done" ] || [ "$case" -nt "$case.golden-done" ]; then
+w43_part() { [[ " ${W43_PARTS:-golden run bench} " == *" $1 "* ]]; }
+if w43_part golden && { [ ! -f "$case.golden-done" ] || [ "$case" -nt "$case.golden-done" ]; }; then
   fits w43-golden 120 || return
   timed_golden w43-golden "$case" "$(left 10)" --store boundaries --conditioning-probes 0 || return
   touch "$case.golden-done"
   note "w43-golden: case $(du -h "$case" | cut -f1) on disk"
 fi
-w43_part() { [[ " ${W43_PARTS:-run bench} " == *" $1 "* ]]; }
 if w43_part run && ! skipping w43-run SKIP_HIP && fits w43-run 90; then
   expect w43-run 0 env TDIFF_REF_CACHE_GB="${TDIFF_REF_CACHE_GB:-12}" timeout "$(left)" tdiff run "$case" \
     --backend hip --policy fixed --stages "$W43_STAGES" --timed 3 --label "${W43_LABEL:-fixed}" -o "$OUT/w43-run"
