@@ -129,6 +129,11 @@ void pair_stage(const Stage& s, const TensorSide& ref, const TensorSide& cand, c
     r.rows.push_back(diff_tensor(key, a, b, rule.opt, judged_scores.ref.defined() ? &judged_scores.ref : nullptr,
                                  judged_scores.cand.defined() ? &judged_scores.cand : nullptr));
     TensorDiff& row = r.rows.back();
+    // A generation's tokens on the whole rows: teacher-forced, every row is judged, diverged or not.
+    if (row.logits && !row.tokens && !rule.opt.generation_rows.empty() && full_ref.rank() == 3 &&
+        full_cand.numel() == full_ref.numel())
+      row.tokens = token_steps(full_ref, full_cand.shape() == full_ref.shape() ? full_cand : full_cand.reshaped(full_ref.shape()),
+                               rule.opt.generation_rows);
     if (row.routing && (rule.own_path || rule.divergence)) row.routing->own_path = true;
     add_conditioning(row, s, ref, rule, a, b);
     count_tokens(rule, s, full_ref, full_cand, scores, row);

@@ -130,6 +130,8 @@ CompareResult compare_stored_on_followed_path(CaseSession& session, const Stored
   rule.opt = std::move(opt);
   rule.opt.stage_order = order;
   rule.opt.contract = &session.contract();
+  // A generation's tokens against the path the candidate took (its own selections followed).
+  rule.opt.generation_rows = session.info.schedule.predicting_rows(session.info.batch.seq());
   rule.weights = session.weights.get();
   rule.rows = stored.rows;
   rule.token_rows = stored.token_rows;

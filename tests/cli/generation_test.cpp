@@ -56,6 +56,23 @@ TEST_F(CliGeneration, ScheduledCaseIsJudgedTokenByToken) {
   EXPECT_NE(naive.out.find("tokens      17 steps x 2 rows:"), std::string::npos) << naive.out;
 }
 
+// An engine's dump of a generation case (tap_emu: emu through the tap) gets the same token
+// verdicts; without a policy for its formats only exact ties are TIE-FLIPs, and the report says so.
+TEST_F(CliGeneration, AnEnginesDumpIsJudgedTokenByToken) {
+  ASSERT_EQ(new_case("--decode 8").code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("g.h5"))).code, 0);
+  const int status =
+      std::system(fmt::format("'{}' '{}' fixed 7 '{}' run >/dev/null", TAP_EMU_BIN, path("g.h5"), path("d.h5")).c_str());
+  ASSERT_EQ(status, 0);
+  const CliResult with = run(fmt::format("run '{}' --candidate-dump '{}' --dump-policy fixed --no-reports --no-record",
+                                         path("g.h5"), path("d.h5")));
+  EXPECT_NE(with.out.find("tokens      9 steps x 2 rows:"), std::string::npos) << with.out << with.err;
+  EXPECT_EQ(with.out.find("no expected error"), std::string::npos) << with.out;
+  const CliResult without =
+      run(fmt::format("run '{}' --candidate-dump '{}' --no-reports --no-record", path("g.h5"), path("d.h5")));
+  EXPECT_NE(without.out.find("(no expected error: only exact ties are TIE-FLIPs"), std::string::npos) << without.out;
+}
+
 TEST_F(CliGeneration, BadSchedulesExitTwoWithOneLine) {
   struct Bad {
     std::string args, what;
