@@ -103,7 +103,8 @@ std::size_t DeviceWeights::bytes() const {
 }
 
 void DeviceWeights::upload_bytes(WeightStore& w, void* dst, const void* src, std::size_t bytes, Stream s) {
-  if (const auto at = w.files().locate(src, bytes)) reader_.read(dst, at->fd, at->path, at->offset, bytes, s);
+  const auto at = streamed_ ? w.files().locate(src, bytes) : std::nullopt;
+  if (at) reader_.read(dst, at->fd, at->path, at->offset, bytes, s);
   else copy_h2d(dst, src, bytes, s);
 }
 

@@ -21,8 +21,8 @@
 // it has not asked for yet loads when asked). Weights outside the layers stay. The kernels
 // read the same bytes either way, so the outputs are those of the resident run.
 // Every upload ends with a stream sync, so any backend's stream may read a weight at once.
-// Uploads read the shards with pread into pinned memory (PinnedReader), not through the
-// mapping's page faults.
+// Streamed uploads read the shards with pread into pinned memory (PinnedReader), not through
+// the mapping's page faults.
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -106,9 +106,9 @@ class DeviceWeights {
   Held upload_fp4(WeightStore& w, const std::string& name, Stream s);
   // A release weight decoded into the 16-bit patterns of operands of `in` (bf16, f16).
   DeviceBuffer decode_bits16(WeightStore& w, const std::string& name, arith::Fmt in, Stream s);
-  // Copies `bytes` of a weight from `src` to the device: bytes of a shard's mapping (a tensor
-  // view) are read from the file into pinned staging buffers (PinnedReader), any other host
-  // memory is copied as it is.
+  // Copies `bytes` of a weight from `src` to the device. Streaming, bytes of a shard's mapping (a
+  // tensor view) are read from the file into pinned staging buffers (PinnedReader), since every
+  // forward reads the layers again; otherwise, and for any other host memory, copied as they are.
   void upload_bytes(WeightStore& w, void* dst, const void* src, std::size_t bytes, Stream s);
 
   // Streaming: called with every request of the forward (not the prefetcher's).
