@@ -30,7 +30,7 @@ std::string CandidateOptions::flags() const {
 
 std::unique_ptr<Backend> CandidateOptions::make(CaseSession& session, const Policy& p, std::uint64_t run_seed) const {
   if (!candidate_cmd.empty() && p.split().active())
-    input_error("--tp/--ep: an engine run by --candidate-cmd splits itself; tdiff models a split on --backend emu only");
+    input_error("--tp/--ep: an engine run by --candidate-cmd splits itself; tdiff models a split on --backend emu and simulates one on --backend hip");
   if (!candidate_cmd.empty()) return std::make_unique<EngineBackend>(candidate_cmd, session, p, run_seed);
   return make_candidate(backend, p, run_seed, hip_gemm);
 }

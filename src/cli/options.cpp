@@ -24,10 +24,10 @@ void add_split_options(CLI::App* cmd, std::vector<std::string>& sets) {
   cmd->add_option_function<std::string>("--tp", as_set("tp"),
                                         "tensor-parallel ranks (1, 2, 4, 8; must divide the heads and output groups): "
                                         "attn.o_b and the MoE down projections split their K, then all-reduce "
-                                        "(emu only; docs/guide/tensor-parallel.md)");
+                                        "(emu; hip simulates the ranks on one device; docs/guide/tensor-parallel.md)");
   cmd->add_option_function<std::string>("--ep", as_set("ep"),
                                         "expert-parallel ranks (must divide the routed experts): experts whole, "
-                                        "combined in owning-rank order (emu only)");
+                                        "combined in owning-rank order (emu and hip)");
   cmd->add_option_function<std::string>("--allreduce", as_set("allreduce"),
                                         "the all-reduce's order: ring (NCCL/RCCL ring, default), tree (one node's chain), "
                                         "fixed (rank order), custom1, custom2 (vLLM's one- and two-stage kernels: "

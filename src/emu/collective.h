@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "emu/numerics.h"
-#include "numerics/policy.h"
+#include "emu/arith.h"
+#include "numerics/all_reduce.h"
 
+// One rule for host and device (as emu/arith.h): emu's reduce_ranks and hip's simulated split
+// (hip/collective.h) add every element through reduce_element below.
 namespace tdiff::emu {
 
 // NCCL's Simple protocol: 8 steps of 512 KiB, 4 per chunk (ALLREDUCE_CHUNKSTEPS).
@@ -27,13 +29,21 @@ inline constexpr std::int64_t kRingChunkBytes = 2 << 20;
 
 struct ReduceSpec {
   AllReduce order = AllReduce::ring;
-  Fmt dtype = Fmt::bf16;  // the tensor's format: every hop of ring/tree/fixed rounds to it
+  arith::Fmt dtype = arith::Fmt::bf16;  // the tensor's format: every hop of ring/tree/fixed rounds to it
   int channels = 1;
   std::int64_t chunk_bytes = kRingChunkBytes;
 };
 
+namespace collective_detail {
+TDIFF_HD inline std::int64_t align_up(std::int64_t x, std::int64_t a) { return (x + a - 1) / a * a; }
+TDIFF_HD inline std::int64_t ceil_div(std::int64_t x, std::int64_t a) { return (x + a - 1) / a; }
+TDIFF_HD inline std::int64_t at_least_1(std::int64_t x) { return x < 1 ? 1 : x; }
+}  // namespace collective_detail
+
 // Bytes of one element of the format (bf16/fp16 2, fp32 4, fp8 1): the collective's grain.
-std::int64_t element_bytes(Fmt f);
+TDIFF_HD inline std::int64_t element_bytes(arith::Fmt f) {
+  return f == arith::Fmt::f32 ? 4 : f == arith::Fmt::f8 ? 1 : 2;
+}
 
 // Where a ring all-reduce of n elements over `ranks` puts element e: its channel and the chunk
 // (= ring position - 1 where its sum starts) inside that channel's loop.
@@ -41,7 +51,66 @@ struct RingPlace {
   int channel = 0;
   int chunk = 0;
 };
-RingPlace ring_place(std::int64_t e, std::int64_t n, int ranks, const ReduceSpec& spec);
+TDIFF_HD inline RingPlace ring_place(std::int64_t e, std::int64_t n, int ranks, const ReduceSpec& spec) {
+  using namespace collective_detail;
+  const std::int64_t grain = at_least_1(16 / element_bytes(spec.dtype));  // 16-byte alignment
+  // Channels: contiguous ranges of whole 16-byte cells, the last one shorter.
+  const std::int64_t per_channel = align_up(ceil_div(n, spec.channels), grain);
+  RingPlace p;
+  p.channel = static_cast<int>(e / per_channel);
+  const std::int64_t begin = p.channel * per_channel;
+  const std::int64_t end = begin + per_channel < n ? begin + per_channel : n;
+  const std::int64_t count = end - begin;
+  // runRing's loops of N chunks of C elements; the last, short loop cuts its rest into N
+  // chunks of alignUp(ceil(rem / N), grain).
+  const std::int64_t chunk = at_least_1(spec.chunk_bytes / element_bytes(spec.dtype));
+  const std::int64_t loop = chunk * ranks, local = e - begin, l = local / loop, rem = count - l * loop;
+  const std::int64_t c_eff = rem >= loop ? chunk : align_up(ceil_div(rem, ranks), grain);
+  p.chunk = static_cast<int>((local - l * loop) / c_eff);
+  return p;
+}
+
+// custom2: the rank that owns the element's 16-byte pack starts its float32 sum.
+TDIFF_HD inline int custom2_owner(std::int64_t e, std::int64_t n, int ranks, std::int64_t pack) {
+  const std::int64_t packs = collective_detail::ceil_div(n, pack), part = packs / ranks;
+  if (part == 0) return ranks - 1;
+  const std::int64_t q = (e / pack) / part;
+  return static_cast<int>(q < ranks - 1 ? q : ranks - 1);
+}
+
+// Element e (of n) of the all-reduce: at(r) is rank r's partial, already in spec.dtype.
+template <class At>
+TDIFF_HD inline float reduce_element(const At& at, int ranks, std::int64_t e, std::int64_t n, const ReduceSpec& spec) {
+  const arith::Fmt f = spec.dtype;
+  float s = 0;
+  switch (spec.order) {
+    case AllReduce::ring: {  // chunk c's sum starts at ring position c+1 and runs once around
+      const int c = ring_place(e, n, ranks, spec).chunk;
+      s = at((c + 1) % ranks);
+      for (int k = 2; k <= ranks; ++k) s = arith::add_fmt(at((c + k) % ranks), s, f);
+      break;
+    }
+    case AllReduce::tree:
+      s = at(ranks - 1);
+      for (int k = ranks - 2; k >= 0; --k) s = arith::add_fmt(at(k), s, f);
+      break;
+    case AllReduce::fixed:
+      s = at(0);
+      for (int k = 1; k < ranks; ++k) s = arith::add_fmt(s, at(k), f);
+      break;
+    case AllReduce::custom1:
+      for (int k = 0; k < ranks; ++k) s = arith::add_rn(s, at(k));
+      s = arith::round_fmt(s, f);
+      break;
+    case AllReduce::custom2: {
+      const int q = custom2_owner(e, n, ranks, collective_detail::at_least_1(16 / element_bytes(f)));
+      for (int k = 0; k < ranks; ++k) s = arith::add_rn(s, at((q + k) % ranks));
+      s = arith::round_fmt(s, f);
+      break;
+    }
+  }
+  return s;
+}
 
 // The ranks' partials (each n elements, already in spec.dtype), reduced in spec.order.
 std::vector<float> reduce_ranks(const std::vector<std::vector<float>>& partials, const ReduceSpec& spec);

@@ -23,11 +23,6 @@ GemmSpec logits_spec(const Numerics& num, std::uint64_t seed) {
 
 namespace {
 
-// The row-parallel linear of a tensor-parallel split (RowParallelLinear: attn.o_b, whose K is
-// the o_a outputs of the rank's groups); every other linear is replicated or column-parallel,
-// which leaves each output's sum whole.
-bool row_parallel(const StageCall& k) { return k.split.tp > 1 && k.s.op_class == "attn.o_b"; }
-
 // linear and lm_head: x [..., K] -> y [..., O] (or [..., O / width, width] for per-head outputs).
 std::vector<Tensor> run_linear(StageCall& k) {
   const Tensor& x = *k.in[0];
@@ -35,7 +30,7 @@ std::vector<Tensor> run_linear(StageCall& k) {
   const GemmSpec spec = k.s.kind == OpKind::lm_head ? logits_spec(k.num, k.seed) : matmul_spec(k.num, k.st, k.seed);
   const std::vector<float> xq = operand(k.load(0, k.st), rows, K, spec.in);
   std::vector<float> y(static_cast<std::size_t>(rows * O));
-  if (row_parallel(k)) {  // each rank's partial over its K range, then the all-reduce
+  if (k.row_parallel()) {  // each rank's partial over its K range, then the all-reduce
     if (K % k.split.tp != 0) input_error("{}: K = {} does not split over tp={} ranks", k.s.name, K, k.split.tp);
     y = k.all_reduce(gemm_rank_partials(xq.data(), rows, K, k.gemm_weight(0, spec.in).data(), O, spec, k.split.tp));
   } else {

@@ -35,8 +35,6 @@ struct StageCall : StageFacts {
   // A MoE branch's rank partials: reduced now (moe_reduce=reduce_each), or kept for moe.out and
   // returned as their float64 sum, the branch's value before any reduction (sum_then_reduce).
   Tensor keep_or_reduce(const std::string& tensor, const std::vector<std::vector<float>>& partials, Shape shape);
-  // Whether the MoE runs tensor-parallel here (tp > 1 without expert parallelism).
-  bool moe_tensor_parallel() const { return split.tp > 1 && split.ep == 1; }
 
   EmuBackend& be;
 };

@@ -41,6 +41,13 @@ struct StageFacts {
   const std::uint64_t seed;    // stage identity for run-dependent orders (stage_hash)
   const std::int64_t B, S, N;  // batch rows, sequence, tokens
   const float eps;             // rms_norm_eps
+
+  // Whether the MoE runs tensor-parallel here (tp > 1 without expert parallelism).
+  bool moe_tensor_parallel() const { return split.tp > 1 && split.ep == 1; }
+  // Whether this stage is the row-parallel linear of a tensor-parallel split (RowParallelLinear:
+  // attn.o_b, whose K is the o_a outputs of the rank's groups); every other linear is
+  // replicated or column-parallel, which leaves each output's sum whole.
+  bool row_parallel() const { return split.tp > 1 && s.op_class == "attn.o_b"; }
 };
 
 }  // namespace tdiff::emu

@@ -91,9 +91,10 @@ std::vector<std::string> backend_names(bool with_reference) {
 std::unique_ptr<Backend> make_backend(const std::string& name, const Policy& policy, const BackendOptions& opt) {
   if (opt.hip_gemm != "matrix" && name != "hip")
     input_error("--hip-gemm {} applies to --backend hip, not {}", opt.hip_gemm, name);
-  // Only emu models a split so far; hip's sharded runs and collectives are not built yet.
-  if (policy.split().active() && name != "emu")
-    input_error("--tp/--ep ({}): backend {} does not run a split yet; use --backend emu", policy.split().describe(), name);
+  // emu models a split; hip simulates one on its device (the ranks one after another,
+  // reduced in emu's order); engines split themselves.
+  if (policy.split().active() && name != "emu" && name != "hip")
+    input_error("--tp/--ep ({}): backend {} does not run a split; use --backend emu or hip", policy.split().describe(), name);
   return backend_entry(name).make(policy, opt);
 }
 

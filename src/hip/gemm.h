@@ -101,6 +101,8 @@ struct GemmInput {
   GemmInput rows_from(std::int64_t r0, std::int64_t ld) const {
     return f32 ? GemmInput(f32 + r0 * ld) : GemmInput(bits16 + r0 * ld);
   }
+  // The columns from c0 on (the row stride stays the caller's): a rank's K range.
+  GemmInput cols_from(std::int64_t c0) const { return f32 ? GemmInput(f32 + c0) : GemmInput(bits16 + c0); }
 };
 
 // M is the row count (with a row list: the largest group's size bound).

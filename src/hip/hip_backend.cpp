@@ -325,6 +325,7 @@ std::vector<Tensor> HipBackend::run(const Stage& s, const std::vector<const Tens
   }
   std::vector<Tensor> out;
   try {
+    if (policy_.split().active()) check_split(policy_.split(), ctx.config);  // a model the split cannot divide
     StageCall call(*this, s, in, ctx);
     out = handlers().run(s, call);
     if (out.size() != s.outputs.size())

@@ -96,6 +96,15 @@ class HipBackend final : public Backend {
     std::int64_t* i64() const { return buf->as<std::int64_t>(); }
     std::uint8_t* u8() const { return buf->as<std::uint8_t>(); }
   };
+  // A split's rank partials of one stage output [ranks, n] on the device, kept for the stage
+  // that reduces them (moe.out under moe_reduce=sum_then_reduce), with the float64 sum the
+  // stage handed back (emu's RankPartials).
+  struct KeptPartials {
+    std::shared_ptr<DeviceBuffer> buf;
+    int ranks = 0;
+    std::int64_t n = 0;
+    Tensor sum;
+  };
   struct Pending {  // a host copy in flight; both kept alive until it is done
     std::shared_ptr<DeviceBuffer> src;
     std::shared_ptr<DeviceBuffer> packed;  // 16-bit patterns of src (16-bit outputs)
@@ -148,6 +157,7 @@ class HipBackend final : public Backend {
   DevicePool pool_;
   std::shared_ptr<PinnedPool> pinned_;
   std::unordered_map<std::string, DevTensor> dev_;
+  std::map<std::string, KeptPartials> partials_;
   std::shared_ptr<DeviceWeights> weights_;
   const WeightStore* weights_of_ = nullptr;  // the store weights_ was looked up for
   std::map<int, DeviceBuffer> freq_;

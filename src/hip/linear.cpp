@@ -2,7 +2,9 @@
 // emu::matmul_spec, emu::logits_spec).
 #include <algorithm>
 
+#include "base/error.h"
 #include "emu/linear.h"
+#include "hip/collective.h"
 #include "hip/gemm.h"
 #include "hip/stage_call.h"
 
@@ -25,6 +27,25 @@ void logits_in_blocks(StageCall& k, const GemmInput& x, const GemmWeight& w, Sta
   k.emit_copied(std::move(y), early);
 }
 
+// The row-parallel linear of a split simulated on one device (emu's gemm_rank_partials): rank
+// r's GEMM over its K range [r K/tp, (r+1) K/tp) into its partial, in the output format, then
+// the all-reduce in the split's order. The weight's columns are copied out per rank (a float32
+// copy of one rank's share at a time).
+void row_parallel_linear(StageCall& k, const GemmInput& x, std::int64_t rows, std::int64_t K, std::int64_t O,
+                         const GemmSpec& spec, float* d_y) {
+  const int tp = k.split.tp;
+  if (K % tp != 0) input_error("{}: K = {} does not split over tp={} ranks", k.s.name, K, tp);
+  const std::int64_t width = K / tp;
+  const float* w = k.weight(0, spec.in);
+  float* w_rank = k.scratch(O * width);
+  auto partials = k.rank_partials(tp, rows * O);
+  for (int r = 0; r < tp; ++r) {
+    slice_columns(w, O, K, r * width, width, w_rank, k.cs);
+    gemm(x.cols_from(r * width), K, w_rank, partials->as<float>() + r * rows * O, O, rows, width, O, spec, k.cs);
+  }
+  k.all_reduce(partials->as<float>(), tp, rows * O, d_y);
+}
+
 // linear and lm_head: x [..., K] -> y [..., O] (or [..., O / width, width] for per-head outputs).
 std::vector<Tensor> run_linear(StageCall& k) {
   const Shape sh = k.shape(0);
@@ -37,6 +58,11 @@ std::vector<Tensor> run_linear(StageCall& k) {
   if (k.s.width > 0) osh.back() = O / k.s.width, osh.push_back(k.s.width);
   auto y = k.out(osh, spec.out);
   const GemmInput x = k.operand(k.load(0, k.st), rows, K, spec);
+  if (k.row_parallel()) {
+    row_parallel_linear(k, x, rows, K, O, spec, y.f());
+    k.emit(std::move(y));
+    return k.outputs();
+  }
   const GemmWeight w = k.gemm_weight(0, spec);
   if (logits && spec.out == arith::Fmt::f32 && rows >= k.logit_blocks() && k.logit_blocks() > 1 && k.captures()) {
     logits_in_blocks(k, x, w, std::move(y), rows, K, O, spec);

@@ -11,8 +11,10 @@
 //   swiglu: gu [rows, 2I] (gate | up) -> h [rows, I] = round_st(silu(g)·u), with g ≤ limit and
 //     |u| ≤ limit when clipping.
 //   combine: slot_out [N·K, D], wt [N, K] -> out [N, D]; fixed: Σ_k wt·slot in float32 in k
-//     order, rounded once; atomic: every term rounded to st and atomically added (rounded per
-//     add) into the zeroed output, in the order the threads arrive.
+//     order, rounded once; expert parallel (idx given and experts_per_rank > 0): in the order
+//     the contributions arrive, by owning rank idx / experts_per_rank, k order within a rank;
+//     atomic: every term rounded to st and atomically added (rounded per add) into the zeroed
+//     output, in the order the threads arrive.
 #include <cstdint>
 
 #include "emu/arith.h"
@@ -30,6 +32,7 @@ void expert_rows(const std::int64_t* d_idx, std::int64_t NK, std::int64_t E, std
 void swiglu(const float* d_gu, std::int64_t rows, std::int64_t I, bool clip, float limit, arith::Fmt st, float* d_h,
             hipStream_t stream);
 void combine(const float* d_slot_out, const float* d_wt, std::int64_t N, std::int64_t K, std::int64_t D, bool atomic,
-             arith::Fmt st, float* d_out, hipStream_t stream);
+             arith::Fmt st, float* d_out, hipStream_t stream, const std::int64_t* d_idx = nullptr,
+             std::int64_t experts_per_rank = 0);
 
 }  // namespace tdiff::hip

@@ -87,12 +87,27 @@ __global__ void swiglu_kernel(const float* gu, std::int64_t rows, std::int64_t I
 }
 
 __global__ void combine_kernel(const float* slot, const float* wt, std::int64_t N, std::int64_t K, std::int64_t D,
-                               Fmt st, float* out) {
+                               Fmt st, const std::int64_t* idx, std::int64_t per_rank, float* out) {
   const std::int64_t i = global_id();
   if (i >= N * D) return;
   const std::int64_t t = i / D, ch = i % D;
   float acc = 0;
-  for (std::int64_t k = 0; k < K; ++k) acc = add_rn(acc, mul_rn(wt[t * K + k], slot[(t * K + k) * D + ch]));
+  if (per_rank == 0) {
+    for (std::int64_t k = 0; k < K; ++k) acc = add_rn(acc, mul_rn(wt[t * K + k], slot[(t * K + k) * D + ch]));
+  } else {  // owning ranks in increasing order, slots in k order within one (emu's stable sort)
+    std::int64_t done = -1;
+    for (;;) {
+      std::int64_t owner = -1;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const std::int64_t q = idx[t * K + k] / per_rank;
+        if (q > done && (owner < 0 || q < owner)) owner = q;
+      }
+      if (owner < 0) break;
+      for (std::int64_t k = 0; k < K; ++k)
+        if (idx[t * K + k] / per_rank == owner) acc = add_rn(acc, mul_rn(wt[t * K + k], slot[(t * K + k) * D + ch]));
+      done = owner;
+    }
+  }
   out[i] = arith::round_fmt(acc, st);
 }
 __global__ void combine_atomic_kernel(const float* slot, const float* wt, std::int64_t N, std::int64_t K,
@@ -139,10 +154,11 @@ void swiglu(const float* d_gu, std::int64_t rows, std::int64_t I, bool clip, flo
   check_kernel("swiglu");
 }
 void combine(const float* d_slot_out, const float* d_wt, std::int64_t N, std::int64_t K, std::int64_t D, bool atomic,
-             Fmt st, float* d_out, hipStream_t stream) {
+             Fmt st, float* d_out, hipStream_t stream, const std::int64_t* d_idx, std::int64_t experts_per_rank) {
   if (N * D == 0) return;
   if (!atomic) {
-    combine_kernel<<<blocks_for(N * D, 256), 256, 0, stream>>>(d_slot_out, d_wt, N, K, D, st, d_out);
+    const std::int64_t per_rank = d_idx ? experts_per_rank : 0;
+    combine_kernel<<<blocks_for(N * D, 256), 256, 0, stream>>>(d_slot_out, d_wt, N, K, D, st, d_idx, per_rank, d_out);
     check_kernel("combine");
     return;
   }

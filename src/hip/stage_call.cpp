@@ -1,8 +1,11 @@
 #include "hip/stage_call.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "emu/numerics.h"
+#include "hip/collective.h"
 #include "hip/elementwise.h"
 
 namespace tdiff::hip {
@@ -57,6 +60,49 @@ void StageCall::emit(DevTensor t) { outs_.push_back(be.publish(s, outs_.size(), 
 
 void StageCall::emit_copied(DevTensor t, const HipBackend::EarlyCopy& early) {
   outs_.push_back(be.publish(s, outs_.size(), std::move(t), &early));
+}
+
+std::shared_ptr<DeviceBuffer> StageCall::rank_partials(int ranks, std::int64_t n) {
+  return std::make_shared<DeviceBuffer>(static_cast<std::size_t>(std::max<std::int64_t>(ranks * n, 1)) * sizeof(float), &be.pool_);
+}
+
+void StageCall::all_reduce(const float* d_partials, int ranks, std::int64_t n, float* d_out) {
+  reduce_ranks(d_partials, ranks, n, emu::ReduceSpec{split.allreduce, st, split.channels}, d_out, cs);
+}
+
+void StageCall::keep_or_reduce(std::shared_ptr<DeviceBuffer> partials, int ranks, Shape shape) {
+  const std::int64_t n = shape_numel(shape);
+  if (split.moe_reduce == MoeReduce::reduce_each) {
+    auto y = out(std::move(shape), st);
+    all_reduce(partials->as<float>(), ranks, n, y.f());
+    emit(std::move(y));
+    return;
+  }
+  // The float64 sum in rank order, as emu forms it, on the host (a simulation: the partials'
+  // copy and the wait cost time, not bits).
+  std::vector<float> host(static_cast<std::size_t>(ranks * n));
+  copy_d2h(host.data(), partials->get(), host.size() * sizeof(float), cs);
+  stream_sync(cs);
+  Tensor sum(DType::f64, std::move(shape));
+  double* d = sum.data<double>();
+  std::fill_n(d, n, 0.0);
+  for (int r = 0; r < ranks; ++r)
+    for (std::int64_t i = 0; i < n; ++i) d[i] += host[static_cast<std::size_t>(r * n + i)];
+  const std::string key = s.name + "/" + s.outputs.at(outs_.size());
+  be.partials_[key] = HipBackend::KeptPartials{std::move(partials), ranks, n, sum};
+  DevTensor t = be.upload(sum);
+  t.host = sum;
+  be.remember(key, std::move(t));
+  outs_.push_back(sum);
+}
+
+std::optional<HipBackend::KeptPartials> StageCall::take_partials(std::size_t i) {
+  auto it = be.partials_.find(s.inputs.at(i).key());
+  if (it == be.partials_.end()) return std::nullopt;
+  HipBackend::KeptPartials p = std::move(it->second);
+  be.partials_.erase(it);
+  if (in.at(i)->raw() != p.sum.raw()) return std::nullopt;
+  return p;
 }
 
 }  // namespace tdiff::hip

@@ -7,6 +7,7 @@
 // mapping is emu's (emu/<family>.h), so both backends read a knob the same way.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,18 @@ class StageCall : public emu::StageFacts {
   int logit_blocks() const { return be.logit_blocks_; }
   // The outputs emitted so far (the handler's result).
   std::vector<Tensor> outputs() { return std::move(outs_); }
+
+  // A tensor-parallel split simulated on this device (hip/collective.h): a buffer for the
+  // ranks' partials [ranks, n], and their all-reduce in the split's order into d_out.
+  std::shared_ptr<DeviceBuffer> rank_partials(int ranks, std::int64_t n);
+  void all_reduce(const float* d_partials, int ranks, std::int64_t n, float* d_out);
+  // A MoE branch's rank partials (emu's keep_or_reduce): reduced now (moe_reduce=reduce_each)
+  // and emitted, or kept on the device for moe.out and emitted as their float64 sum, the
+  // branch's value before any reduction (sum_then_reduce).
+  void keep_or_reduce(std::shared_ptr<DeviceBuffer> partials, int ranks, Shape shape);
+  // The partials kept for input i when it still is the sum they were emitted as (this run's
+  // own output, not one fed from the reference); nullopt otherwise.
+  std::optional<HipBackend::KeptPartials> take_partials(std::size_t i);
 
   const float* rope_freq(bool compress) { return be.rope_freq(c, compress); }
   const std::int64_t* batch_span(bool length) { return be.batch_span(batch, length); }

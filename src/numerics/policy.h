@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "numerics/all_reduce.h"
 #include "model/config.h"
 #include "model/stage_graph.h"
 
@@ -101,8 +102,6 @@ Numerics preset_numerics(const std::string& preset);  // naive | fixed | fp32
 // How the candidate is split across devices (docs/design/tensor-parallel.md): run-wide
 // settings, not per stage, since every rank runs the whole stage list. Set with --tp, --ep,
 // --allreduce, --moe-reduce, --channels or `--set tp=4`; tp = ep = 1 is the unsplit model.
-enum class AllReduce : std::uint8_t { ring, tree, fixed, custom1, custom2 };
-enum class MoeReduce : std::uint8_t { sum_then_reduce, reduce_each };
 struct Split {
   int tp = 1;        // tensor-parallel ranks: attn.o_b and the MoE down projections split their K
   int ep = 1;        // expert-parallel ranks: experts whole, combined in owning-rank order

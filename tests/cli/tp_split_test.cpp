@@ -57,7 +57,7 @@ TEST_F(TpSplitCli, BadSplitsAreOneLineAndExitTwo) {
        {fmt::format("run '{}' --tp 3", path("c.h5")), fmt::format("run '{}' --tp 0", path("c.h5")),
         fmt::format("run '{}' --tp 16", path("c.h5")), fmt::format("run '{}' --tp 4", path("c.h5")),  // tiny: 2 groups
         fmt::format("run '{}' --ep 3", path("c.h5")), fmt::format("run '{}' --allreduce random --tp 2", path("c.h5")),
-        fmt::format("run '{}' --backend hip --tp 2", path("c.h5")), fmt::format("bisect '{}' --tp 3", path("c.h5")),
+        fmt::format("run '{}' --backend hip --tp 3", path("c.h5")), fmt::format("bisect '{}' --tp 3", path("c.h5")),
         fmt::format("determinism '{}' --tp 16", path("c.h5")),
         fmt::format("determinism '{}' --tp-sweep 1,3", path("c.h5"))}) {
     const auto r = run(args);
