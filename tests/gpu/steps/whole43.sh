@@ -11,7 +11,8 @@
 #           golden), recorded in the case's run history under the label W43_LABEL (fixed);
 #           the error over depth is in the report (report.json's error_over_depth);
 #   bench   bench_hip resident, then with the weights streamed layer by layer
-#           (TDIFF_HIP_WEIGHT_GB=${W43_STREAM_GB:-4}): the slowdown of streaming.
+#           (TDIFF_HIP_WEIGHT_GB=${W43_STREAM_GB:-4}): the slowdown of streaming, W43_RUNS (3)
+#           timed forwards each.
 # W43_PARTS ("golden run bench") picks the parts after the case; W43_LAYERS (all) synthesises
 # only those layers of the schedule (tdiff synth --layers), in a folder of their own.
 W43_LEN="${W43_LEN:-4096}"
@@ -52,8 +53,8 @@ print("; ".join("L%02d %.3g (x%s)" % (r["layer"], r["rel_l2"], "-" if r["growth"
 PY
 fi
 if w43_part bench && ! skipping w43-bench SKIP_HIP && fits w43-bench 120; then
-  expect w43-bench-resident 0 timeout "$(left)" bench_hip "$case" --runs 3 -o "$OUT/bench_hip_w43.json"
-  expect w43-bench-streamed 0 env TDIFF_HIP_WEIGHT_GB="${W43_STREAM_GB:-4}" timeout "$(left)" bench_hip "$case" --runs 3 \
+  expect w43-bench-resident 0 timeout "$(left)" bench_hip "$case" --runs "${W43_RUNS:-3}" -o "$OUT/bench_hip_w43.json"
+  expect w43-bench-streamed 0 env TDIFF_HIP_WEIGHT_GB="${W43_STREAM_GB:-4}" timeout "$(left)" bench_hip "$case" --runs "${W43_RUNS:-3}" \
     -o "$OUT/bench_hip_w43_streamed.json"
   for kind in resident streamed; do
     note "w43-bench $kind: untapped $(sed -n 's/^prefill, no stage tapped: *//p' "$OUT/w43-bench-$kind.log"); $(
