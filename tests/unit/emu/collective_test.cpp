@@ -7,6 +7,7 @@
 #include <random>
 
 #include "emu/collective.h"
+#include "emu/numerics.h"
 
 namespace tdiff::emu {
 namespace {
