@@ -179,6 +179,7 @@ CiRow finish_case(const CiCmd& c, const Suite& suite, const SuiteCase& sc, CiCas
   row.about = sc.about;
   row.model = suite.model_of(sc).name;
   row.inputs = fmt::format("{} x {}, {}", r.rows, r.seq, r.padded ? r.pad_side + " padding" : "no padding");
+  if (!r.schedule.empty()) row.inputs += ", " + r.schedule;
   row.verdict = r.verdict;
   row.reason = r.reason;
   row.tensors = static_cast<int>(r.diff.rows.size());

@@ -27,6 +27,7 @@ CiCaseResult run_ci_case(const Suite& suite, const SuiteCase& c, const std::stri
   r.seq = session.info.batch.seq();
   r.pad_side = session.info.pad_side;
   for (auto len : session.info.batch.length) r.padded = r.padded || len < r.seq;
+  r.schedule = session.info.schedule.describe(r.seq);
   r.runs = suite.repeat;
 
   // Run 1: every stage on the candidate, compared with the reference as it goes.
@@ -99,6 +100,7 @@ CiCaseResult judge_ci_dump(const SuiteCase& c, const std::string& case_file, con
   r.seq = session.info.batch.seq();
   r.pad_side = session.info.pad_side;
   for (auto len : session.info.batch.length) r.padded = r.padded || len < r.seq;
+  r.schedule = session.info.schedule.describe(r.seq);
   r.runs = 1;
   std::string selections;  // how they were judged: the report's reason says what matters
   r.diff = compare_dump(case_file, &session, session.stages, dump, {}, selections);

@@ -28,6 +28,7 @@
 #include "base/sha256.h"
 #include "backend/executor.h"
 #include "model/pattern.h"
+#include "model/schedule.h"
 #include "casefile/session.h"
 #include "synth/synth.h"
 #include "synth/synth_profile.h"
@@ -175,12 +176,45 @@ std::size_t case_model(const TomlReader& rd, const toml::table& t, const std::st
                                                           name, name, have)));
 }
 
+// The prompts of a case as the case file will hold them.
+PromptSet case_prompts(const SuiteCase& c, const PromptSet& all) {
+  PromptSet p;
+  p.source = all.source;
+  for (int n : c.prompts) {
+    const auto i = static_cast<std::size_t>(n - 1);
+    p.ids.push_back(all.ids[i]);
+    p.lines.push_back(all.lines[i]);
+    p.line_no.push_back(all.line_no[i]);
+  }
+  return p;
+}
+
+// A [[case]]'s decode and prefill_chunks, checked against its rows as `case new --decode
+// --prefill-chunks` checks them (model/schedule.h), the message naming the suite's line.
+void read_case_schedule(const TomlReader& rd, const toml::table& t, SuiteCase& c, std::int64_t vocab,
+                        const PromptSet& prompts) {
+  const std::string what = fmt::format("case '{}'", c.name);
+  c.decode = rd.integer(t, "decode", what, false, 0, 0, std::numeric_limits<std::int32_t>::max());
+  if (const toml::node* n = t.get("prefill_chunks")) {
+    const toml::array* a = n->as_array();
+    if (!a || a->empty()) input_error("{}", rd.where(*n, what + ": prefill_chunks must list positive token counts"));
+    for (const auto& v : *a) {
+      const auto x = v.as_integer();
+      if (!x || x->get() < 1) input_error("{}", rd.where(v, what + ": prefill_chunks must list positive token counts"));
+      c.prefill_chunks.push_back(x->get());
+    }
+  }
+  if (c.decode == 0 && c.prefill_chunks.empty()) return;
+  const Batch batch = pad_prompts(case_prompts(c, prompts), c.pad_to, c.pad_side == "left", vocab);
+  Schedule::make(batch, c.decode, c.prefill_chunks, rd.where(t, what + ": decode/prefill_chunks"));
+}
+
 // One [[case]] (`s`: the suite read so far: its models and earlier cases).
 SuiteCase read_suite_case(const TomlReader& rd, const toml::node& node, const std::string& what, const Suite& s,
                           const PromptSet& prompts) {
   const toml::table* t = node.as_table();
   if (!t) input_error("{}", rd.where(node, what + " must be a table"));
-  rd.check_keys(*t, {"name", "about", "model", "prompts", "pad_side", "pad_to", "seed"}, what);
+  rd.check_keys(*t, {"name", "about", "model", "prompts", "pad_side", "pad_to", "seed", "decode", "prefill_chunks"}, what);
   SuiteCase c;
   c.name = rd.str(*t, "name", what, true);
   if (c.name.empty() || c.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos)
@@ -209,6 +243,7 @@ SuiteCase read_suite_case(const TomlReader& rd, const toml::node& node, const st
     if (c.pad_to > 0 && static_cast<std::int64_t>(prompts.ids[static_cast<std::size_t>(p - 1)].size()) > c.pad_to)
       input_error("{}", rd.where(node, fmt::format("case '{}': prompt {} has {} tokens, more than pad_to = {}", c.name,
                                                    p, prompts.ids[static_cast<std::size_t>(p - 1)].size(), c.pad_to)));
+  read_case_schedule(rd, *t, c, s.model_of(c).config().vocab_size, prompts);
   return c;
 }
 
@@ -291,14 +326,10 @@ namespace {
 void build_case(const Suite& suite, const SuiteCase& c, const std::string& model_dir, const std::string& out) {
   app::CaseRequest request;
   request.model_dir = model_dir;
-  const PromptSet all = read_token_file(suite.tokens_file, case_for_model(model_dir).config.vocab_size);
+  request.prompts = case_prompts(c, read_token_file(suite.tokens_file, case_for_model(model_dir).config.vocab_size));
   request.prompts.source = suite.tokens_file;
-  for (int p : c.prompts) {
-    const auto i = static_cast<std::size_t>(p - 1);
-    request.prompts.ids.push_back(all.ids[i]);
-    request.prompts.lines.push_back(all.lines[i]);
-    request.prompts.line_no.push_back(all.line_no[i]);
-  }
+  request.decode = c.decode;
+  request.chunks = c.prefill_chunks;
   request.pad_to = c.pad_to;
   request.pad_left = c.pad_side == "left";
   request.seed = c.seed;

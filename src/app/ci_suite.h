@@ -26,6 +26,8 @@
 //   pad_side = "right"               # or "left"
 //   pad_to = 12                      # 0: the longest prompt
 //   seed = 101                       # the case's seed; the candidate's run seeds are seed, seed+1, ...
+//   decode = 16                      # optional: a generation case, the rows' last 16 tokens decoded
+//   prefill_chunks = [5, 3, 24]      # optional: the prompt prefilled in these chunks (default whole)
 //
 // Every model and every case with its float64 reference are built once into a cache folder
 // keyed by a SHA-256 of suite.toml, the token file and the tdiff version and commit; a change
@@ -72,6 +74,10 @@ struct SuiteCase {
   std::string pad_side = "right";
   std::int64_t pad_to = 0;
   std::uint64_t seed = 0;
+  // A generation case (model/schedule.h): the rows' last `decode` tokens are decode steps, the
+  // prompt before them prefilled in `prefill_chunks` (empty: whole). 0: a prefill case.
+  std::int64_t decode = 0;
+  std::vector<std::int64_t> prefill_chunks;
 };
 
 struct Suite {
@@ -128,6 +134,7 @@ struct CiCaseResult {
   std::int64_t rows = 0, seq = 0;
   std::string pad_side;
   bool padded = false;                    // some row has padding
+  std::string schedule;                   // a generation case's schedule (Schedule::describe), else 
   CompareResult diff;                     // judged under the suite's thresholds
   int runs = 1;                           // candidate runs (repeat)
   std::vector<std::string> nondeterministic;  // keys that differed between the runs

@@ -46,15 +46,17 @@ std::string render_ci_table(const CiSummary& s, bool color) {
   for (const auto& r : s.rows)
     if (!r.model.empty()) model_width = std::max({model_width, r.model.size() + 1, std::string("model").size() + 1});
   auto model_cell = [&](const std::string& m) { return model_width ? fmt::format("{:<{}}", m, model_width) : ""; };
+  std::size_t inputs_width = 24;  // wider where a generation case names its schedule
+  for (const auto& r : s.rows) inputs_width = std::max(inputs_width, r.inputs.size());
   std::string out = fmt::format("tdiff ci {}: {}\n", s.suite, s.candidate);
-  out += fmt::format("  {:<16} {}{:<24} {:<7} {:>11} {:>6} {:>8} {:>14} {:>7}\n", "case", model_cell("model"), "inputs",
-                     "verdict", "logits cos", "top-1", "KL max", "deterministic", "time");
+  out += fmt::format("  {:<16} {}{:<{}} {:<7} {:>11} {:>6} {:>8} {:>14} {:>7}\n", "case", model_cell("model"), "inputs",
+                     inputs_width, "verdict", "logits cos", "top-1", "KL max", "deterministic", "time");
   int counts[3] = {0, 0, 0};
   for (const auto& r : s.rows) {
     ++counts[static_cast<int>(r.verdict)];
     const std::string v = paint(r.verdict);
-    out += fmt::format("  {:<16} {}{:<24} {}{:<{}} {:>11} {:>6} {:>8} {:>14} {:>6.1f}s\n", r.name,
-                       model_cell(r.model.empty() ? "-" : r.model), r.inputs, v, "",
+    out += fmt::format("  {:<16} {}{:<{}} {}{:<{}} {:>11} {:>6} {:>8} {:>14} {:>6.1f}s\n", r.name,
+                       model_cell(r.model.empty() ? "-" : r.model), r.inputs, inputs_width, v, "",
                        7 - std::string(verdict_name(r.verdict)).size(), cosine_cell(r.logits_cosine),
                        opt_num(r.logits_top1, "{:.3f}"), opt_num(r.logits_kl_max, "{:.3g}"), determinism_text(r),
                        r.seconds);

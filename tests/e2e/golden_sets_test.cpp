@@ -99,9 +99,37 @@ std::vector<std::string> check_realistic_cases(const std::string& name, std::siz
   return names;
 }
 
+// The generation cases (cases/README.md, "Generation"): prompts of every length mod the CSA
+// rate, one a multiple of the HCA rate, chunked prefills with an odd chunk, and decode spans
+// that each cross a CSA and an HCA boundary and the window's wrap (a multiple of W).
+void check_generation_cases(const std::string& name) {
+  const Suite s = load_suite(std::string(TDIFF_SOURCE_DIR) + "/cases/" + name);
+  const ModelConfig c = s.models[0].config();
+  const PromptSet p = read_token_file(s.tokens_file, c.vocab_size);
+  std::set<std::int64_t> residues;
+  bool hca_multiple = false, odd_chunk = false;
+  auto crosses = [](std::int64_t from, std::int64_t to, std::int64_t every) { return to / every > from / every; };
+  for (const auto& k : s.cases) {
+    if (k.decode == 0) continue;
+    const auto seq = static_cast<std::int64_t>(p.ids[static_cast<std::size_t>(k.prompts[0] - 1)].size());
+    const std::int64_t prompt = seq - k.decode;
+    residues.insert(prompt % c.csa_rate);
+    hca_multiple = hca_multiple || prompt % c.hca_rate == 0;
+    for (auto n : k.prefill_chunks) odd_chunk = odd_chunk || n % 2 == 1;
+    // decode steps feed positions prompt .. seq-1
+    EXPECT_TRUE(crosses(prompt - 1, seq - 1, c.csa_rate)) << k.name;
+    EXPECT_TRUE(crosses(prompt - 1, seq - 1, c.hca_rate)) << k.name;
+    EXPECT_TRUE(crosses(prompt - 1, seq - 1, c.sliding_window)) << k.name;
+  }
+  EXPECT_EQ(residues, (std::set<std::int64_t>{0, 1, 2, 3})) << name;
+  EXPECT_TRUE(hca_multiple) << name;
+  EXPECT_TRUE(odd_chunk) << name;
+}
+
 TEST(GoldenSet, TinyCoversWhatItPromises) {
   check_golden_set("tiny");
-  check_realistic_cases("tiny", 3);
+  check_realistic_cases("tiny", 4);
+  check_generation_cases("tiny");
 }
 TEST(GoldenSet, SmallCoversWhatItPromises) {
   check_golden_set("small");
@@ -114,7 +142,7 @@ TEST(GoldenSet, SmallCoversWhatItPromises) {
 // matches): its logits FAIL.
 class GoldenSetRuns : public testing::CliTest {};
 TEST_F(GoldenSetRuns, TinyRealisticCasesPassFixedAndCatchNaiveOnTheLogits) {
-  const std::vector<std::string> cases = check_realistic_cases("tiny", 3);
+  const std::vector<std::string> cases = check_realistic_cases("tiny", 4);
   const std::string set = std::string(TDIFF_SOURCE_DIR) + "/cases/tiny";
   const std::string args = fmt::format("ci '{}' --cache '{}' --cases '{}'", set, path("cache"), fmt::join(cases, ","));
   const auto fixed = run(args + " --policy fixed -o " + path("fixed"));

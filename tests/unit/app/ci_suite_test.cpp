@@ -60,6 +60,42 @@ TEST_F(Suites, BadSuiteFilesNameTheFileAndLine) {
   EXPECT_THROW(load_suite(path("nowhere")), InputError);
 }
 
+// A generation case carries its schedule; one its rows cannot run names the suite's line.
+TEST_F(Suites, GenerationCasesCarryTheirScheduleAndBadOnesNameTheLine) {
+  const std::string gen = "[[case]]\nname = \"gen\"\nprompts = [2]\nseed = 7\ndecode = 8\nprefill_chunks = [3, 5, 15]\n";
+  write_suite(gen);
+  const Suite s = load_suite(dir_.string());
+  ASSERT_EQ(s.cases.size(), 3u);
+  EXPECT_EQ(s.cases[2].decode, 8);
+  EXPECT_EQ(s.cases[2].prefill_chunks, (std::vector<std::int64_t>{3, 5, 15}));
+  EXPECT_EQ(s.cases[0].decode, 0);
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"pad_to = 34\nseed = 5", "pad_to = 34\nseed = 5\ndecode = 4"},  // padded rows
+           {"seed = 6", "seed = 6\ndecode = 2"},                              // rows of 31, 32, 25 tokens
+           {"pad_to = 34\nseed = 5", "pad_to = 34\nseed = 5\nprefill_chunks = [0]"},
+           {"pad_to = 34\nseed = 5", "pad_to = 34\nseed = 5\nprefill_chunks = \"5,3\""},
+           {"pad_to = 34\nseed = 5", "pad_to = 34\nseed = 5\ndecode = -1"}}) {
+    try {
+      load_suite(suite_with(from, to));
+      ADD_FAILURE() << "accepted: " << to;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.toml"), std::string::npos) << e.what();
+    }
+  }
+  for (const std::string& bad : {std::string("decode = 8\nprefill_chunks = [3, 5]"), std::string("decode = 31")}) {
+    std::string text = gen;
+    text.replace(text.find("decode = 8\nprefill_chunks = [3, 5, 15]"), 38, bad);
+    write_suite(text);
+    try {
+      load_suite(dir_.string());
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("suite.toml"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("case 'gen'"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // [models.NAME] tables are variants of [model] (the keys they leave out are [model]'s); a case
 // names one with `model`; each distinct definition has one folder in the cache.
 TEST_F(Suites, NamedModelsInheritAndShareFolders) {
