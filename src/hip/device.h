@@ -78,11 +78,12 @@ class DevicePool {
   void put(void* p, std::size_t bytes);
   void trim();  // frees every cached block
   std::size_t in_use() const { return in_use_; }
+  std::size_t cached() const;  // bytes of freed blocks kept for reuse
 
  private:
   std::multimap<std::size_t, void*> free_;
   std::size_t in_use_ = 0;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
 };
 
 // An RAII device buffer from a pool (or hipMalloc directly when pool is null).

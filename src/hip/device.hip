@@ -140,6 +140,12 @@ void DevicePool::put(void* p, std::size_t bytes) {
   free_.emplace(bytes, p);
   in_use_ -= bytes;
 }
+std::size_t DevicePool::cached() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t n = 0;
+  for (const auto& [bytes, p] : free_) n += bytes;
+  return n;
+}
 void DevicePool::trim() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [n, p] : free_) device_free(p);

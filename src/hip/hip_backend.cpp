@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -40,6 +41,8 @@ HipBackend::HipBackend(Policy policy, std::uint64_t run_seed)
   }
   const char* e = std::getenv("TDIFF_HIP_SYNC");
   sync_each_ = e && *e && std::string(e) != "0";
+  const char* m = std::getenv("TDIFF_HIP_MEMLOG");
+  memlog_ = m && *m && std::string(m) != "0";
   matrix_cores_ = has_matrix_cores(info_.arch);  // set_matrix_cores(false): the vector ALU
 }
 
@@ -346,7 +349,23 @@ std::vector<Tensor> HipBackend::run(const Stage& s, const std::vector<const Tens
     timing_events_.push_back({s.name, {t0, t1}});
   }
   if (sync_each_) sync_all("after the stage");
+  if (memlog_) log_memory(s.name);
   return out;
+}
+
+void HipBackend::log_memory(const std::string& stage) const {
+  std::size_t live = 0;
+  for (const auto& [key, t] : dev_) live += static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype);
+  std::size_t kept = 0;
+  for (const auto& [key, p] : partials_) kept += p.buf ? p.buf->bytes() : 0;
+  const double gb = 1e-9;
+  std::fprintf(stderr,
+               "hip memory after %s: pool %.2f GB in use + %.2f GB cached; %zu live outputs %.2f GB; %zu host copies "
+               "pending; weights %.2f GB; kept partials %.2f GB; device free %.2f GB\n",
+               stage.c_str(), static_cast<double>(pool_.in_use()) * gb, static_cast<double>(pool_.cached()) * gb,
+               dev_.size(), static_cast<double>(live) * gb, pending_.size(),
+               weights_ ? static_cast<double>(weights_->bytes()) * gb : 0.0, static_cast<double>(kept) * gb,
+               static_cast<double>(device_free_bytes()) * gb);
 }
 
 }  // namespace tdiff::hip

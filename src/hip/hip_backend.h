@@ -172,6 +172,8 @@ class HipBackend final : public Backend {
   bool snapshot_keep_ = false;
   Stream compare_ = nullptr;  // the snapshot's copies and comparisons (made with the first)
   bool timing_ = false, sync_each_ = false, matrix_cores_ = false;
+  bool memlog_ = false;  // TDIFF_HIP_MEMLOG=1: the device memory after every stage, on stderr
+  void log_memory(const std::string& stage) const;
   int logit_blocks_ = 4;
   int copy_streams_ = 2;
   std::size_t captured_bytes_ = 0;
