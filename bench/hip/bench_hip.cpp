@@ -7,10 +7,14 @@
 //   bench_hip CASE [--model DIR] [--policy fixed] [--set PATTERN:knob=value ...] [--runs 3] [--logit-blocks 4] [--copy-streams 2]
 //             [-o bench_hip.json]
 //   --hip-gemm vector: every GEMM on the vector ALU (emu's sums), as `tdiff run --hip-gemm`.
+//   --untapped-only: only the untapped forwards (warm-up and --runs of them), nothing kept or
+//   copied: a model whose captured outputs or kept run would not fit the device (43 layers at
+//   4096 tokens), for the resident-against-streamed comparison.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,6 +35,34 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// --untapped-only: the warm-up and `runs` forwards with no output copied, their times printed
+// in the full run's words and written to `out`.
+int untapped_only(CaseSession& session, hip::HipBackend& hip_b, const std::function<double(bool)>& run_once, int runs,
+                  const std::string& case_path, const std::string& policy_label, const std::string& out) {
+  const double warm = run_once(false);
+  std::vector<double> none;
+  for (int r = 0; r < runs; ++r) none.push_back(run_once(false));
+  const auto env = hip_b.environment();
+  std::printf("%s on %s (%s), %lld x %lld tokens, policy %s\n", case_path.c_str(), hip_b.device().name.c_str(),
+              hip_b.device().arch.c_str(), static_cast<long long>(session.info.batch.rows()),
+              static_cast<long long>(session.info.batch.seq()), policy_label.c_str());
+  std::printf("GEMMs: %s\n", env.at("gpu_gemm").c_str());
+  std::printf("warm-up (weights upload + quantization): %.1f ms\n", warm);
+  std::printf("prefill, no stage tapped:                                 %.2f ms (median of %d)\n", median(none), runs);
+  if (env.count("gpu_weights")) std::printf("weights: %s\n", env.at("gpu_weights").c_str());
+  nlohmann::json j;
+  j["case"] = case_path;
+  j["device"] = hip_b.device().name;
+  j["policy"] = policy_label;
+  j["gemm"] = env.at("gpu_gemm");
+  j["weights"] = env.count("gpu_weights") ? env.at("gpu_weights") : "";
+  j["tokens"] = session.info.batch.rows() * session.info.batch.seq();
+  j["warmup_ms"] = warm;
+  j["prefill_untapped_ms"] = none;
+  std::ofstream(out) << j.dump(1) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -38,6 +70,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> sets;
   std::string hip_gemm = "matrix";
   int logit_blocks = 4, copy_streams = 2;
+  bool forward_only = false;
   int runs = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -72,10 +105,11 @@ int main(int argc, char** argv) {
     else if (a == "--logit-blocks") logit_blocks = integer(1, 64);
     else if (a == "--copy-streams") copy_streams = integer(1, 2);
     else if (a == "-o") out = next();
+    else if (a == "--untapped-only") forward_only = true;
     else case_path = a;
   }
   if (case_path.empty()) {
-    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--set SPEC ...] [--hip-gemm matrix|vector] [--runs 3] [--logit-blocks 4] [--copy-streams 2] [-o out.json]\n");
+    std::fprintf(stderr, "usage: bench_hip CASE [--model DIR] [--policy fixed] [--set SPEC ...] [--hip-gemm matrix|vector] [--runs 3] [--logit-blocks 4] [--copy-streams 2] [--untapped-only] [-o out.json]\n");
     return 2;
   }
   try {
@@ -101,6 +135,7 @@ int main(int argc, char** argv) {
       execute(session.stages, [&](const Stage&) -> Backend& { return hip_b; }, ctx, env);
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     };
+    if (forward_only) return untapped_only(session, hip_b, run_once, runs, case_path, policy_label, out);
     const std::size_t bytes0 = hip_b.captured_bytes();
     const double warm = run_once(true);  // uploads the weights, fills the device and pinned pools
     const double captured_gb = static_cast<double>(hip_b.captured_bytes() - bytes0) / 1e9;  // one tapped run

@@ -59,6 +59,8 @@ void event_destroy(Event e);
 void event_record(Event e, Stream s);
 void stream_wait(Stream s, Event e);
 void event_sync(Event e);
+// Whether the work recorded before e has finished (hipEventQuery); DeviceError on a fault.
+bool event_done(Event e);
 float event_ms(Event a, Event b);
 void device_sync();
 

@@ -91,6 +91,12 @@ void event_destroy(Event e) { (void)hipEventDestroy(E(e)); }
 void event_record(Event e, Stream s) { check(hipEventRecord(E(e), S(s)), "hipEventRecord"); }
 void stream_wait(Stream s, Event e) { check(hipStreamWaitEvent(S(s), E(e), 0), "hipStreamWaitEvent"); }
 void event_sync(Event e) { check(hipEventSynchronize(E(e)), "kernel fault"); }
+bool event_done(Event e) {
+  const hipError_t r = hipEventQuery(E(e));
+  if (r == hipErrorNotReady) return false;
+  check(r, "kernel fault");
+  return true;
+}
 float event_ms(Event a, Event b) {
   float ms = 0;
   check(hipEventElapsedTime(&ms, E(a), E(b)), "hipEventElapsedTime");

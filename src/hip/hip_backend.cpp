@@ -256,6 +256,12 @@ void HipBackend::early_copy(EarlyCopy& c, const float* d_src, std::int64_t offse
 }
 
 // Registers an output on the device and starts its host copy (float64 for float tensors).
+void HipBackend::reclaim_copies() {
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [](const Pending& p) { return p.done && event_done(p.done); }),
+                 pending_.end());
+}
+
 Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t, const EarlyCopy* early) {
   const std::string key = s.name + "/" + s.outputs[k];
   Tensor host;
@@ -296,6 +302,9 @@ Tensor HipBackend::publish(const Stage& s, std::size_t k, DevTensor t, const Ear
       host = Tensor::view(dt, t.shape, mem.get(), mem);
       copy_to_host(mem.get(), t.buf->get(), bytes, copy);
     }
+    p.done = next_event();
+    event_record(p.done, copy);
+    reclaim_copies();
     pending_.push_back(std::move(p));
   }
   t.host = host;

@@ -108,7 +108,12 @@ class HipBackend final : public Backend {
   struct Pending {  // a host copy in flight; both kept alive until it is done
     std::shared_ptr<DeviceBuffer> src;
     std::shared_ptr<DeviceBuffer> packed;  // 16-bit patterns of src (16-bit outputs)
+    Event done = nullptr;                  // recorded after the copy (null: kept until finish())
   };
+  // Drops the pending copies that have reached the host, freeing their device buffers: a
+  // forward that nothing flushes (no hooks: bench_hip) would otherwise hold every captured
+  // output on the device until finish().
+  void reclaim_copies();
   friend class StageCall;  // the handlers' view of one stage
 
   const DevTensor& input(const std::string& key, const Tensor* host);

@@ -45,6 +45,7 @@ using hipEvent_t = cudaEvent_t;
 using hipDeviceProp_t = cudaDeviceProp;
 inline constexpr hipError_t hipSuccess = cudaSuccess;
 inline constexpr hipError_t hipErrorMemoryAllocation = cudaErrorMemoryAllocation;
+inline constexpr hipError_t hipErrorNotReady = cudaErrorNotReady;
 inline constexpr auto hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
 inline constexpr auto hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 inline constexpr auto hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;
@@ -87,6 +88,7 @@ inline constexpr unsigned hipEventDisableTiming = cudaEventDisableTiming;
 #define hipEventDestroy cudaEventDestroy
 #define hipEventRecord cudaEventRecord
 #define hipEventSynchronize cudaEventSynchronize
+#define hipEventQuery cudaEventQuery
 #define hipEventElapsedTime cudaEventElapsedTime
 
 // Lanes of one wavefront/warp, known at compile time on both sides of the build.

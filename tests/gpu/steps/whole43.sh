@@ -10,7 +10,8 @@
 #           (W43_STAGES; the inner stages would be recomputed on the host, about as long as
 #           golden), recorded in the case's run history under the label W43_LABEL (fixed);
 #           the error over depth is in the report (report.json's error_over_depth);
-#   bench   bench_hip resident, then with the weights streamed layer by layer
+#   bench   bench_hip --untapped-only (a tapped run's outputs would not fit the host: about 150 GB
+#           at 43 layers) resident, then with the weights streamed layer by layer
 #           (TDIFF_HIP_WEIGHT_GB=${W43_STREAM_GB:-4}): the slowdown of streaming, W43_RUNS (3)
 #           timed forwards each.
 # W43_PARTS ("golden run bench") picks the parts after the case; W43_LAYERS (all) synthesises
@@ -53,8 +54,9 @@ print("; ".join("L%02d %.3g (x%s)" % (r["layer"], r["rel_l2"], "-" if r["growth"
 PY
 fi
 if w43_part bench && ! skipping w43-bench SKIP_HIP && fits w43-bench 120; then
-  expect w43-bench-resident 0 timeout "$(left)" bench_hip "$case" --runs "${W43_RUNS:-3}" -o "$OUT/bench_hip_w43.json"
-  expect w43-bench-streamed 0 env TDIFF_HIP_WEIGHT_GB="${W43_STREAM_GB:-4}" timeout "$(left)" bench_hip "$case" --runs "${W43_RUNS:-3}" \
+  expect w43-bench-resident 0 timeout "$(left)" bench_hip "$case" --untapped-only --runs "${W43_RUNS:-3}" \
+    -o "$OUT/bench_hip_w43.json"
+  expect w43-bench-streamed 0 env TDIFF_HIP_WEIGHT_GB="${W43_STREAM_GB:-4}" timeout "$(left)" bench_hip "$case" --untapped-only --runs "${W43_RUNS:-3}" \
     -o "$OUT/bench_hip_w43_streamed.json"
   for kind in resident streamed; do
     note "w43-bench $kind: untapped $(sed -n 's/^prefill, no stage tapped: *//p' "$OUT/w43-bench-$kind.log"); $(
