@@ -338,6 +338,10 @@ std::vector<Tensor> HipBackend::run(const Stage& s, const std::vector<const Tens
   std::vector<Tensor> out;
   try {
     if (policy_.split().active()) check_split(policy_.split(), ctx.config);  // a model the split cannot divide
+    // The ranks' GEMMs read float32 weight slices; on the matrix cores that path is not built.
+    if (policy_.split().tp > 1 && matrix_cores_)
+      throw InputError(fmt::format("hip: --tp {} runs on the vector ALU only: add --hip-gemm vector",
+                                   policy_.split().tp));
     StageCall call(*this, s, in, ctx);
     out = handlers().run(s, call);
     if (out.size() != s.outputs.size())
