@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
@@ -38,9 +39,8 @@ namespace {
 
 using Outputs = std::map<std::string, Tensor>;
 
-// Every output of a run; with `reference`, every third stage runs there instead (a mixed run
-// as the bisector makes: the candidate uploads the reference's tensors and vice versa).
-Outputs run_all(CaseSession& session, Backend& backend, Backend* reference = nullptr) {
+// Every output of a run, each stage on the backend `backend_for` names.
+Outputs run_on(CaseSession& session, const std::function<Backend&(const Stage&)>& backend_for) {
   RunContext ctx = session.context();
   TensorMap env;
   put_inputs(session.info.batch, env);
@@ -51,10 +51,16 @@ Outputs run_all(CaseSession& session, Backend& backend, Backend* reference = nul
     for (std::size_t k = 0; k < o.size(); ++k)
       out[s.name + "/" + s.outputs[k]] = is_float(o[k].dtype()) ? o[k].to(DType::f64) : o[k].clone();
   };
-  execute(session.stages, [&](const Stage& s) -> Backend& {
-    return reference && (&s - session.stages.data()) % 3 == 1 ? *reference : backend;
-  }, ctx, env, hooks);
+  execute(session.stages, backend_for, ctx, env, hooks);
   return out;
+}
+
+// Every output of a run; with `reference`, every third stage runs there instead (a mixed run
+// as the bisector makes: the candidate uploads the reference's tensors and vice versa).
+Outputs run_all(CaseSession& session, Backend& backend, Backend* reference = nullptr) {
+  return run_on(session, [&](const Stage& s) -> Backend& {
+    return reference && (&s - session.stages.data()) % 3 == 1 ? *reference : backend;
+  });
 }
 
 // Every stage's own outputs of a run with the selections replayed (tdiff run's default):
@@ -229,18 +235,7 @@ std::size_t count_differing(const Outputs& a, const Outputs& b, const std::strin
 // rest on `reference`: the candidate's stages read the reference's tensors, so two candidates
 // are compared on identical inputs.
 Outputs run_classes(CaseSession& session, Backend& backend, Backend& reference, const std::set<std::string>& on_candidate) {
-  RunContext ctx = session.context();
-  TensorMap env;
-  put_inputs(session.info.batch, env);
-  Outputs out;
-  ExecutorHooks hooks;
-  hooks.on_stage = [&](const Stage& s, std::size_t, const std::vector<Tensor>& o) {
-    for (std::size_t k = 0; k < o.size(); ++k)
-      out[s.name + "/" + s.outputs[k]] = is_float(o[k].dtype()) ? o[k].to(DType::f64) : o[k].clone();
-  };
-  execute(session.stages, [&](const Stage& s) -> Backend& { return on_candidate.count(s.op_class) ? backend : reference; },
-          ctx, env, hooks);
-  return out;
+  return run_on(session, [&](const Stage& s) -> Backend& { return on_candidate.count(s.op_class) ? backend : reference; });
 }
 
 // A split simulated on one device (hip/collective.h): the split stages (attn.o_b, the MoE
