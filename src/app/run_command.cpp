@@ -361,6 +361,10 @@ static int run_backend(RunCmd c) {
   mo.replay_selections = c.selections == "replay";
   mo.follow_selections = true;  // free: judged on its own path
   mo.progress = [&](const Stage& s, std::size_t i) { progress.step(i + 1, s.name); };
+  mo.as_prefill = c.as_prefill;
+  const Schedule& schedule = session.info.schedule;
+  Progress steps(fmt::format("run {} step", c.cand.backend), schedule.steps(session.info.batch.seq()).size());
+  mo.on_step = [&](std::size_t j, std::size_t) { steps.step(j + 1, "against the cache"); };
   RunContext ctx = session.context();
   const std::vector<bool> all(session.stages.size(), true);
   MixedRunResult r = run_mixed(session, *candidate, reference, all, ctx, mo);

@@ -26,6 +26,7 @@ struct RunCmd {
   ReportOptions report;
   WeightCheckOptions weights;
   HistoryOptions history;  // --history, --label, --no-record
+  bool as_prefill = false;  // a generation case as one prefill, not in its steps against a cache
   int timed = 0;           // --timed N: forwards timed after the compared run (exec/timed_forward.h)
   // emu in the candidate's formats beside the run (exec/measured_floor.h): "on" or "off".
   std::string measured_floor = "on";

@@ -24,6 +24,10 @@ struct RunContext {
   WeightStore& weights;
   const Batch& batch;
   TieRule tie_rule = TieRule::lowest_index;
+  // The index of the first compressed entry an entries-layout input holds: 0 in a prefill; in
+  // a generation step (exec/step_run.h) the entries the cache had before it, so that
+  // entry_rope rotates each new entry at its own w·m.
+  std::int64_t first_entry = 0;
 };
 
 class Policy;
@@ -49,6 +53,10 @@ class Backend {
   // Before a mixed run (exec/mixed_run.h): which stages of the model it runs on this backend.
   // An engine run as a process (exec/engine_backend.h) runs once per such assignment.
   virtual void assign(const std::vector<bool>& on_candidate) {}
+  // Whether the backend runs a generation step (exec/step_run.h): a step's queries against
+  // the cache's keys (attention's Sk ≠ S) and RunContext::first_entry. Others run a
+  // generation case as one prefill.
+  virtual bool runs_steps() const { return false; }
   // Facts about the device for the run's environment record (GPU name and arch, driver and
   // runtime versions, ...); empty for CPU backends.
   virtual std::map<std::string, std::string> environment() const { return {}; }

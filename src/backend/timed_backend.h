@@ -24,6 +24,7 @@ class TimedBackend final : public Backend {
   void release(const std::string& key) override { b_.release(key); }
   std::map<std::string, std::string> environment() const override { return b_.environment(); }
   const Policy* policy() const override { return b_.policy(); }
+  bool runs_steps() const override { return b_.runs_steps(); }
 
  private:
   Backend& b_;

@@ -60,6 +60,10 @@ void setup_run(CLI::App& app) {
       dump->excludes(o);
       if (o != selections) engine->excludes(o);
     }
+  cmd->add_flag("--as-prefill", c->as_prefill,
+                "a generation case (case new --decode) as one prefill of the whole sequence; without it emu and refcpu "
+                "run its schedule, the prompt's chunks and then one decode step per token, against a cache laid out as "
+                "engines lay it out (docs/guide/generation.md)");
   cmd->add_option("--measured-floor", c->measured_floor,
                   "on: also run emu in the candidate's storage and stream formats (every other knob correct) and hold "
                   "each tensor to both rules, the a-priori expected error and the ratio to that floor (a dump: with "

@@ -14,6 +14,7 @@
 #include "casefile/reference_store.h"
 #include "diff/expected.h"
 #include "diff/selection_scores.h"
+#include "diff/step_errors.h"
 
 namespace tdiff {
 
@@ -147,6 +148,7 @@ TensorDiff diff_tensor(const std::string& key, const Tensor& ref, const Tensor& 
     d.logits = logits_metrics(ref, cand, opt.metrics);
     if (!opt.generation_rows.empty() && ref.rank() == 3) d.tokens = token_steps(ref, cand, opt.generation_rows);
   }
+  if (floats) d.step_rel_l2 = step_rel_l2(ref, cand, opt.steps);
   return d;
 }
 

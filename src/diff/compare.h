@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/schedule.h"
 #include "model/stage_names.h"
 #include "base/tensor.h"
 #include "diff/conditioned_error.h"
@@ -66,6 +67,9 @@ struct TensorDiff {
   // A generation case's logits: the token each predicting row picks (diff/token_verdicts.h),
   // classified by judge().
   std::optional<TokenSteps> tokens;
+  // A generation run in steps (CompareOptions::steps): a float tensor with a token axis
+  // ([B, S, ...]) has its rel_l2 over each step's positions (diff/step_errors.h); else empty.
+  std::vector<double> step_rel_l2;
 
   std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }
 };
@@ -87,6 +91,8 @@ struct CompareResult {
   // A free-running candidate's tokens that followed their own selection (diff/divergence.h);
   // null: selections replayed or isolated, nothing tracked.
   std::shared_ptr<const DivergedTokens> divergence;
+  // The steps of a generation run against a cache (exec/step_run.h); empty: one prefill.
+  std::vector<ScheduleStep> steps;
 };
 
 struct CompareOptions {
@@ -106,6 +112,9 @@ struct CompareOptions {
   // A generation case (model/schedule.h): the positions whose logits predict a generated
   // token; each logits tensor gets token verdicts there. Empty: a prefill case.
   std::vector<std::int64_t> generation_rows;
+  // A generation case run in its steps: each float tensor with a token axis gets its error
+  // per step (TensorDiff::step_rel_l2). Empty: none.
+  std::vector<ScheduleStep> steps;
 };
 
 // "L03.attn.core/o" -> {"L03.attn.core", "o"}; a key without '/' is a stage of its own.

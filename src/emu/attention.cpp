@@ -21,12 +21,12 @@ AttentionSpec attention_spec(const Numerics& num, std::int64_t head_dim) {
 }
 
 void flash_attention_row(const float* q, const float* kv, const std::uint8_t* win, const float* C,
-                         const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t H, std::int64_t d,
-                         const float* sinks, const Numerics& num, float* o) {
+                         const std::uint8_t* cmask, std::int64_t S, std::int64_t Sk, std::int64_t n, std::int64_t H,
+                         std::int64_t d, const float* sinks, const Numerics& num, float* o) {
   namespace osm = online_softmax;
   const AttentionSpec a = attention_spec(num, d);
-  const std::int64_t total = S + n;
-  auto key = [&](std::int64_t j) { return j < S ? kv + j * d : C + (j - S) * d; };
+  const std::int64_t total = Sk + n;
+  auto key = [&](std::int64_t j) { return j < Sk ? kv + j * d : C + (j - Sk) * d; };
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < S; ++i) {
     std::vector<float> s(static_cast<std::size_t>(kKvBlock)), p(s.size()), acc(static_cast<std::size_t>(d));
@@ -40,7 +40,7 @@ void flash_attention_row(const float* q, const float* kv, const std::uint8_t* wi
         const std::int64_t j1 = std::min(total, j0 + kKvBlock);
         bool any = false;
         for (std::int64_t j = j0; j < j1; ++j) {
-          vis[static_cast<std::size_t>(j - j0)] = j < S ? win[i * S + j] != 0 : cmask[i * n + (j - S)] != 0;
+          vis[static_cast<std::size_t>(j - j0)] = j < Sk ? win[i * Sk + j] != 0 : cmask[i * n + (j - Sk)] != 0;
           any = any || vis[static_cast<std::size_t>(j - j0)];
         }
         // A −∞ kernel skips a block this query sees nothing of (block sparsity); an additive
@@ -89,10 +89,11 @@ void flash_attention_row(const float* q, const float* kv, const std::uint8_t* wi
 
 namespace {
 
-// q [B,S,H,d], kv [B,S,d], win [B,S,S] (u8) and, on compressed layers, C [B,n,d] and
+// q [B,S,H,d], kv [B,Sk,d], win [B,S,Sk] (u8) and, on compressed layers, C [B,n,d] and
 // cmask [B,S,n]; the sinks are the stage's weight. Inputs read as MMA operands of storage.
+// Sk = S in a prefill; a generation step's keys are the cache's window in slot order.
 std::vector<Tensor> run_attention(StageCall& k) {
-  const auto H = k.c.num_attention_heads, d = k.c.head_dim, B = k.B, S = k.S;
+  const auto H = k.c.num_attention_heads, d = k.c.head_dim, B = k.B, S = k.S, Sk = k.in[1]->dim(1);
   const bool compressed = k.in.size() > 3;
   const auto n = compressed ? k.in[3]->dim(1) : 0;
   auto q = k.load(0, k.st), kv = k.load(1, k.st);
@@ -102,9 +103,9 @@ std::vector<Tensor> run_attention(StageCall& k) {
   auto sinks = to_float(k.weight(0));
   std::vector<float> o(static_cast<std::size_t>(B * S * H * d));
   for (std::int64_t b = 0; b < B; ++b)
-    flash_attention_row(q.data() + b * S * H * d, kv.data() + b * S * d, k.in[2]->data<std::uint8_t>() + b * S * S,
+    flash_attention_row(q.data() + b * S * H * d, kv.data() + b * Sk * d, k.in[2]->data<std::uint8_t>() + b * S * Sk,
                         compressed ? C.data() + b * n * d : nullptr,
-                        compressed ? k.in[4]->data<std::uint8_t>() + b * S * n : nullptr, S, n, H, d, sinks.data(), k.num,
+                        compressed ? k.in[4]->data<std::uint8_t>() + b * S * n : nullptr, S, Sk, n, H, d, sinks.data(), k.num,
                         o.data() + b * S * H * d);
   return {store(o, {B, S, H, d})};
 }

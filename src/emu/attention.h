@@ -29,10 +29,12 @@ struct AttentionSpec {
 };
 AttentionSpec attention_spec(const Numerics& num, std::int64_t head_dim);
 
-// One batch row. q [S,H,d], kv [S,d], win [S,S], C [n,d], cmask [S,n] (null when n = 0),
-// sinks [H]; inputs already as MMA operands (storage format, mfma_operand). o [S,H,d] in the storage format.
+// One batch row. q [S,H,d], kv [Sk,d], win [S,Sk], C [n,d], cmask [S,n] (null when n = 0),
+// sinks [H]; inputs already as MMA operands (storage format, mfma_operand). o [S,H,d] in the
+// storage format. Keys are summed in their order, blocks of kKvBlock: raw keys, then entries.
+// A prefill has Sk = S; a generation step its new queries over the cache's window.
 void flash_attention_row(const float* q, const float* kv, const std::uint8_t* win, const float* C,
-                         const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t H, std::int64_t d,
-                         const float* sinks, const Numerics& num, float* o);
+                         const std::uint8_t* cmask, std::int64_t S, std::int64_t Sk, std::int64_t n, std::int64_t H,
+                         std::int64_t d, const float* sinks, const Numerics& num, float* o);
 
 }  // namespace tdiff::emu

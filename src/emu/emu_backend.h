@@ -28,6 +28,7 @@ class EmuBackend final : public Backend {
   std::string name() const override { return "emu"; }
   bool implements(OpKind kind) const override;
   const Policy* policy() const override { return &policy_; }
+  bool runs_steps() const override { return true; }
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
 
   // A split's rank partials of one stage output, which a later stage reduces (moe.out under

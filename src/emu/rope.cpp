@@ -102,7 +102,7 @@ std::vector<Tensor> run_entry_rope(StageCall& k) {
   const RopeSpec spec = rope_spec(k.num);
   const auto n = x.dim(1), half = k.c.rope_dim / 2, B = k.B;
   std::vector<std::int64_t> positions(static_cast<std::size_t>(n)), row(static_cast<std::size_t>(B * n));
-  for (std::int64_t w = 0; w < n; ++w) positions[static_cast<std::size_t>(w)] = w * k.s.rate;
+  for (std::int64_t w = 0; w < n; ++w) positions[static_cast<std::size_t>(w)] = (k.ctx.first_entry + w) * k.s.rate;
   for (std::int64_t r = 0; r < B * n; ++r) row[static_cast<std::size_t>(r)] = r % n;
   std::vector<float> cs(static_cast<std::size_t>(n * half)), sn(cs.size()), y(static_cast<std::size_t>(x.numel()));
   rope_tables(rope_frequencies(k.c.rope_compress, k.c.rope_dim), positions.data(), n, spec.angle, cs.data(), sn.data());

@@ -14,6 +14,7 @@
 #include "diff/selection_scores.h"
 #include "exec/followed_reference.h"
 #include "exec/stage_cache.h"
+#include "exec/step_run.h"
 #include "model/pattern.h"
 #include "numerics/policy.h"
 
@@ -25,7 +26,7 @@ namespace {
 class MixedRun {
  public:
   MixedRun(CaseSession& session, Backend& candidate, const std::vector<bool>& on_candidate, RunContext& ctx,
-           const MixedRunOptions& opt)
+           const MixedRunOptions& opt, bool stepped)
       : session_(session), candidate_(candidate), on_candidate_(on_candidate), opt_(opt),
         refs_(session.reference()), from_cache_(session.stages.size(), false) {
     const auto& stages = session.stages;
@@ -36,6 +37,7 @@ class MixedRun {
     rule_.opt.replayed_selections = opt.replay_selections;
     rule_.opt.contract = &session.contract();
     rule_.opt.generation_rows = session.info.schedule.predicting_rows(session.info.batch.seq());
+    if (stepped) rule_.opt.steps = result_.diff.steps = session.info.schedule.steps(session.info.batch.seq());
     rule_.weights = &ctx.weights;
     rule_.times = &result_.times;
     result_.diff.label_ref = session.path + ":/reference";
@@ -178,7 +180,9 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
                          const std::vector<bool>& on_candidate, RunContext& ctx, const MixedRunOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   candidate.assign(on_candidate);
-  MixedRun run(session, candidate, on_candidate, ctx, opt);
+  const Schedule& schedule = session.info.schedule;
+  const bool stepped = schedule.generation() && !opt.as_prefill && candidate.runs_steps() && reference.runs_steps();
+  MixedRun run(session, candidate, on_candidate, ctx, opt, stepped);
   MixedRunResult& result = run.result();
   PhaseTimes& times = result.times;
   TensorMap env;
@@ -187,9 +191,19 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
   const std::vector<Stage> head(stages.begin(), stages.begin() + static_cast<std::ptrdiff_t>(std::min(opt.end, stages.size())));
   TimedBackend timed_cand(candidate, times, kPhaseCandidate, kPhaseFinish),
       timed_ref(reference, times, opt.rest_phase ? opt.rest_phase : kPhaseReference, kPhaseFinish);
-  execute(head, [&](const Stage& s) -> Backend& {
+  const std::function<Backend&(const Stage&)> backend_for = [&](const Stage& s) -> Backend& {
     return on_candidate[static_cast<std::size_t>(&s - head.data())] ? static_cast<Backend&>(timed_cand) : timed_ref;
-  }, ctx, env, run.hooks());
+  };
+  if (stepped) {
+    execute_steps(head, schedule, backend_for, ctx, run.hooks(), [&](const ScheduleStep&, std::size_t j, std::size_t n) {
+      if (opt.on_step) opt.on_step(j, n);
+    });
+    result.steps = schedule.steps(session.info.batch.seq()).size();
+    result.diff.label_cand += fmt::format(", {} generation steps against its cache", result.steps);
+  } else {
+    if (schedule.generation()) result.diff.label_cand += ", the schedule run as one prefill";
+    execute(head, backend_for, ctx, env, run.hooks());
+  }
   if (result.replayed) result.diff.label_cand += ", selections replayed from the reference";
   // What the candidate's formats explain, for the tolerance rule (the reference has no policy).
   if (const Policy* policy = candidate.policy()) {

@@ -44,7 +44,12 @@ struct MixedRunOptions {
   // The phase the stages off the candidate count under (kPhaseReference; a bisect with the
   // floor after its splits: kPhaseFloor).
   const char* rest_phase = nullptr;
+  // A generation case runs in its schedule's steps against a cache (exec/step_run.h) when
+  // every backend of the run runs steps; `as_prefill` runs it as one prefill instead.
+  bool as_prefill = false;
   std::function<void(const Stage&, std::size_t index)> progress;
+  // Generation steps as they end (step index, step count).
+  std::function<void(std::size_t step, std::size_t steps)> on_step;
   // Every stage's outputs, for callers that keep or store them.
   std::function<void(const Stage&, const std::vector<Tensor>&)> on_outputs;
 };
@@ -56,6 +61,7 @@ struct MixedRunResult {
   std::size_t cached = 0;  // stages taken from MixedRunOptions::cache
   std::size_t replayed = 0;                // selection stages given the reference's choices
   std::vector<std::string> not_replayed;   // selection stages replay skipped: no stored reference
+  std::size_t steps = 0;  // generation steps run against the cache (0: one prefill)
   double seconds = 0;
   // Where the seconds went (kMixedRunPhases; base/timing.h), for `tdiff run`'s and bisect's
   // timing lines.

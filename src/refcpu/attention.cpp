@@ -39,8 +39,8 @@ void attention_probs(const double* q_i, const double* keys, std::int64_t nk, std
 }
 
 void attention_row(const double* q, const double* kv, const std::uint8_t* win, const double* C,
-                   const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t H, std::int64_t d,
-                   const double* sinks, double* o) {
+                   const std::uint8_t* cmask, std::int64_t S, std::int64_t Sk, std::int64_t n, std::int64_t H,
+                   std::int64_t d, const double* sinks, double* o) {
   // Per query token, two DGEMMs over its own visible keys (all heads at once): the shapes
   // depend only on that token, so its bits do not depend on the thread count or the padding.
 #pragma omp parallel
@@ -48,7 +48,7 @@ void attention_row(const double* q, const double* kv, const std::uint8_t* win, c
     std::vector<double> keys, logits, probs;
 #pragma omp for schedule(dynamic, 16)
     for (std::int64_t i = 0; i < S; ++i) {
-      const std::int64_t nk = gather_keys(i, kv, win, C, cmask, S, n, d, keys);
+      const std::int64_t nk = gather_keys(i, kv, win, C, cmask, Sk, n, d, keys);
       double* oi = o + i * H * d;
       if (nk == 0) {  // only the sink: o = 0
         std::fill_n(oi, H * d, 0.0);
@@ -68,17 +68,18 @@ namespace tdiff::refcpu {
 
 namespace {
 
-// q [B, S, H, d], kv [B, S, d], window mask [B, S, S] (, C [B, n, d], cmp mask [B, S, n]),
-// the sinks as weight 0 -> o [B, S, H, d], one batch row at a time.
+// q [B, S, H, d], kv [B, Sk, d], window mask [B, S, Sk] (, C [B, n, d], cmp mask [B, S, n]),
+// the sinks as weight 0 -> o [B, S, H, d], one batch row at a time. Sk = S in a prefill; a
+// generation step's keys are the cache's window (exec/generation_cache.h).
 std::vector<Tensor> run_attention(StageCall& r) {
-  const std::int64_t S = r.S;
+  const std::int64_t S = r.S, Sk = r.in[1]->dim(1);
   const auto H = r.c.num_attention_heads, d = r.c.head_dim;
   Tensor o(DType::f64, {r.B, S, H, d});
   const bool compressed = r.in.size() > 3;
   const auto n = compressed ? r.in[3]->dim(1) : 0;
   for (std::int64_t b = 0; b < r.B; ++b)
-    attention_row(r.f64(0) + b * S * H * d, r.f64(1) + b * S * d, r.u8(2) + b * S * S,
-                  compressed ? r.f64(3) + b * n * d : nullptr, compressed ? r.u8(4) + b * S * n : nullptr, S, n, H, d,
+    attention_row(r.f64(0) + b * S * H * d, r.f64(1) + b * Sk * d, r.u8(2) + b * S * Sk,
+                  compressed ? r.f64(3) + b * n * d : nullptr, compressed ? r.u8(4) + b * S * n : nullptr, S, Sk, n, H, d,
                   r.weight(0).data<double>(), o.data<double>() + b * S * H * d);
   return {o};
 }

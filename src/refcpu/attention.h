@@ -10,8 +10,9 @@
 
 namespace tdiff::refcpu {
 
-// The visible keys of query i in the order the core sums them (raw keys ascending, then
-// compressed entries ascending), copied into `keys` [nk, d]; returns nk. Arguments as below.
+// The visible keys of query i in the order the core sums them (raw keys in their order, then
+// compressed entries ascending), copied into `keys` [nk, d]; returns nk. S here is the key
+// count (Sk below).
 std::int64_t gather_keys(std::int64_t i, const double* kv, const std::uint8_t* win, const double* C,
                          const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t d,
                          std::vector<double>& keys);
@@ -21,10 +22,11 @@ std::int64_t gather_keys(std::int64_t i, const double* kv, const std::uint8_t* w
 void attention_probs(const double* q_i, const double* keys, std::int64_t nk, std::int64_t H, std::int64_t d,
                      const double* sinks, double* logits, double* probs, double* sink_p);
 
-// One batch row. q [S, H, d], kv [S, d], win [S, S] (u8), C [n, d] and cmask [S, n] (u8,
-// may be null when n = 0), sinks [H] -> o [S, H, d].
+// One batch row. q [S, H, d], kv [Sk, d], win [S, Sk] (u8), C [n, d] and cmask [S, n] (u8,
+// may be null when n = 0), sinks [H] -> o [S, H, d]. A prefill has Sk = S; a generation step
+// has its S new queries and the cache's Sk keys.
 void attention_row(const double* q, const double* kv, const std::uint8_t* win, const double* C,
-                   const std::uint8_t* cmask, std::int64_t S, std::int64_t n, std::int64_t H, std::int64_t d,
-                   const double* sinks, double* o);
+                   const std::uint8_t* cmask, std::int64_t S, std::int64_t Sk, std::int64_t n, std::int64_t H,
+                   std::int64_t d, const double* sinks, double* o);
 
 }  // namespace tdiff::refcpu

@@ -11,6 +11,7 @@ class RefCpuBackend final : public Backend {
   // The kinds the family files registered (refcpu/stage_call.h).
   bool implements(OpKind kind) const override;
   std::vector<Tensor> run(const Stage& stage, const std::vector<const Tensor*>& inputs, RunContext& ctx) override;
+  bool runs_steps() const override { return true; }
 };
 
 }  // namespace tdiff::refcpu

@@ -92,7 +92,7 @@ std::vector<Tensor> run_entry_rope(StageCall& r) {
   const Tensor& x = *r.in[0];
   const auto n = x.dim(1), B = r.B;
   std::vector<std::int64_t> positions(static_cast<std::size_t>(n)), table_row(static_cast<std::size_t>(B * n));
-  for (std::int64_t w = 0; w < n; ++w) positions[static_cast<std::size_t>(w)] = w * r.s.rate;
+  for (std::int64_t w = 0; w < n; ++w) positions[static_cast<std::size_t>(w)] = (r.ctx.first_entry + w) * r.s.rate;
   for (std::int64_t i = 0; i < B * n; ++i) table_row[static_cast<std::size_t>(i)] = i % n;
   const auto half = r.c.rope_dim / 2;
   std::vector<double> cs(static_cast<std::size_t>(n * half)), sn(cs.size());

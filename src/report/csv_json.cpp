@@ -14,6 +14,7 @@
 #include "diff/divergence.h"
 #include "diff/location.h"
 #include "diff/metric_fields.h"
+#include "diff/step_errors.h"
 #include "report/report.h"
 #include "report/depth.h"
 #include "report/summary.h"
@@ -271,6 +272,11 @@ nlohmann::json row_json(const CompareResult& r, const TensorDiff& d) {
   if (d.routing) j["routing"] = fields_json(*d.routing, routing_metric_fields());
   if (d.systematic) j["systematic"] = systematic_json(d);
   if (d.diverged_rows) j["diverged"] = {{"rows", d.diverged_rows}, {"rel_l2", number(d.diverged_rel_l2)}};
+  if (!d.step_rel_l2.empty()) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const double e : d.step_rel_l2) steps.push_back(number(e));
+    j["step_rel_l2"] = steps;
+  }
   return j;
 }
 
@@ -350,6 +356,13 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
   }
   for (const auto& row : r.rows)
     if (row.tokens) j["token_verdicts"][row.key()] = token_json(*row.tokens);
+  if (!r.steps.empty()) {  // a generation run in steps: each step's span, and where a bound first broke
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& st : r.steps) steps.push_back({{"begin", st.begin}, {"end", st.end}, {"decode", st.decode}});
+    j["generation_steps"] = {{"steps", steps}, {"note", report::step_note(r)}};
+    if (const auto f = first_failing_step(r); f && f->fails)
+      j["generation_steps"]["first_failing"] = {{"step", f->step}, {"tensor", r.rows[f->row].key()}, {"ratio", number(f->ratio)}};
+  }
   if (!info.timing.empty()) {
     nlohmann::json t = nlohmann::json::object();  // phase -> seconds, to 0.1 ms
     for (const auto& [phase, sec] : info.timing) t[phase] = std::round(sec * 1e4) / 1e4;

@@ -8,6 +8,7 @@
 
 #include "diff/divergence.h"
 #include "diff/location.h"
+#include "diff/step_errors.h"
 
 namespace tdiff::report {
 
@@ -124,6 +125,21 @@ std::string verdict_line(const CompareResult& r) {
 
 std::string padding_note(const CompareResult& r) {
   return r.padding_tokens ? fmt::format(" ({} padding tokens left out)", r.padding_tokens) : "";
+}
+
+std::string step_note(const CompareResult& r) {
+  if (r.steps.empty()) return "";
+  const auto f = first_failing_step(r);
+  if (!f) return fmt::format("{} steps against the cache (no expected errors to hold each step to)", r.steps.size());
+  const ScheduleStep& st = r.steps[f->step];
+  const std::string where = st.decode ? fmt::format("decode, position {}", st.begin)
+                                      : fmt::format("prefill chunk, positions {}..{}", st.begin, st.end - 1);
+  const TensorDiff& d = r.rows[f->row];
+  if (f->fails)
+    return fmt::format("schedule step {}/{} ({}) first passes a FAIL bound, at {} ({}x its expected error, FAIL above {})",
+                       f->step + 1, r.steps.size(), where, d.key(), num(f->ratio, "{:.2f}"), num(d.thresholds.expected_fail));
+  return fmt::format("{} steps against the cache, none past its tensors' FAIL bound; the worst: schedule step {} ({}) at {} ({}x)",
+                     r.steps.size(), f->step + 1, where, d.key(), num(f->ratio, "{:.2f}"));
 }
 
 std::string divergence_note(const CompareResult& r) {

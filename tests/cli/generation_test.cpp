@@ -56,6 +56,42 @@ TEST_F(CliGeneration, ScheduledCaseIsJudgedTokenByToken) {
   EXPECT_NE(naive.out.find("tokens      17 steps x 2 rows:"), std::string::npos) << naive.out;
 }
 
+// emu runs the schedule in steps against its cache (exec/step_run.h); the step axis names
+// where a bound first broke; --as-prefill runs the whole sequence as one prefill instead.
+TEST_F(CliGeneration, StepsAgainstTheCacheHaveTheirOwnAxis) {
+  ASSERT_EQ(new_case("--decode 16 --prefill-chunks 5,3,16").code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("g.h5"))).code, 0);
+  const CliResult stepped = run(fmt::format("run '{}' --policy fixed --no-record -o '{}'", path("g.h5"), path("r")));
+  EXPECT_EQ(stepped.code, 0) << stepped.out << stepped.err;
+  EXPECT_NE(stepped.out.find("candidate emu, 19 generation steps against its cache"), std::string::npos) << stepped.out;
+  EXPECT_NE(stepped.out.find("steps       19 steps against the cache, none past its tensors' FAIL bound"),
+            std::string::npos) << stepped.out;
+  std::ifstream in(path("r/report.json"));
+  const auto j = nlohmann::json::parse(in);
+  const auto& steps = j.at("generation_steps").at("steps");
+  ASSERT_EQ(steps.size(), 19u);
+  EXPECT_EQ(steps[1].at("begin"), 5);
+  EXPECT_EQ(steps[1].at("end"), 8);
+  EXPECT_TRUE(steps[18].at("decode").get<bool>());
+  std::size_t with_steps = 0;
+  for (const auto& row : j.at("rows"))
+    if (row.contains("step_rel_l2")) {
+      ++with_steps;
+      EXPECT_EQ(row.at("step_rel_l2").size(), 19u) << row.at("stage");
+    }
+  EXPECT_GT(with_steps, 100u);
+
+  const CliResult naive = run(fmt::format("run '{}' --policy naive --no-reports --no-record", path("g.h5")));
+  EXPECT_EQ(naive.code, 1);
+  EXPECT_NE(naive.out.find("steps       schedule step 1/19 (prefill chunk, positions 0..4) first passes a FAIL bound"),
+            std::string::npos) << naive.out;
+
+  const CliResult whole = run(fmt::format("run '{}' --policy fixed --as-prefill --no-reports --no-record", path("g.h5")));
+  EXPECT_EQ(whole.code, 0) << whole.out;
+  EXPECT_NE(whole.out.find("candidate emu, the schedule run as one prefill"), std::string::npos) << whole.out;
+  EXPECT_EQ(whole.out.find("\nsteps "), std::string::npos) << whole.out;
+}
+
 // An engine's dump of a generation case (tap_emu: emu through the tap) gets the same token
 // verdicts; without a policy for its formats only exact ties are TIE-FLIPs, and the report says so.
 TEST_F(CliGeneration, AnEnginesDumpIsJudgedTokenByToken) {

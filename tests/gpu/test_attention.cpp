@@ -53,10 +53,10 @@ AttnResult run_attention(const Numerics& num, std::mt19937_64& rng, const AttnCa
   const auto qd = to_double(q), kvd = to_double(kv), Cd = to_double(C), sd = to_double(sinks);
   for (std::int64_t b = 0; b < c.B; ++b) {
     emu::flash_attention_row(q.data() + b * c.S * c.H * c.d, kv.data() + b * c.S * c.d, win.data() + b * c.S * c.S,
-                             C.data() + b * c.n * c.d, cmask.data() + b * c.S * c.n, c.S, c.n, c.H, c.d, sinks.data(),
+                             C.data() + b * c.n * c.d, cmask.data() + b * c.S * c.n, c.S, c.S, c.n, c.H, c.d, sinks.data(),
                              num, o_emu.data() + b * c.S * c.H * c.d);
     refcpu::attention_row(qd.data() + b * c.S * c.H * c.d, kvd.data() + b * c.S * c.d, win.data() + b * c.S * c.S,
-                          Cd.data() + b * c.n * c.d, cmask.data() + b * c.S * c.n, c.S, c.n, c.H, c.d, sd.data(),
+                          Cd.data() + b * c.n * c.d, cmask.data() + b * c.S * c.n, c.S, c.S, c.n, c.H, c.d, sd.data(),
                           o_ref.data() + b * c.S * c.H * c.d);
   }
 

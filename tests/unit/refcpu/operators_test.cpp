@@ -265,7 +265,7 @@ TEST(RefCpuOps, AttentionWithNoVisibleKeyGivesZeroAndProbabilitiesNeverExceedOne
   for (std::int64_t i = 1; i < S; ++i)
     for (std::int64_t j = 1; j <= i; ++j) win[i * S + j] = 1;  // query 0 sees nothing
   std::vector<double> sinks = {0.3, -1.2}, o(S * H * d);
-  attention_row(q.data(), kv.data(), win.data(), nullptr, nullptr, S, 0, H, d, sinks.data(), o.data());
+  attention_row(q.data(), kv.data(), win.data(), nullptr, nullptr, S, S, 0, H, d, sinks.data(), o.data());
   for (std::int64_t c = 0; c < H * d; ++c) EXPECT_EQ(o[c], 0.0);
   // Query 1 sees only key 1: o = p·kv[1] with p = e^ℓ/(e^ℓ + e^s) < 1.
   for (std::int64_t h = 0; h < H; ++h) {

@@ -1,0 +1,37 @@
+#pragma once
+// The step axis of a generation run against a cache (docs/design/generation.md §2): each float
+// tensor with a token axis has its relative error over each step's positions, and that error
+// over the tensor's expected one (the a-priori rule's rel part, diff/thresholds.h) names the
+// first step and stage past the FAIL ratio: where a cache, a decode kernel or a chunk boundary
+// broke the port.
+//   step_rel_l2[j] = ‖cand − ref‖₂ / ‖ref‖₂ over rows [begin_j, end_j) of every batch row
+//   step ratio     = step_rel_l2[j] / expected.rel
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+#include "base/tensor.h"
+#include "model/schedule.h"
+
+namespace tdiff {
+
+struct CompareResult;
+
+// Per step; empty when `steps` is empty or the tensors have no token axis of the steps'
+// length (ref [B, S, ...] with S = the last step's end).
+std::vector<double> step_rel_l2(const Tensor& ref, const Tensor& cand, const std::vector<ScheduleStep>& steps);
+
+struct StepFinding {
+  std::size_t row = 0;   // CompareResult row
+  std::size_t step = 0;  // index into CompareResult::steps
+  double ratio = 0;      // the step's error over the tensor's expected
+  bool fails = false;    // ratio > the row's expected_fail
+};
+
+// The earliest step at which a tensor's error passes its FAIL ratio, the first such tensor in
+// stage order; without one, the largest ratio. Empty without steps or expected errors.
+std::optional<StepFinding> first_failing_step(const CompareResult& r);
+// The step ratio of a row (NaN without an expected error or a step error).
+double step_ratio(const CompareResult& r, std::size_t row, std::size_t step);
+
+}  // namespace tdiff
