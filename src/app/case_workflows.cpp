@@ -1,5 +1,6 @@
 #include "app/case_workflows.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -13,6 +14,7 @@
 #include "casefile/h5_common.h"
 #include "casefile/env_record.h"
 #include "casefile/reference_layers.h"
+#include "exec/greedy.h"
 #include "model/pattern.h"
 #include "refcpu/linear.h"
 #include "refcpu/refcpu_backend.h"
@@ -35,8 +37,17 @@ CaseInfo make_case(const CaseRequest& request, const std::string& out, ChecksumR
   info.pad_to = request.pad_to;
   info.pad_side = request.pad_left ? "left" : "right";
   info.prompts = request.prompts.lines;
-  if (request.decode > 0 || !request.chunks.empty())
+  if (request.generate > 0) {
+    if (request.decode > 0) input_error("--generate and --decode: the decoded tokens are either chosen or given");
+    WeightStore weights(request.model_dir, info.config);
+    const Tensor ids = greedy_generate(info.config, weights, info.batch, request.generate, request.chunks, request.on_token);
+    Tensor mask(DType::u8, ids.shape());
+    std::fill_n(mask.data<std::uint8_t>(), mask.numel(), std::uint8_t{1});
+    info.batch = Batch::make(ids, mask, info.config.vocab_size, out);
+    info.schedule = Schedule::make(info.batch, request.generate, request.chunks, "--generate/--prefill-chunks");
+  } else if (request.decode > 0 || !request.chunks.empty()) {
     info.schedule = Schedule::make(info.batch, request.decode, request.chunks, "--decode/--prefill-chunks");
+  }
   ChecksumOptions hashing;
   hashing.rehash = request.rehash;
   const ChecksumReport report = add_weight_checksums(info, hashing);

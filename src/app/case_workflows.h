@@ -26,6 +26,11 @@ struct CaseRequest {
   // decode steps, the prompt before them prefilled in `chunks` (empty: whole). 0: a prefill case.
   std::int64_t decode = 0;
   std::vector<std::int64_t> chunks;
+  // A generation case whose `generate` decoded tokens the float64 reference chooses greedily,
+  // in steps against its cache (exec/greedy.h), after the prompt (prefilled in `chunks`).
+  // Excludes `decode`. `on_token` is told each token as it is chosen.
+  std::int64_t generate = 0;
+  std::function<void(std::int64_t done, std::int64_t total)> on_token;
 };
 
 // A case file written over an existing one takes its reference and recorded runs with it (a

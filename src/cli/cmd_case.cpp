@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "app/case_workflows.h"
+#include "app/progress.h"
 #include "cli/command.h"
 #include "casefile/case_file.h"
 #include "base/error.h"
@@ -24,6 +25,7 @@ struct CaseNewOptions {
   bool force = false;
   bool rehash = false;
   std::int64_t decode = 0;
+  std::int64_t generate = 0;
   std::string chunks;
 };
 
@@ -51,7 +53,12 @@ void run_case_new(const CaseNewOptions& o) {
   request.replace = o.force;
   request.rehash = o.rehash;
   request.decode = o.decode;
+  request.generate = o.generate;
+  if (!o.chunks.empty() && o.decode == 0 && o.generate == 0)
+    throw CLI::RequiresError("--prefill-chunks", "--decode or --generate");
   if (!o.chunks.empty()) request.chunks = parse_chunk_list(o.chunks, "--prefill-chunks");
+  Progress progress("case new: generating token", static_cast<std::size_t>(o.generate));
+  request.on_token = [&](std::int64_t done, std::int64_t) { progress.step(static_cast<std::size_t>(done), "greedy"); };
   ChecksumReport checksums;
   info = app::make_case(request, o.output, &checksums);
   const std::string schedule = info.schedule.describe(info.batch.seq());
@@ -96,9 +103,13 @@ void setup_case(CLI::App& app) {
                                  "A generation case: the last N tokens of every prompt are decode steps, judged one "
                                  "by one against the reference's rows (teacher-forced; prompts of one length)")
                      ->check(CLI::PositiveNumber);
+  sub->add_option("--generate", o->generate,
+                  "A generation case whose N decoded tokens the float64 reference chooses greedily after each prompt, "
+                  "one decode step at a time against its cache (N token-steps of refcpu; prompts of one length)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(decode);
   sub->add_option("--prefill-chunks", o->chunks,
-                  "How the prompt before the decode steps is prefilled: chunk sizes summing to it (5,3,7; default whole)")
-      ->needs(decode);
+                  "How the prompt before the decode steps is prefilled: chunk sizes summing to it (5,3,7; default whole)");
   sub->add_option("-o,--output", o->output, "Case file to write (atomically); an existing file is kept unless --force")
       ->required();
   sub->add_flag("--force", o->force, "replace an existing file at --output (its reference and recorded runs are lost)");
@@ -112,7 +123,8 @@ void setup_case(CLI::App& app) {
       "  tdiff case new --model tiny-model --tokens cases/tiny/prompts.txt --seed 1 --pad-to 48 -o tiny.h5\n"
       "  tdiff case new --model tiny-model --random-prompts 4 --len 32 --seed 7 --pad-side left -o rand.h5\n"
       "  tdiff case new --model tiny-model --random-prompts 4 --len 32 --seed 8 --rehash -o fresh.h5\n"
-      "  tdiff case new --model tiny-model --random-prompts 1 --len 40 --seed 9 --decode 16 --prefill-chunks 5,3,16 -o gen.h5\n");
+      "  tdiff case new --model tiny-model --random-prompts 1 --len 40 --seed 9 --decode 16 --prefill-chunks 5,3,16 -o gen.h5\n"
+      "  tdiff case new --model tiny-model --random-prompts 1 --len 24 --seed 9 --generate 16 --prefill-chunks 5,3,16 -o greedy.h5\n");
   sub->callback([o] { run_case_new(*o); });
 
   auto file = std::make_shared<std::string>();

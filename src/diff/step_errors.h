@@ -25,11 +25,14 @@ struct StepFinding {
   std::size_t row = 0;   // CompareResult row
   std::size_t step = 0;  // index into CompareResult::steps
   double ratio = 0;      // the step's error over the tensor's expected
-  bool fails = false;    // ratio > the row's expected_fail
+  bool fails = false;    // a failing tensor's ratio > its expected_fail
 };
 
-// The earliest step at which a tensor's error passes its FAIL ratio, the first such tensor in
-// stage order; without one, the largest ratio. Empty without steps or expected errors.
+// Among the tensors the verdict failed, the earliest step at which one passes its FAIL ratio
+// (the first such tensor in stage order); without one, the failing tensors' worst step; in a
+// run where nothing failed, the worst step of all (fails = false). A single step is a small
+// sample: a passing tensor's step may pass the ratio by chance, so it never names a failing
+// step. Empty without steps or expected errors.
 std::optional<StepFinding> first_failing_step(const CompareResult& r);
 // The step ratio of a row (NaN without an expected error or a step error).
 double step_ratio(const CompareResult& r, std::size_t row, std::size_t step);

@@ -195,9 +195,10 @@ MixedRunResult run_mixed(CaseSession& session, Backend& candidate, Backend& refe
     return on_candidate[static_cast<std::size_t>(&s - head.data())] ? static_cast<Backend&>(timed_cand) : timed_ref;
   };
   if (stepped) {
-    execute_steps(head, schedule, backend_for, ctx, run.hooks(), [&](const ScheduleStep&, std::size_t j, std::size_t n) {
-      if (opt.on_step) opt.on_step(j, n);
-    });
+    execute_steps(head, schedule, backend_for, ctx, run.hooks(),
+                  [&](const ScheduleStep&, std::size_t j, std::size_t n, const TensorMap&) {
+                    if (opt.on_step) opt.on_step(j, n);
+                  });
     result.steps = schedule.steps(session.info.batch.seq()).size();
     result.diff.label_cand += fmt::format(", {} generation steps against its cache", result.steps);
   } else {

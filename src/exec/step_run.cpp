@@ -120,12 +120,14 @@ class StepRunner {
       : stages_(stages), backend_for_(backend_for), ctx_(ctx), hooks_(hooks), plan_(plan_stages(stages)),
         cache_(ctx.batch.rows(), ctx.config.sliding_window), parts_(stages.size()), replacements_(stages.size()) {}
 
-  void run_step(const ScheduleStep& st) {
+  // The step's tensors, kept until the next step (what OnStep is shown).
+  const TensorMap& run_step(const ScheduleStep& st) {
     cache_.begin_step(st.begin, st.end, st.decode);
     key_positions_.push_back(cache_.key_positions());
     steps_.push_back(st);
     const Batch batch = step_batch(ctx_.batch, st.begin, st.end - st.begin, st.end, true);
-    TensorMap env;
+    TensorMap& env = env_;
+    env.clear();
     put_inputs(batch, env);
     std::set<Backend*> used;
     for (std::size_t i = 0; i < stages_.size(); ++i) {
@@ -135,6 +137,7 @@ class StepRunner {
     }
     for (Backend* b : used) b->finish();
     cache_.end_step();
+    return env;
   }
 
   // Every stage's step outputs in the prefill's layout, to on_stage in stage order.
@@ -183,7 +186,7 @@ class StepRunner {
       throw std::logic_error(fmt::format("stage {}: backend returned {} outputs, expected {}", s.name, out.size(), s.outputs.size()));
     const std::optional<std::vector<Tensor>> replaced = replacement(i, out);
     for (std::size_t k = 0; k < out.size(); ++k) env[s.name + "/" + s.outputs[k]] = replaced ? (*replaced)[k] : out[k];
-    parts_[i].push_back(std::move(out));
+    if (hooks_.on_stage) parts_[i].push_back(std::move(out));
   }
 
   // The compressor's cached rows and the step's, pooled from their window start; the new entries.
@@ -226,6 +229,7 @@ class StepRunner {
   const ExecutorHooks& hooks_;
   std::vector<StagePlan> plan_;
   GenerationCache cache_;
+  TensorMap env_;  // the current step's tensors
   std::vector<ScheduleStep> steps_;
   std::vector<std::vector<std::int64_t>> key_positions_;      // per step
   std::vector<std::vector<std::vector<Tensor>>> parts_;        // stage -> step -> outputs
@@ -283,17 +287,17 @@ Tensor StepRunner::assemble(std::size_t i, std::size_t k) const {
 
 void execute_steps(const std::vector<Stage>& stages, const Schedule& schedule,
                    const std::function<Backend&(const Stage&)>& backend_for, RunContext& ctx, const ExecutorHooks& hooks,
-                   const std::function<void(const ScheduleStep&, std::size_t, std::size_t)>& on_step) {
+                   const OnStep& on_step) {
   for (const Stage& s : stages)
     if (!backend_for(s).runs_steps())
       throw std::logic_error(fmt::format("stage {}: backend {} does not run generation steps", s.name, backend_for(s).name()));
   StepRunner runner(stages, backend_for, ctx, hooks);
   const std::vector<ScheduleStep> steps = schedule.steps(ctx.batch.seq());
   for (std::size_t j = 0; j < steps.size(); ++j) {
-    runner.run_step(steps[j]);
-    if (on_step) on_step(steps[j], j, steps.size());
+    const TensorMap& step = runner.run_step(steps[j]);
+    if (on_step) on_step(steps[j], j, steps.size(), step);
   }
-  runner.deliver();
+  if (hooks.on_stage) runner.deliver();
 }
 
 }  // namespace tdiff

@@ -28,11 +28,16 @@
 
 namespace tdiff {
 
+// Told each step as it ends: the step, its index and the step count, and the step's tensors
+// ("<stage>/<tensor>": its rows only, entries only its new ones). A caller may write the next
+// position's token into ctx.batch.ids here (greedy generation, exec/greedy.h).
+using OnStep = std::function<void(const ScheduleStep&, std::size_t index, std::size_t count, const TensorMap& step)>;
+
 // Runs `stages` over `batch` (ctx.batch: unpadded rows of one length) in the steps of
-// `schedule`. Every backend must runs_steps(). on_stage sees each stage's assembled outputs
-// after the last step; `on_step` (optional) is told each step as it ends.
+// `schedule`. Every backend must runs_steps(). on_stage (when set) sees each stage's
+// assembled outputs after the last step; without it nothing is kept across steps.
 void execute_steps(const std::vector<Stage>& stages, const Schedule& schedule,
                    const std::function<Backend&(const Stage&)>& backend_for, RunContext& ctx, const ExecutorHooks& hooks,
-                   const std::function<void(const ScheduleStep&, std::size_t index, std::size_t count)>& on_step = {});
+                   const OnStep& on_step = {});
 
 }  // namespace tdiff

@@ -12,6 +12,7 @@
 #include "report/html_style.h"
 #include "report/report.h"
 #include "report/depth.h"
+#include "report/step_heatmap.h"
 #include "report/token_table.h"
 #include "report/summary.h"
 
@@ -486,7 +487,8 @@ std::string render_html(const CompareResult& r, const RunInfo& info) {
                    html_escape(info.case_name), html_escape(info.run_id), TDIFF_VERSION);
   o += summary_cards(r);
   o += info.stats_html;
-  o += "<h2>Along the model</h2>\n" + plots(r) + heatmap(r) + report::depth_html(r) + report::token_table_html(r);
+  o += "<h2>Along the model</h2>\n" + plots(r) + heatmap(r) + report::depth_html(r) + report::step_heatmap_html(r) +
+       report::token_table_html(r);
   o += logits_section(r);
   o += "<h2>Stages</h2>\n" + stage_table(r);
   o += missing_section(r);

@@ -132,14 +132,18 @@ std::string step_note(const CompareResult& r) {
   const auto f = first_failing_step(r);
   if (!f) return fmt::format("{} steps against the cache (no expected errors to hold each step to)", r.steps.size());
   const ScheduleStep& st = r.steps[f->step];
-  const std::string where = st.decode ? fmt::format("decode, position {}", st.begin)
-                                      : fmt::format("prefill chunk, positions {}..{}", st.begin, st.end - 1);
+  const std::string step = fmt::format("schedule step {}/{} ({})", f->step + 1, r.steps.size(),
+                                       st.decode ? fmt::format("decode, position {}", st.begin)
+                                                 : fmt::format("prefill chunk, positions {}..{}", st.begin, st.end - 1));
   const TensorDiff& d = r.rows[f->row];
+  const std::string ratio = num(f->ratio, "{:.2f}");
   if (f->fails)
-    return fmt::format("schedule step {}/{} ({}) first passes a FAIL bound, at {} ({}x its expected error, FAIL above {})",
-                       f->step + 1, r.steps.size(), where, d.key(), num(f->ratio, "{:.2f}"), num(d.thresholds.expected_fail));
-  return fmt::format("{} steps against the cache, none past its tensors' FAIL bound; the worst: schedule step {} ({}) at {} ({}x)",
-                     r.steps.size(), f->step + 1, where, d.key(), num(f->ratio, "{:.2f}"));
+    return fmt::format("{} is the first where a failing tensor passes its bound: {} ({}x its expected error, FAIL above {})",
+                       step, d.key(), ratio, num(d.thresholds.expected_fail));
+  if (d.verdict == Verdict::fail)
+    return fmt::format("no single step of a failing tensor passes its bound; the worst: {} at {} ({}x)", step, d.key(), ratio);
+  return fmt::format("{} steps against the cache, no tensor failed; the worst step: {} at {} ({}x its expected error)",
+                     r.steps.size(), step, d.key(), ratio);
 }
 
 std::string divergence_note(const CompareResult& r) {

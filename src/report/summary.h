@@ -60,9 +60,9 @@ std::string padding_note(const CompareResult& r);
 // "N tokens followed their own selection (the first at STAGE): ..." for a free-running
 // candidate whose diverged tokens were judged apart (diff/divergence.h); "" otherwise.
 std::string divergence_note(const CompareResult& r);
-// A generation run in steps (diff/step_errors.h): "schedule step 7/19 (decode, position 31) first
-// passes a FAIL bound, at L03.attn.core/o (9.1x its expected error)", or the worst step when
-// none does; "" for a prefill run.
+// A generation run in steps (diff/step_errors.h): "schedule step 7/19 (decode, position 31) is
+// the first where a failing tensor passes its bound: L03.attn.core/o (9.1x ...)", or the worst
+// step; "" for a prefill run.
 std::string step_note(const CompareResult& r);
 
 // "L03" for layer stages, otherwise "prologue" or "head" (the stage's part, stage_part).

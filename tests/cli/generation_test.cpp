@@ -64,7 +64,7 @@ TEST_F(CliGeneration, StepsAgainstTheCacheHaveTheirOwnAxis) {
   const CliResult stepped = run(fmt::format("run '{}' --policy fixed --no-record -o '{}'", path("g.h5"), path("r")));
   EXPECT_EQ(stepped.code, 0) << stepped.out << stepped.err;
   EXPECT_NE(stepped.out.find("candidate emu, 19 generation steps against its cache"), std::string::npos) << stepped.out;
-  EXPECT_NE(stepped.out.find("steps       19 steps against the cache, none past its tensors' FAIL bound"),
+  EXPECT_NE(stepped.out.find("steps       19 steps against the cache, no tensor failed; the worst step: schedule step"),
             std::string::npos) << stepped.out;
   std::ifstream in(path("r/report.json"));
   const auto j = nlohmann::json::parse(in);
@@ -83,7 +83,8 @@ TEST_F(CliGeneration, StepsAgainstTheCacheHaveTheirOwnAxis) {
 
   const CliResult naive = run(fmt::format("run '{}' --policy naive --no-reports --no-record", path("g.h5")));
   EXPECT_EQ(naive.code, 1);
-  EXPECT_NE(naive.out.find("steps       schedule step 1/19 (prefill chunk, positions 0..4) first passes a FAIL bound"),
+  EXPECT_NE(naive.out.find("steps       schedule step 1/19 (prefill chunk, positions 0..4) is the first where a failing "
+                           "tensor passes its bound"),
             std::string::npos) << naive.out;
 
   const CliResult whole = run(fmt::format("run '{}' --policy fixed --as-prefill --no-reports --no-record", path("g.h5")));
@@ -118,6 +119,11 @@ TEST_F(CliGeneration, BadSchedulesExitTwoWithOneLine) {
       {"--decode 8 --prefill-chunks 5,x,27", "--prefill-chunks '5,x,27': 'x' is not a positive number"},
       {"--decode 8 --prefill-chunks 5,0,27", "'0' is not a positive number"},
       {"--decode 8 --pad-to 48", "row 0 holds 40 of 48 tokens"},
+      {"--generate 4 --decode 3", "--decode excludes --generate"},
+      {"--prefill-chunks 5,35", "--prefill-chunks requires --decode or --generate"},
+      {"--generate 4 --prefill-chunks 5,3", "prefill chunks 5,3 sum to 8, not the prompt's 40 tokens"},
+      {"--generate 4 --pad-to 48", "--generate: prompt 0 has 40 tokens of 48"},
+      {"--generate 2000000", "--generate 2000000: 2000040 tokens in all, more than the model's 1048576 positions"},
   };
   for (const auto& c : cases) {
     const CliResult r = new_case(c.args, "bad.h5");
@@ -126,7 +132,24 @@ TEST_F(CliGeneration, BadSchedulesExitTwoWithOneLine) {
     EXPECT_NE(r.err.find(c.what), std::string::npos) << c.args << ": " << r.err;
     EXPECT_FALSE(std::filesystem::exists(path("bad.h5"))) << c.args;
   }
-  EXPECT_EQ(new_case("--prefill-chunks 5,35", "bad.h5").code, 2);  // chunks need --decode
+}
+
+// The reference chooses the decoded tokens greedily (exec/greedy.h); the prompt is kept and the
+// case runs like any generation case.
+TEST_F(CliGeneration, GeneratedTokensMakeACaseThatRuns) {
+  const CliResult made = new_case("--generate 12 --prefill-chunks 7,33", "gen.h5");
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_NE(made.out.find("2 prompts x 52 tokens (generation: prompt 40 (chunks 7,33), 12 decode steps)"),
+            std::string::npos) << made.out;
+  ASSERT_EQ(new_case("", "plain.h5").code, 0);
+  const CaseInfo gen = read_case(path("gen.h5")), plain = read_case(path("plain.h5"));
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t p = 0; p < 40; ++p)
+      EXPECT_EQ(gen.batch.ids.data<std::int64_t>()[b * 52 + p], plain.batch.ids.data<std::int64_t>()[b * 40 + p]);
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("gen.h5"))).code, 0);
+  const CliResult r = run(fmt::format("run '{}' --policy fp32 --no-reports --no-record", path("gen.h5")));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("tokens      13 steps x 2 rows:"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -148,6 +150,52 @@ TEST_P(GenerationStepsEmu, StepsStayWithinTheFormatsNoise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, GenerationStepsEmu, ::testing::Values("fixed", "fp32"));
+
+}  // namespace
+}  // namespace tdiff
+
+namespace tdiff {
+namespace {
+
+// Greedy generation by the reference in steps (exec/greedy.h) picks, at every position, the
+// argmax of the prefill's logits over the generated sequence: decode equals prefill.
+TEST(GreedyGeneration, TokensAreThePrefillsArgmax) {
+  TempDir tmp("greedy");
+  const ModelConfig c = synth_preset("tiny");
+  write_synth_model(c, 3, tmp.path() + "/model", {}, {});
+  app::CaseRequest request;
+  request.model_dir = tmp.path() + "/model";
+  request.prompts = random_prompts(2, 21, c.vocab_size, 11);
+  const PromptSet prompts = request.prompts;
+  request.generate = 19;
+  request.chunks = {5, 3, 13};
+  std::int64_t told = 0;
+  request.on_token = [&](std::int64_t done, std::int64_t total) {
+    EXPECT_EQ(total, 19);
+    told = done;
+  };
+  const std::string path = tmp.path() + "/case.h5";
+  app::make_case(request, path);
+  EXPECT_EQ(told, 19);
+  CaseSession session = open_session(path);
+  ASSERT_EQ(session.info.batch.seq(), 40);
+  EXPECT_EQ(session.info.schedule.prompt, 21);
+  refcpu::RefCpuBackend ref;
+  const Outputs prefill = run_on(session, ref, false);
+  const Tensor& logits = prefill.at("lm_head/logits");
+  const auto V = logits.dim(2);
+  const auto* ids = session.info.batch.ids.data<std::int64_t>();
+  std::set<std::int64_t> distinct;
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t p = 0; p < 21; ++p) EXPECT_EQ(ids[b * 40 + p], prompts.ids[b][p]) << "the prompt is kept";
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t p = 21; p < 40; ++p) {
+      const double* row = logits.data<double>() + (b * 40 + p - 1) * V;
+      EXPECT_EQ(ids[b * 40 + p], std::max_element(row, row + V) - row) << "row " << b << " position " << p;
+      distinct.insert(ids[b * 40 + p]);
+    }
+  EXPECT_GT(distinct.size(), 3u);  // not one token repeated: the test can tell positions apart
+}
 
 }  // namespace
 }  // namespace tdiff
