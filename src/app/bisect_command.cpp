@@ -285,6 +285,7 @@ int run_bisect(BisectCmd c) {
   rep.totals = bisector.totals();
   rep.notes = bisector.notes();
   if (rep.search) note_first_fail(rep, session.stages, bisector.full_run());
+  if (rep.search) rep.steps = bisector.full_run().steps;
   if (rep.leads) suggest_next(rep, c);
   EnvRecord env;
   describe_bisect(c, session, policy, run_id, floor_label, suffix, case_hash, times, rep, env, *candidate);

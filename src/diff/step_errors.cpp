@@ -28,6 +28,19 @@ std::vector<double> step_rel_l2(const Tensor& ref, const Tensor& cand, const std
   return out;
 }
 
+std::optional<StepJump> first_step_beyond(const std::vector<double>& with, const std::vector<double>& without,
+                                          double factor) {
+  if (with.empty() || with.size() != without.size()) return std::nullopt;
+  std::optional<StepJump> largest;
+  double largest_ratio = -1;
+  for (std::size_t j = 0; j < with.size(); ++j) {
+    if (with[j] > factor * without[j]) return StepJump{j, with[j], without[j], true};
+    const double ratio = without[j] > 0 ? with[j] / without[j] : (with[j] > 0 ? HUGE_VAL : 1.0);
+    if (ratio > largest_ratio) largest_ratio = ratio, largest = StepJump{j, with[j], without[j], false};
+  }
+  return largest;
+}
+
 double step_ratio(const CompareResult& r, std::size_t row, std::size_t step) {
   const TensorDiff& d = r.rows.at(row);
   if (!d.expected || d.expected->rel <= 0 || step >= d.step_rel_l2.size()) return std::numeric_limits<double>::quiet_NaN();

@@ -34,6 +34,16 @@ struct StepFinding {
 // sample: a passing tensor's step may pass the ratio by chance, so it never names a failing
 // step. Empty without steps or expected errors.
 std::optional<StepFinding> first_failing_step(const CompareResult& r);
+// Two runs' errors of one tensor per step (a bisect's culprit on and off the candidate): the
+// first step at which `with` exceeds `factor` times `without`, else the step of the largest
+// ratio (found = false); nullopt when the lists are empty or differ in length.
+struct StepJump {
+  std::size_t step = 0;
+  double with = 0, without = 0;
+  bool found = false;
+};
+std::optional<StepJump> first_step_beyond(const std::vector<double>& with, const std::vector<double>& without, double factor);
+
 // The step ratio of a row (NaN without an expected error or a step error).
 double step_ratio(const CompareResult& r, std::size_t row, std::size_t step);
 

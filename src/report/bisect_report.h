@@ -21,6 +21,10 @@ struct BisectReport {
   std::string rest = "the reference";  // what ran the stages after a split: or "the floor" (Suffix::floor)
   Watch watch;
   std::size_t stages = 0;   // N: the stages up to the watched one
+  // A generation case bisected in its steps against the cache (exec/step_run.h): each culprit
+  // gets the step at which it moves the watched tensor first (beyond floor_k) or most
+  // (diff/step_errors.h). Else empty.
+  std::vector<ScheduleStep> steps;
   Thresholds watch_thresholds;  // as they apply to the watched tensor
   std::vector<Probe> trace;
   std::optional<SearchResult> search;

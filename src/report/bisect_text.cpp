@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/version.h"
+#include "diff/step_errors.h"
 #include "report/bisect_report.h"
 #include "report/summary.h"
 
@@ -230,12 +231,43 @@ void print_trace_row(std::FILE* out, const BisectReport& r, const Probe& p, bool
   if (p.verdict() == Verdict::fail && !w.diff.reason.empty()) fmt::print(out, "{:14}{}\n", "", w.diff.reason);
 }
 
+namespace {
+
+// In a bisect of a generation case in steps: the first schedule step at which the culprit on
+// the candidate moves the watched tensor beyond floor_k times its error without it (the probes
+// that bracket the culprit), else the step it moves most.
+std::string culprit_step(const BisectReport& r, const Culprit& c) {
+  if (r.steps.empty() || !c.pass_step) return "";
+  const Probe *with = nullptr, *without = nullptr;
+  for (const auto& p : r.trace) {
+    if (p.step == c.fail_step) with = &p;
+    if (p.step == c.pass_step) without = &p;
+  }
+  if (!with || !without) return "";
+  const double k = r.watch_thresholds.floor_k;
+  const auto jump = first_step_beyond(with->watched.diff.step_rel_l2, without->watched.diff.step_rel_l2, k);
+  if (!jump) return "";
+  const ScheduleStep& st = r.steps[jump->step];
+  const std::string where = fmt::format("schedule step {}/{} ({})", jump->step + 1, r.steps.size(),
+                                        st.decode ? fmt::format("decode, position {}", st.begin)
+                                                  : fmt::format("prefill chunk, positions {}..{}", st.begin, st.end - 1));
+  if (jump->found)
+    return fmt::format("the first step it moves {} beyond {}x: {} (rel_l2 {} with it, {} without)", r.watch.key(),
+                       num(k), where, num(jump->with), num(jump->without));
+  return fmt::format("it moves {} most at {} (rel_l2 {} with it, {} without: {}x)", r.watch.key(), where, num(jump->with),
+                     num(jump->without), jump->without > 0 ? num(jump->with / jump->without, "{:.2f}") : "-");
+}
+
+}  // namespace
+
 void print_bisect_body(std::FILE* out, const BisectReport& r, bool color) {
   if (r.search)
-    for (const auto& c : r.search->culprits)
+    for (const auto& c : r.search->culprits) {
       fmt::print(out, "\nculprit   {} ({}, stage {}): {} -> {}", c.stage, c.cls, c.index + 1,
                  c.pass_step ? fmt::format("PASS with stages 1-{} (step {})", c.index, c.pass_step) : "PASS with no stage on the candidate",
                  fmt::format("FAIL with 1-{} (step {})", c.index + 1, c.fail_step));
+      if (const std::string s = culprit_step(r, c); !s.empty()) fmt::print(out, "\n{:10}{}", "", s);
+    }
   if (r.search && !r.search->culprits.empty()) fmt::print(out, "\n");
   if (r.isolation) {
     fmt::print(out, "\nisolation: every stage on the reference's own inputs, ranked by local error ({} stages)\n",
@@ -345,7 +377,8 @@ std::string render_bisect_json(const BisectReport& r) {
     nlohmann::json c = nlohmann::json::array();
     for (const auto& x : r.search->culprits)
       c.push_back({{"stage", x.stage}, {"class", x.cls}, {"stage_index", x.index + 1}, {"pass_step", x.pass_step},
-                   {"fail_step", x.fail_step}});
+                   {"fail_step", x.fail_step},
+                   {"generation_step", r.steps.empty() ? nlohmann::json() : nlohmann::json(culprit_step(r, x))}});
     j["search"] = {{"full_fails", r.search->full_fails}, {"culprits", c}, {"passes_after", r.search->passes_after},
                    {"capped", r.search->capped}};
   }

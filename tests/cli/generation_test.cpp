@@ -93,6 +93,22 @@ TEST_F(CliGeneration, StepsAgainstTheCacheHaveTheirOwnAxis) {
   EXPECT_EQ(whole.out.find("\nsteps "), std::string::npos) << whole.out;
 }
 
+// bisect of a generation case runs its mixed runs in steps too, and says at which step each
+// culprit moves the watched logits (first beyond floor_k, else most).
+TEST_F(CliGeneration, BisectNamesTheStepACulpritMoves) {
+  ASSERT_EQ(new_case("--decode 16 --prefill-chunks 5,3,16").code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("g.h5"))).code, 0);
+  const CliResult b = run(fmt::format("bisect '{}' --policy naive --seed 14077758207354166224 --no-record -o '{}'",
+                                      path("g.h5"), path("b")));
+  EXPECT_EQ(b.code, 1) << b.out << b.err;
+  EXPECT_NE(b.out.find("culprit   L02.moe.router"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("lm_head/logits most at schedule step"), std::string::npos) << b.out;
+  std::ifstream in(path("b/bisect.json"));
+  const auto j = nlohmann::json::parse(in);
+  for (const auto& c : j.at("search").at("culprits"))
+    EXPECT_NE(c.at("generation_step").get<std::string>().find("(decode, position"), std::string::npos) << c;
+}
+
 // An engine's dump of a generation case (tap_emu: emu through the tap) gets the same token
 // verdicts; without a policy for its formats only exact ties are TIE-FLIPs, and the report says so.
 TEST_F(CliGeneration, AnEnginesDumpIsJudgedTokenByToken) {
