@@ -19,6 +19,7 @@
 #include "app/envelope.h"
 #include "app/candidate.h"
 #include "app/progress.h"
+#include "exec/prefill_vs_decode.h"
 #include "app/report_options.h"
 #include "app/shell.h"
 #include "app/history_record.h"
@@ -321,6 +322,19 @@ RunInfo backend_run_info(const RunCmd& c, const Policy& policy, const std::strin
 }
 
 // A backend's run: every stage on the candidate, compared as it goes.
+// --p-vs-d needs a generation case and a candidate that runs its steps: one line, before the run.
+static void check_p_vs_d(const RunCmd& c, const CaseSession& session, const Backend& candidate) {
+  if (!session.info.schedule.generation())
+    input_error("{}: --p-vs-d needs a generation case (tdiff case new --decode or --generate)", c.case_path);
+  if (!candidate.runs_steps())
+    input_error("--p-vs-d: {} runs a generation case as one prefill only (emu and refcpu run steps)", c.cand.backend);
+}
+
+static PrefillVsDecode timed_p_vs_d(CaseSession& session, Backend& candidate, PhaseTimes& times) {
+  auto own = times.measure("p_vs_d");
+  return prefill_vs_decode(session, candidate);
+}
+
 static int run_backend(RunCmd c) {
   PhaseTimes times;  // printed last (stderr) and kept in report.json
   auto recording = times.measure("record open");
@@ -343,6 +357,7 @@ static int run_backend(RunCmd c) {
   auto candidate = make_candidate(c.cand.backend, policy, c.cand.seed, c.cand.hip_gemm);
   refcpu::RefCpuBackend reference;
   setup.stop();
+  if (c.p_vs_d) check_p_vs_d(c, session, *candidate);
 
   SaveFile save_file;  // --save writes into the case update, opened above, during the run
   H5Writer* sink = save_sink(c, record.save_target(), save_file, run_id);
@@ -362,12 +377,10 @@ static int run_backend(RunCmd c) {
   mo.follow_selections = true;  // free: judged on its own path
   mo.progress = [&](const Stage& s, std::size_t i) { progress.step(i + 1, s.name); };
   mo.as_prefill = c.as_prefill;
-  const Schedule& schedule = session.info.schedule;
-  Progress steps(fmt::format("run {} step", c.cand.backend), schedule.steps(session.info.batch.seq()).size());
+  Progress steps(fmt::format("run {} step", c.cand.backend), session.info.schedule.steps(session.info.batch.seq()).size());
   mo.on_step = [&](std::size_t j, std::size_t) { steps.step(j + 1, "against the cache"); };
   RunContext ctx = session.context();
-  const std::vector<bool> all(session.stages.size(), true);
-  MixedRunResult r = run_mixed(session, *candidate, reference, all, ctx, mo);
+  MixedRunResult r = run_mixed(session, *candidate, reference, std::vector<bool>(session.stages.size(), true), ctx, mo);
   times.add(r.times);
   progress.finish(fmt::format("run: {} stages on {} in {:.2f} s", r.on_candidate, c.cand.backend, r.seconds));
   if (mo.replay_selections) print_not_replayed(r);
@@ -375,6 +388,7 @@ static int run_backend(RunCmd c) {
     auto flooring = times.measure("measured floor");
     print_floor(attach_measured_floor(session, policy, mo, r.diff));
   }
+  if (c.p_vs_d) r.diff.p_vs_d = timed_p_vs_d(session, *candidate, times);
   auto judging = times.measure("judge");
   judge(r.diff, thresholds);
   judging.stop();

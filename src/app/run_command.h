@@ -27,6 +27,7 @@ struct RunCmd {
   WeightCheckOptions weights;
   HistoryOptions history;  // --history, --label, --no-record
   bool as_prefill = false;  // a generation case as one prefill, not in its steps against a cache
+  bool p_vs_d = false;      // also the candidate's steps against its own prefill (exec/prefill_vs_decode.h)
   int timed = 0;           // --timed N: forwards timed after the compared run (exec/timed_forward.h)
   // emu in the candidate's formats beside the run (exec/measured_floor.h): "on" or "off".
   std::string measured_floor = "on";

@@ -41,6 +41,13 @@ void setup_run(CLI::App& app) {
   cmd->add_flag("--stats", c->stats,
                 "also write the model statistics of report.html's section (tdiff stats) as stats.csv and stats.json");
   add_options(cmd, c->cand);
+  cmd->add_flag("--as-prefill", c->as_prefill,
+                "a generation case (case new --decode) as one prefill of the whole sequence; without it emu and refcpu "
+                "run its schedule, the prompt's chunks and then one decode step per token, against a cache laid out as "
+                "engines lay it out (docs/guide/generation.md)");
+  cmd->add_flag("--p-vs-d", c->p_vs_d,
+                "a generation case: also run the candidate's schedule in steps against its own prefill of the same "
+                "tokens (its own selections, no reference) and report how its logits differ (SGLang's p_vs_d check)");
   auto* dump = cmd->add_option("--candidate-dump", c->dump,
                                "judge this dump (python/ capture, the tap of src/tap/tap.h) instead of running a backend")
                    ->check(CLI::ExistingFile);
@@ -55,15 +62,11 @@ void setup_run(CLI::App& app) {
                   "file): its expected errors, as a backend's policy gives them");
   for (const char* name :
        {"--backend", "--policy", "--set", "--seed", "--hip-gemm", "--selections", "--save", "--save-to", "--stats", "--tp",
-        "--ep"})
+        "--ep", "--p-vs-d", "--as-prefill"})
     if (auto* o = cmd->get_option_no_throw(name)) {
       dump->excludes(o);
       if (o != selections) engine->excludes(o);
     }
-  cmd->add_flag("--as-prefill", c->as_prefill,
-                "a generation case (case new --decode) as one prefill of the whole sequence; without it emu and refcpu "
-                "run its schedule, the prompt's chunks and then one decode step per token, against a cache laid out as "
-                "engines lay it out (docs/guide/generation.md)");
   cmd->add_option("--measured-floor", c->measured_floor,
                   "on: also run emu in the candidate's storage and stream formats (every other knob correct) and hold "
                   "each tensor to both rules, the a-priori expected error and the ratio to that floor (a dump: with "

@@ -74,6 +74,18 @@ struct TensorDiff {
   std::string key() const { return tensor.empty() ? stage : stage + "/" + tensor; }
 };
 
+// A candidate's generation in steps against its own prefill of the same tokens (SGLang's
+// p_vs_d check; exec/prefill_vs_decode.h): no reference involved, so a decode path that
+// departs from the candidate's own prefill shows apart from the formats' error.
+struct PrefillVsDecode {
+  std::size_t steps = 0;
+  std::string tensor;           // the logits compared
+  std::int64_t rows = 0;        // predicting rows (batch rows x positions)
+  double max_rel = 0;           // max |steps − prefill| / max |prefill| over those rows
+  std::int64_t differing = 0;   // elements not bit-identical
+  LogitsMetrics logits;         // top-1 agreement and KL of the steps against the prefill
+};
+
 struct CompareResult {
   std::string label_ref, label_cand;             // e.g. "case.h5:/reference"
   std::vector<TensorDiff> rows;                  // model order
@@ -93,6 +105,7 @@ struct CompareResult {
   std::shared_ptr<const DivergedTokens> divergence;
   // The steps of a generation run against a cache (exec/step_run.h); empty: one prefill.
   std::vector<ScheduleStep> steps;
+  std::optional<PrefillVsDecode> p_vs_d;  // run --p-vs-d
 };
 
 struct CompareOptions {

@@ -356,6 +356,10 @@ std::string render_json(const CompareResult& r, const RunInfo& info) {
   }
   for (const auto& row : r.rows)
     if (row.tokens) j["token_verdicts"][row.key()] = token_json(*row.tokens);
+  if (r.p_vs_d)  // run --p-vs-d: the candidate's steps against its own prefill
+    j["p_vs_d"] = {{"steps", r.p_vs_d->steps}, {"tensor", r.p_vs_d->tensor}, {"rows", r.p_vs_d->rows},
+                   {"differing", r.p_vs_d->differing}, {"max_rel", number(r.p_vs_d->max_rel)},
+                   {"top1_agree", number(r.p_vs_d->logits.top1_agree)}, {"kl_max", number(r.p_vs_d->logits.kl_max)}};
   if (!r.steps.empty()) {  // a generation run in steps: each step's span, and where a bound first broke
     nlohmann::json steps = nlohmann::json::array();
     for (const auto& st : r.steps) steps.push_back({{"begin", st.begin}, {"end", st.end}, {"decode", st.decode}});

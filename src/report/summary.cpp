@@ -146,6 +146,15 @@ std::string step_note(const CompareResult& r) {
                      r.steps.size(), step, d.key(), ratio);
 }
 
+std::string p_vs_d_note(const CompareResult& r) {
+  if (!r.p_vs_d) return "";
+  const PrefillVsDecode& p = *r.p_vs_d;
+  const std::string head = fmt::format("{} steps against its own prefill: {} over {} predicting rows", p.steps, p.tensor, p.rows);
+  if (p.differing == 0) return head + " bit-identical";
+  return fmt::format("{}: {} elements differ, max {} of the largest; top-1 agreement {:.2f}%, KL max {}", head,
+                     p.differing, num(p.max_rel), 100 * p.logits.top1_agree, num(p.logits.kl_max));
+}
+
 std::string divergence_note(const CompareResult& r) {
   if (!r.divergence || r.divergence->tokens() == 0) return "";
   return fmt::format("{} tokens followed their own selection (the first at {}): their later rows are judged apart "

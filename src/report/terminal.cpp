@@ -148,6 +148,7 @@ void print_terminal(std::FILE* out, const CompareResult& r, const RunInfo& info,
     if (d.tokens) fmt::print(out, "tokens      {}\n", token_summary(*d.tokens));
   }
   if (const std::string note = report::step_note(r); !note.empty()) fmt::print(out, "steps       {}\n", note);
+  if (const std::string note = report::p_vs_d_note(r); !note.empty()) fmt::print(out, "p_vs_d      {}\n", note);
   if (const std::string note = report::divergence_note(r); !note.empty()) fmt::print(out, "diverged    {}\n", note);
   if (r.first_fail >= 0) {
     const TensorDiff& f = r.rows[static_cast<std::size_t>(r.first_fail)];

@@ -93,6 +93,33 @@ TEST_F(CliGeneration, StepsAgainstTheCacheHaveTheirOwnAxis) {
   EXPECT_EQ(whole.out.find("\nsteps "), std::string::npos) << whole.out;
 }
 
+// --p-vs-d: the candidate's steps against its own prefill (no reference): emu fixed's decode is
+// its prefill bit for bit on this model, fp32's differs in the last bits without moving a token.
+TEST_F(CliGeneration, PrefillVsDecodeComparesTheCandidateWithItself) {
+  ASSERT_EQ(new_case("--decode 16 --prefill-chunks 5,3,16").code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("g.h5"))).code, 0);
+  const CliResult fixed = run(fmt::format("run '{}' --policy fixed --p-vs-d --no-record -o '{}'", path("g.h5"), path("r")));
+  EXPECT_EQ(fixed.code, 0) << fixed.out << fixed.err;
+  EXPECT_NE(fixed.out.find("p_vs_d      19 steps against its own prefill: lm_head/logits over 34 predicting rows "
+                           "bit-identical"),
+            std::string::npos) << fixed.out;
+  std::ifstream in(path("r/report.json"));
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j.at("p_vs_d").at("differing"), 0);
+  EXPECT_EQ(j.at("p_vs_d").at("rows"), 34);
+  const CliResult fp32 = run(fmt::format("run '{}' --policy fp32 --p-vs-d --no-reports --no-record", path("g.h5")));
+  EXPECT_NE(fp32.out.find("elements differ"), std::string::npos) << fp32.out;
+  EXPECT_NE(fp32.out.find("top-1 agreement 100.00%"), std::string::npos) << fp32.out;
+
+  ASSERT_EQ(run(fmt::format("case new --model '{}' --random-prompts 1 --len 16 --seed 3 -o '{}'", path("m"),
+                            path("prefill.h5"))).code, 0);
+  ASSERT_EQ(run(fmt::format("golden '{}'", path("prefill.h5"))).code, 0);
+  const CliResult bad = run(fmt::format("run '{}' --p-vs-d --no-reports --no-record", path("prefill.h5")));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(count_lines(bad.err), 1u) << bad.err;
+  EXPECT_NE(bad.err.find("--p-vs-d needs a generation case"), std::string::npos) << bad.err;
+}
+
 // bisect of a generation case runs its mixed runs in steps too, and says at which step each
 // culprit moves the watched logits (first beyond floor_k, else most).
 TEST_F(CliGeneration, BisectNamesTheStepACulpritMoves) {
