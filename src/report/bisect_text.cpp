@@ -248,9 +248,7 @@ std::string culprit_step(const BisectReport& r, const Culprit& c) {
   const auto jump = first_step_beyond(with->watched.diff.step_rel_l2, without->watched.diff.step_rel_l2, k);
   if (!jump) return "";
   const ScheduleStep& st = r.steps[jump->step];
-  const std::string where = fmt::format("schedule step {}/{} ({})", jump->step + 1, r.steps.size(),
-                                        st.decode ? fmt::format("decode, position {}", st.begin)
-                                                  : fmt::format("prefill chunk, positions {}..{}", st.begin, st.end - 1));
+  const std::string where = fmt::format("schedule step {}/{} ({})", jump->step + 1, r.steps.size(), report::step_where(st));
   if (jump->found)
     return fmt::format("the first step it moves {} beyond {}x: {} (rel_l2 {} with it, {} without)", r.watch.key(),
                        num(k), where, num(jump->with), num(jump->without));

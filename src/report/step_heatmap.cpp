@@ -42,9 +42,7 @@ std::string step_heatmap_html(const CompareResult& r) {
       html_escape(step_note(r)));
   for (std::size_t j = 0; j < r.steps.size(); ++j) {
     const ScheduleStep& st = r.steps[j];
-    o += fmt::format("<th title=\"{}\">{}</th>",
-                     st.decode ? fmt::format("decode, position {}", st.begin)
-                               : fmt::format("prefill chunk, positions {}..{}", st.begin, st.end - 1),
+    o += fmt::format("<th title=\"{}\">{}</th>", step_where(st),
                      st.decode ? std::to_string(st.begin) : fmt::format("c{}", j + 1));
   }
   o += "</tr></thead><tbody>\n";

@@ -127,14 +127,17 @@ std::string padding_note(const CompareResult& r) {
   return r.padding_tokens ? fmt::format(" ({} padding tokens left out)", r.padding_tokens) : "";
 }
 
+std::string step_where(const ScheduleStep& st) {
+  return st.decode ? fmt::format("decode, position {}", st.begin)
+                   : fmt::format("prefill chunk, positions {}..{}", st.begin, st.end - 1);
+}
+
 std::string step_note(const CompareResult& r) {
   if (r.steps.empty()) return "";
   const auto f = first_failing_step(r);
   if (!f) return fmt::format("{} steps against the cache (no expected errors to hold each step to)", r.steps.size());
   const ScheduleStep& st = r.steps[f->step];
-  const std::string step = fmt::format("schedule step {}/{} ({})", f->step + 1, r.steps.size(),
-                                       st.decode ? fmt::format("decode, position {}", st.begin)
-                                                 : fmt::format("prefill chunk, positions {}..{}", st.begin, st.end - 1));
+  const std::string step = fmt::format("schedule step {}/{} ({})", f->step + 1, r.steps.size(), step_where(st));
   const TensorDiff& d = r.rows[f->row];
   const std::string ratio = num(f->ratio, "{:.2f}");
   if (f->fails)

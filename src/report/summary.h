@@ -64,6 +64,8 @@ std::string divergence_note(const CompareResult& r);
 // the first where a failing tensor passes its bound: L03.attn.core/o (9.1x ...)", or the worst
 // step; "" for a prefill run.
 std::string step_note(const CompareResult& r);
+// Where a schedule step lies: "decode, position 31" or "prefill chunk, positions 0..4".
+std::string step_where(const ScheduleStep& st);
 // run --p-vs-d: "19 steps against its own prefill: lm_head/logits bit-identical over 34
 // predicting rows" or how they differ; "" without it.
 std::string p_vs_d_note(const CompareResult& r);
